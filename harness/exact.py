@@ -29,13 +29,13 @@ U = 2.0**-53
 U2 = U * U
 
 __all__ = [
-    "U",
     "U2",
+    "U",
     "dd_add",
+    "dd_add_err",
     "dd_exp",
     "dd_from_mpf",
     "dd_mul",
-    "dd_add_err",
     "dd_mul_d",
     "dd_mul_err",
     "expansion_to_dd",
@@ -208,7 +208,9 @@ def slice_rows(
         if rel_tol > 0 and np.all(np.max(np.abs(rh), axis=-1, keepdims=True) <= rel_tol * start):
             break
         e = _row_exponent(rh)[..., None]
-        grid = np.ldexp(1.0, e - beta)
+        # Clamped at the smallest subnormal so tiny rows cannot make the grid underflow to 0
+        # (every double is a multiple of 2^-1074, so the slice is still exact).
+        grid = np.ldexp(1.0, np.maximum(e - beta, -1074))
         s = np.rint(rh / grid) * grid  # power-of-two scaling: exact; rint: nearest integer
         slices.append(s)
         # rh − s is exact (|rh − s| ≤ G/2 and both are multiples of rh's ulp or of G), and
@@ -247,8 +249,10 @@ def _exp_constants():
         exact_t = [mpmath.mpf(2) ** (mpmath.mpf(j) / _N) for j in range(_N)]
         table = [dd_from_mpf(t) for t in exact_t]
         # Actual relative error of each dd table entry, rounded up (mpmath at 300 bits).
-        t_err = [float(abs(t - h - lo) / t) * (1 + 2.0**-40) + 2.0**-280
-                 for t, (h, lo) in zip(exact_t, table, strict=True)]
+        t_err = [
+            float(abs(t - h - lo) / t) * (1 + 2.0**-40) + 2.0**-280
+            for t, (h, lo) in zip(exact_t, table, strict=True)
+        ]
         c6 = dd_from_mpf(mpmath.mpf(1) / 6)
         c24 = dd_from_mpf(mpmath.mpf(1) / 24)
     th = np.array([t[0] for t in table])

@@ -140,6 +140,11 @@ def format_of(x: Any) -> Format:
         if key in FORMATS:
             return FORMATS[key]
         raise TypeError(f"unknown format {x!r}; use one of {sorted(FORMATS)}")
+    if isinstance(x, type):  # a scalar type such as np.float16 or ml_dtypes.bfloat16
+        try:
+            x = np.dtype(x)
+        except TypeError:
+            raise TypeError(f"{x!r} is not a floating-point dtype") from None
     dtype = getattr(x, "dtype", x)
     name = str(dtype).removeprefix("torch.")
     key = _ALIASES.get(name)
@@ -166,7 +171,7 @@ def round_to_format(x: Any, fmt: Format) -> np.ndarray:
     quantum = np.ldexp(1.0, e - fmt.p + 1)
     # x / quantum is an exact power-of-two scaling and lies below 2^p + 1; rint is
     # round-half-even, and the product back is exact.
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # overflow to ±inf is the IEEE result
         r = np.rint(x / quantum) * quantum
     r = np.where(np.isfinite(x), r, x)
     over = np.abs(r) > fmt.max_finite
@@ -214,6 +219,7 @@ def ulp(y: Any, fmt: Format, lo: Any = None) -> np.ndarray:
         below = (m == 0.5) & (lo != 0) & (np.sign(lo) == -np.sign(y))
         e = np.where(below, e - 1, e)
     e = np.where(np.isinf(y), fmt.emax, e)
+    e = np.where(y == 0, fmt.emin, e)  # frexp(0) has exponent 0, not "−infinity"
     e = np.clip(e, fmt.emin, fmt.emax)
     out = np.ldexp(1.0, e - fmt.p + 1)
     return np.where(np.isnan(y), np.nan, out)

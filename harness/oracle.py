@@ -113,7 +113,9 @@ def _scale_of(problem: AttentionProblem) -> _Scale:
         val = 1 / mpmath.sqrt(d)
         hi, lo = ex.dd_from_mpf(val)
         # The dd's actual distance to the 300-bit value, plus that value's own error.
-        err = float(abs(val - hi - lo) * (1 + mpmath.mpf(2) ** -40) + abs(val) * mpmath.mpf(2) ** -290)
+        err = float(
+            abs(val - hi - lo) * (1 + mpmath.mpf(2) ** -40) + abs(val) * mpmath.mpf(2) ** -290
+        )
     return _Scale(val, hi, lo, err, None, d)
 
 
@@ -129,7 +131,7 @@ def _decide(hi: np.ndarray, lo: np.ndarray, err: np.ndarray, fmt: Format):
         hi_end = np.nextafter(hi + b, np.inf)
     r_lo = round_to_format(lo_end, fmt)
     r_hi = round_to_format(hi_end, fmt)
-    decided = (r_lo == r_hi) | (np.isnan(hi) & np.isnan(lo_end))
+    decided = (r_lo == r_hi) | ~np.isfinite(hi)  # ±inf (LSE of a masked row) and NaN are exact
     best = round_to_format(hi, fmt)
     # hi exactly on a midpoint of fmt: the sign of lo decides (|lo| < half a double ulp of hi,
     # so no other rounding boundary lies between hi and hi + lo).
@@ -139,11 +141,13 @@ def _decide(hi: np.ndarray, lo: np.ndarray, err: np.ndarray, fmt: Format):
     if np.any(tie):
         toward = round_to_format(hi + np.sign(lo) * half, fmt)
         best = np.where(tie, toward, best)
-    return np.where(decided, r_lo, best), decided
+    return np.where(np.isfinite(hi), np.where(decided, r_lo, best), hi), decided
 
 
 def _target(floor: np.ndarray, fmt: Format) -> np.ndarray:
-    return np.maximum(np.ldexp(floor, -ACCURACY_BITS) * (1 - 2.0**-30), fmt.min_subnormal * 2.0**-ACCURACY_BITS)
+    return np.maximum(
+        np.ldexp(floor, -ACCURACY_BITS) * (1 - 2.0**-30), fmt.min_subnormal * 2.0**-ACCURACY_BITS
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +196,17 @@ def _fast_head(q, keep, prep, scale: _Scale):
 
     # 2. x = scale·(t − m) as a dd with an absolute error bound.
     s0, e0 = ex.two_sum(terms[0], -m[:, None])
-    dh, dl, derr = ex.expansion_to_dd([s0, e0, *terms[1:]])
+    expansion = [s0, e0, *terms[1:]]
+    dh, dl, derr = ex.expansion_to_dd(expansion)
+    # m came from a rounded sum: for huge scores it can miss the true maximum by u·|t|, far
+    # more than exp's range. Re-centre on the max of the accurate t − m, as a second exact
+    # shift m2 (LSE uses m + m2).
+    m2 = sgn * np.max(np.where(keep, sgn * dh, -np.inf), axis=1)
+    m2 = np.where(has, m2, 0.0)
+    if np.any(np.abs(m2) * abs(scale.hi) > 2.0**-20):
+        dh, dl, derr = ex.expansion_to_dd([*expansion, np.broadcast_to(-m2[:, None], s0.shape)])
+    else:
+        m2 = np.zeros_like(m2)
     xh, xl, xerr = ex.dd_mul_err(dh, dl, scale.hi, scale.lo)
     xerr = (xerr + abs(scale.hi) * derr + scale.err * np.abs(dh)) * _SLACK + 2.0**-1000
     xh = np.where(keep, xh, -1e4)
@@ -230,11 +244,12 @@ def _fast_head(q, keep, prep, scale: _Scale):
         for i in np.flatnonzero(has):
             lv = mpmath.mpf(lh[i]) + mpmath.mpf(ll[i])
             inv_h[i], inv_l[i] = ex.dd_from_mpf(1 / lv)
-            sm = scale.mp * mpmath.mpf(m[i])
+            sm = scale.mp * (mpmath.mpf(m[i]) + mpmath.mpf(m2[i]))
             lg = mpmath.log(lv)
             lse_h[i], lse_l[i] = ex.dd_from_mpf(sm + lg)
             lse_round[i] = float((abs(sm) + abs(lg)) * mpmath.mpf(2) ** -190)
             lse_round[i] += abs(float(sm)) * (scale.err / abs(scale.hi) if scale.hi else 0.0)
+            lse_round[i] += abs(float(sm)) * 2.0**-190  # rounding of m + m2 at 200 bits
     rel_l = np.where(has, l_err / np.where(has, lh, 1.0), 0.0)
 
     oh, ol, mul_err = ex.dd_mul_err(nh[:, :dv], nl[:, :dv], inv_h[:, None], inv_l[:, None])
@@ -466,9 +481,7 @@ def oracle(
         name: np.zeros((bsz, hq, r_n, dv))
         for name in ("o_hi", "o_lo", "o_err", "o_floor", "o_rounded")
     }
-    arrays.update(
-        {name: np.zeros((bsz, hq, r_n)) for name in ("lse_lo", "lse_err", "lse_floor")}
-    )
+    arrays.update({name: np.zeros((bsz, hq, r_n)) for name in ("lse_lo", "lse_err", "lse_floor")})
     arrays["lse_hi"] = np.full((bsz, hq, r_n), -np.inf)
     arrays["lse_rounded"] = np.full((bsz, hq, r_n), -np.inf)
     o_cert = np.ones((bsz, hq, r_n, dv), dtype=bool)
@@ -509,8 +522,18 @@ def oracle(
             stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum()) if mode == "fast" else 0
             if todo_o.any() or todo_l.any():
                 _strict_fill(
-                    problem, sc, target_fmt, b, h, row_idx, todo_o, todo_l, view, start,
-                    max_prec, stats,
+                    problem,
+                    sc,
+                    target_fmt,
+                    b,
+                    h,
+                    row_idx,
+                    todo_o,
+                    todo_l,
+                    view,
+                    start,
+                    max_prec,
+                    stats,
                 )
             # NaN rule last: it overrides whatever was computed from sanitized inputs.
             for name in ("o_hi", "o_rounded"):

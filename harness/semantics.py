@@ -190,8 +190,7 @@ def make_problem(
             m = np.broadcast_to(m, (b, hq, nq, nk))
         except ValueError:
             raise ValueError(
-                f"mask of shape {m.shape} does not broadcast to (B, Hq, Nq, Nk) = "
-                f"{(b, hq, nq, nk)}"
+                f"mask of shape {m.shape} does not broadcast to (B, Hq, Nq, Nk) = {(b, hq, nq, nk)}"
             ) from None
     return AttentionProblem(qa, ka, va, fq, scale, bool(causal), win, m)
 

@@ -1,0 +1,1 @@
+"""Hypothesis strategies and property tests of attention kernels (the property-suite issue)."""

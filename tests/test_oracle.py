@@ -1,0 +1,234 @@
+from fractions import Fraction
+
+import ml_dtypes
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from harness.formats import BF16, FP16, FP32, round_to_format
+from harness.oracle import oracle
+
+FMTS = {"fp16": (FP16, np.float16), "bf16": (BF16, ml_dtypes.bfloat16), "fp32": (FP32, np.float32)}
+
+
+def _cast(x, name):
+    fmt, dt = FMTS[name]
+    return round_to_format(x, fmt).astype(np.float32).astype(dt)  # exact after rounding
+
+
+@st.composite
+def small_cases(draw):
+    """Small adversarial problems: sizes, a value family and a seed drive a seeded RNG."""
+    name = draw(st.sampled_from(sorted(FMTS)))
+    fmt = FMTS[name][0]
+    nq, nk = draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    d, dv = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    hk = draw(st.sampled_from([1, 2]))
+    hq = hk * draw(st.sampled_from([1, 2]))
+    family = draw(st.sampled_from(["normal", "huge", "ties", "subnormal", "spread", "cancel"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    causal = draw(st.booleans())
+    rng = np.random.default_rng(seed)
+    big = {"fp16": 2.0**7, "bf16": 2.0**60, "fp32": 2.0**60}[name]
+    q = rng.standard_normal((1, hq, nq, d))
+    k = rng.standard_normal((1, hk, nk, d))
+    v = rng.standard_normal((1, hk, nk, dv))
+    if family == "huge":
+        q *= big
+        k *= big
+    elif family == "ties":
+        k[:] = k[:, :, :1]  # every key identical: exact ties of the row max
+    elif family == "subnormal":
+        q *= fmt.min_normal * 4
+        v *= fmt.min_normal / 8
+    elif family == "spread":
+        q *= np.exp2(rng.integers(-8, 8, q.shape))
+        k *= np.exp2(rng.integers(-8, 8, k.shape))
+    elif family == "cancel":
+        v[:, :, 1::2] = -v[:, :, ::2][:, :, : v[:, :, 1::2].shape[2]]
+    note(
+        f"fmt={name} family={family} seed={seed} causal={causal} shapes={q.shape},{k.shape},{v.shape}"
+    )
+    return _cast(q, name), _cast(k, name), _cast(v, name), causal
+
+
+def _dd_diff(a_hi, a_lo, b_hi, b_lo):
+    with np.errstate(invalid="ignore"):
+        return np.abs((a_hi - b_hi) + (a_lo - b_lo))
+
+
+@given(case=small_cases())
+def test_fast_and_strict_agree_within_bounds(case):
+    q, k, v, causal = case
+    f = oracle(q, k, v, causal=causal)
+    s = oracle(q, k, v, causal=causal, mode="strict")
+    fin = np.isfinite(s.o_hi)
+    diff = _dd_diff(f.o_hi, f.o_lo, s.o_hi, s.o_lo)
+    assert np.all(diff[fin] <= (f.o_err + s.o_err)[fin])
+    both = f.o_certified & s.o_certified
+    np.testing.assert_array_equal(f.o_rounded[both], s.o_rounded[both])
+    finl = np.isfinite(s.lse_hi)
+    dl = _dd_diff(f.lse_hi, f.lse_lo, s.lse_hi, s.lse_lo)
+    assert np.all(dl[finl] <= (f.lse_err + s.lse_err)[finl])
+    np.testing.assert_array_equal(np.isneginf(f.lse_hi), np.isneginf(s.lse_hi))
+    # the 100-bit contract: certified elements have err <= 2^-100 W (or a sub-subnormal floor)
+    tgt = np.maximum(np.ldexp(f.o_floor, -100), f.fmt.min_subnormal * 2.0**-100)
+    assert np.all(f.o_err[f.o_certified] <= tgt[f.o_certified])
+
+
+@given(case=small_cases())
+def test_doubling_precision_moves_less_than_the_bound(case):
+    q, k, v, causal = case
+    a = oracle(q, k, v, causal=causal, mode="strict", prec=128, max_prec=128)
+    b = oracle(q, k, v, causal=causal, mode="strict", prec=256, max_prec=256)
+    fin = np.isfinite(a.o_hi)
+    assert np.all(_dd_diff(a.o_hi, a.o_lo, b.o_hi, b.o_lo)[fin] <= (a.o_err + b.o_err)[fin])
+    assert np.all(b.o_err[fin] <= a.o_err[fin] + 2.0**-1000)
+
+
+def test_uniform_scores_give_the_mean_of_v():
+    rng = np.random.default_rng(5)
+    q = np.zeros((1, 1, 3, 8), np.float16)
+    k = rng.standard_normal((1, 1, 7, 8)).astype(np.float16)
+    v = rng.standard_normal((1, 1, 7, 4)).astype(np.float16)
+    r = oracle(q, k, v)
+    for c in range(4):
+        mean = sum(Fraction(float(x)) for x in v[0, 0, :, c]) / 7
+        got = Fraction(r.o_hi[0, 0, 0, c]) + Fraction(r.o_lo[0, 0, 0, c])
+        assert abs(got - mean) <= Fraction(r.o_err[0, 0, 0, c])
+        assert r.o_rounded[0, 0, 0, c] == round_to_format(float(mean), FP16)
+
+
+def test_one_key_gives_its_value_row():
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((1, 1, 4, 5)).astype(np.float32) * 30
+    k = rng.standard_normal((1, 1, 1, 5)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 1, 3)).astype(np.float32)
+    r = oracle(q, k, v)
+    np.testing.assert_array_equal(r.o_rounded[0, 0], np.broadcast_to(v[0, 0], (4, 3)))
+    assert r.o_certified.all()
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.75, 9.5, 40.0])
+def test_two_keys_give_logistic_weights(gap):
+    # q = [gap], k = [[1], [0]], scale 1: scores (gap, 0), weights (σ(gap), 1 − σ(gap)).
+    q = np.array([[[[gap]]]], np.float32)
+    k = np.array([[[[1.0], [0.0]]]], np.float32)
+    v = np.array([[[[1.5, -2.0], [0.25, 3.0]]]], np.float32)
+    r = oracle(q, k, v, scale=1.0)
+    with mpmath.workprec(300):
+        w = 1 / (1 + mpmath.exp(-gap))
+        for c in range(2):
+            exact = w * float(v[0, 0, 0, c]) + (1 - w) * float(v[0, 0, 1, c])
+            got = mpmath.mpf(r.o_hi[0, 0, 0, c]) + r.o_lo[0, 0, 0, c]
+            assert abs(got - exact) <= r.o_err[0, 0, 0, c]
+        lse = mpmath.log(mpmath.exp(gap) + 1)
+        assert abs(mpmath.mpf(r.lse_hi[0, 0, 0]) + r.lse_lo[0, 0, 0] - lse) <= r.lse_err[0, 0, 0]
+
+
+@given(case=small_cases(), perm_seed=st.integers(0, 1000))
+def test_key_permutation_and_row_shift_leave_o_unchanged(case, perm_seed):
+    q, k, v, _ = case
+    base = oracle(q, k, v, scale=0.5)
+    perm = np.random.default_rng(perm_seed).permutation(k.shape[2])
+    p = oracle(q, k[:, :, perm], v[:, :, perm], scale=0.5)
+    fin = np.isfinite(base.o_hi)
+    assert np.all(
+        _dd_diff(base.o_hi, base.o_lo, p.o_hi, p.o_lo)[fin] <= (base.o_err + p.o_err)[fin]
+    )
+    # shift every score of a row by 0.5·c: append c to q and 1 to every key
+    c = np.full(q.shape[:3] + (1,), 3, dtype=q.dtype)
+    q2 = np.concatenate([q, c], axis=-1)
+    k2 = np.concatenate([k, np.ones(k.shape[:3] + (1,), dtype=k.dtype)], axis=-1)
+    s = oracle(q2, k2, v, scale=0.5)
+    assert np.all(
+        _dd_diff(base.o_hi, base.o_lo, s.o_hi, s.o_lo)[fin] <= (base.o_err + s.o_err)[fin]
+    )
+
+
+def test_causal_bottom_right_and_fully_masked_rows():
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((1, 1, 5, 4)).astype(np.float16)
+    k = rng.standard_normal((1, 1, 3, 4)).astype(np.float16)
+    v = rng.standard_normal((1, 1, 3, 2)).astype(np.float16)
+    r = oracle(q, k, v, causal=True)  # query i sees j <= i - 2: rows 0, 1 see nothing
+    assert np.all(r.o_hi[0, 0, :2] == 0) and np.all(np.isneginf(r.lse_hi[0, 0, :2]))
+    assert not np.isnan(r.o_hi).any()
+    # row 2 sees only key 0: exactly v[0]
+    np.testing.assert_array_equal(r.o_rounded[0, 0, 2], v[0, 0, 0].astype(np.float64))
+    # the same through an explicit boolean mask
+    i, j = np.arange(5)[:, None], np.arange(3)[None, :]
+    m = oracle(q, k, v, mask=j <= i - 2)
+    np.testing.assert_array_equal(m.o_rounded, r.o_rounded)
+    w = oracle(q, k, v, window=(0, 0))  # each query sees only key i - 2
+    np.testing.assert_array_equal(w.o_rounded[0, 0, 2:], v[0, 0].astype(np.float64))
+
+
+def test_nan_rule():
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 1, 4, 3)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 4, 3)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 4, 2)).astype(np.float32)
+    v[0, 0, 3, 1] = np.nan  # key 3 is kept only by query 3 under causal
+    k[0, 0, 2, 0] = np.inf  # key 2 is kept by queries 2 and 3
+    r = oracle(q, k, v, causal=True)
+    assert not np.isnan(r.o_hi[0, 0, :2]).any() and not np.isnan(r.lse_hi[0, 0, :2]).any()
+    assert np.isnan(r.o_hi[0, 0, 2:]).all() and np.isnan(r.lse_hi[0, 0, 2:]).all()
+    k[0, 0, 2, 0] = 1.0
+    r = oracle(q, k, v, causal=True)
+    assert np.isnan(r.o_hi[0, 0, 3, 1]) and not np.isnan(r.o_hi[0, 0, 3, 0])
+    assert not np.isnan(r.o_hi[0, 0, :3]).any() and not np.isnan(r.lse_hi).any()
+
+
+def test_gqa_rows_subset_and_torch_input():
+    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((2, 4, 6, 5)).astype(ml_dtypes.bfloat16)
+    k = rng.standard_normal((2, 2, 7, 5)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((2, 2, 7, 3)).astype(ml_dtypes.bfloat16)
+    g = oracle(q, k, v)
+    rep = oracle(q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1))
+    np.testing.assert_array_equal(g.o_hi, rep.o_hi)
+    sub = oracle(q, k, v, rows=[4, 1])
+    np.testing.assert_array_equal(sub.o_hi, g.o_hi[:, :, [4, 1]])
+    tq, tk, tv = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (q, k, v))
+    t = oracle(tq, tk, tv)
+    np.testing.assert_array_equal(t.o_hi, g.o_hi)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"k": np.zeros((1, 1, 3, 5), np.float16)}, ValueError, "head_dim"),
+        (
+            {
+                "q": np.zeros((1, 3, 2, 4), np.float16),
+                "k": np.zeros((1, 2, 3, 4), np.float16),
+                "v": np.zeros((1, 2, 3, 2), np.float16),
+            },
+            ValueError,
+            "multiple",
+        ),
+        ({"q": np.zeros((1, 1, 2, 4), np.int32)}, TypeError, "not a supported"),
+        ({"q": np.zeros((1, 1, 2, 4), np.float64)}, TypeError, "float16, bfloat16"),
+        ({"q": np.zeros((2, 4), np.float16)}, ValueError, "4 dimensions"),
+        ({"mask": np.ones((3, 3), bool)}, ValueError, "broadcast"),
+        ({"mask": np.ones((2, 3))}, TypeError, "boolean"),
+        ({"prec": 60}, ValueError, "prec"),
+        ({"window": (1, -5)}, ValueError, "window"),
+        ({"scale": float("nan")}, ValueError, "finite"),
+        ({"mode": "exact"}, ValueError, "mode"),
+        ({"rows": [7]}, ValueError, "rows"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(kwargs, exc, match):
+    args = {
+        "q": np.zeros((1, 2, 2, 4), np.float16),
+        "k": np.zeros((1, 1, 3, 4), np.float16),
+        "v": np.zeros((1, 1, 3, 2), np.float16),
+    }
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        oracle(args.pop("q"), args.pop("k"), args.pop("v"), **args)
