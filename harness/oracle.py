@@ -167,7 +167,7 @@ def _prepare_keys(k, v):
 
 def _fast_head(q, keep, prep, scale: _Scale):
     """Double-double evaluation with certified bounds; see docs/oracle.md §3."""
-    r_n, d = q.shape
+    r_n, _d = q.shape
     nk, dv = prep["shape"]
     has = keep.any(axis=1)
     out = {
@@ -316,7 +316,7 @@ def _iv_prec(prec: int):
         iv.prec = old
 
 
-def _strict_row(q_int, k_int, v, cols, shift2: int, scale: _Scale, prec: int):
+def _strict_row(q_int, k_int, v, v_iv, cols, shift2: int, scale: _Scale, prec: int):
     """Interval evaluation of one query row over its kept keys (k_int, v already selected).
 
     Returns ``{c: (lo, hi, floor)}`` for the requested columns and ``(lo, hi, floor)`` for LSE,
@@ -333,23 +333,21 @@ def _strict_row(q_int, k_int, v, cols, shift2: int, scale: _Scale, prec: int):
         lsum = iv.mpf(0)
         for x in e:
             lsum += x
+        # W (a scale, needed to ~1e-12 only) in float64 from the interval midpoints.
+        e_mid = np.array([float(_mpf(x._mpi_[0])) for x in e])
+        l_mid = float(_mpf(lsum._mpi_[0]))
         res = {}
         for c in cols:
             num = iv.mpf(0)
-            wnum = iv.mpf(0)
-            for x, vv in zip(e, v[:, c], strict=True):
+            for x, vv, vi in zip(e, v[:, c], v_iv[:, c], strict=True):
                 if vv != 0.0:
-                    num += x * vv
-                    wnum += x * abs(vv)
+                    num += x * vi
             o = num / lsum
-            w = wnum / lsum
-            res[c] = (_mpf(o._mpi_[0]), _mpf(o._mpi_[1]), float(_mpf(w._mpi_[0])))
+            w = float(np.dot(e_mid, np.abs(v[:, c])) / l_mid)
+            res[c] = (_mpf(o._mpi_[0]), _mpf(o._mpi_[1]), w)
         lse = iv.log(lsum) + iv.mpf(m)
-        wl = iv.mpf(0)
-        for x, sv in zip(e, s, strict=True):
-            wl += x * abs(sv)
-        wl = wl / lsum
-        lse_out = (_mpf(lse._mpi_[0]), _mpf(lse._mpi_[1]), float(_mpf(wl._mpi_[0])))
+        s_mid = np.array([abs(float(_mpf(x._mpi_[0]))) for x in s])
+        lse_out = (_mpf(lse._mpi_[0]), _mpf(lse._mpi_[1]), float(np.dot(e_mid, s_mid) / l_mid))
     return res, lse_out
 
 
@@ -369,7 +367,7 @@ def _strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, m
     shift = -(problem.fmt.emin - problem.fmt.p + 1)
     kfull = np.nan_to_num(problem.k[b, kvh], nan=0.0, posinf=0.0, neginf=0.0)
     vfull = np.nan_to_num(problem.v[b, kvh], nan=0.0, posinf=0.0, neginf=0.0)
-    k_int_all = None
+    k_int_all = v_iv_all = None
     for r in np.flatnonzero(todo_o.any(axis=1) | todo_lse):
         i = rows[r]
         keep = problem.keep(b, h, np.array([i]))[0]
@@ -377,6 +375,9 @@ def _strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, m
             continue
         if k_int_all is None:
             k_int_all = _to_ints(kfull, shift)
+            # interval copies of V made once per head (exact: doubles convert exactly)
+            v_iv_all = np.array([[iv.mpf(x) for x in row] for row in vfull], dtype=object)
+            v_iv_all = v_iv_all.reshape(vfull.shape)
         qrow = np.nan_to_num(problem.q[b, h, i], nan=0.0, posinf=0.0, neginf=0.0)
         q_int = _to_ints(qrow, shift)
         k_int = k_int_all[keep]
@@ -387,7 +388,7 @@ def _strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, m
         while True:
             stats["strict_evaluations"] += 1
             stats["max_prec_used"] = max(stats["max_prec_used"], p)
-            vals, lse = _strict_row(q_int, k_int, vk, cols, 2 * shift, scale, p)
+            vals, lse = _strict_row(q_int, k_int, vk, v_iv_all[keep], cols, 2 * shift, scale, p)
             left = []
             for c in cols:
                 lo, hi, w = vals[c]

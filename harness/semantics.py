@@ -3,7 +3,8 @@
 Per batch ``b`` and query head ``h`` (key/value head ``h // (Hq/Hk)``, which covers MHA, GQA and
 MQA)::
 
-    O[i, :] = Σ_j p_ij · V[j, :],   p_ij = exp(s_ij) / Σ_{j' kept} exp(s_ij'),   s_ij = scale · q_i·k_j
+    s_ij = scale · q_i·k_j,   p_ij = exp(s_ij) / Σ_{j' kept} exp(s_ij'),
+    O[i, :] = Σ_j p_ij · V[j, :]
     LSE[i]  = log Σ_{j kept} exp(s_ij)            (natural log)
 
 over the keys ``j`` that row ``i`` keeps. Key ``j`` is kept by query ``i`` when every given mask

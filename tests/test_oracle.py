@@ -49,7 +49,8 @@ def small_cases(draw):
     elif family == "cancel":
         v[:, :, 1::2] = -v[:, :, ::2][:, :, : v[:, :, 1::2].shape[2]]
     note(
-        f"fmt={name} family={family} seed={seed} causal={causal} shapes={q.shape},{k.shape},{v.shape}"
+        f"fmt={name} family={family} seed={seed} causal={causal} "
+        f"shapes={q.shape},{k.shape},{v.shape}"
     )
     return _cast(q, name), _cast(k, name), _cast(v, name), causal
 
@@ -139,9 +140,9 @@ def test_key_permutation_and_row_shift_leave_o_unchanged(case, perm_seed):
         _dd_diff(base.o_hi, base.o_lo, p.o_hi, p.o_lo)[fin] <= (base.o_err + p.o_err)[fin]
     )
     # shift every score of a row by 0.5·c: append c to q and 1 to every key
-    c = np.full(q.shape[:3] + (1,), 3, dtype=q.dtype)
+    c = np.full((*q.shape[:3], 1), 3, dtype=q.dtype)
     q2 = np.concatenate([q, c], axis=-1)
-    k2 = np.concatenate([k, np.ones(k.shape[:3] + (1,), dtype=k.dtype)], axis=-1)
+    k2 = np.concatenate([k, np.ones((*k.shape[:3], 1), dtype=k.dtype)], axis=-1)
     s = oracle(q2, k2, v, scale=0.5)
     assert np.all(
         _dd_diff(base.o_hi, base.o_lo, s.o_hi, s.o_lo)[fin] <= (base.o_err + s.o_err)[fin]
