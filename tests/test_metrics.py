@@ -43,3 +43,21 @@ def test_nonfinite_mismatch_categories():
     assert nonfinite_mismatch(a, b).tolist() == [False, True, False, True, True, False]
     s = summarize(a, b, np.zeros(6), np.ones(6), np.where(np.isfinite(b), b, 0), FP16)
     assert s.nonfinite_mismatches == 3 and s.max_floored_ulp == 0.0
+
+
+def test_floored_ulp_at_a_power_of_two():
+    # y just below 1 (binade [0.5, 1) in fp16: ulp 2^-11); ŷ = 1 is one such ulp away.
+    y_hi, y_lo = np.array([1.0]), np.array([-(2.0**-60)])
+    e = floored_ulp_error(np.array([1.0]), y_hi, y_lo, np.array([0.0]), FP16)
+    assert e[0] < 2.0**-40  # tiny absolute error measured in the lower binade's ulp
+    e = floored_ulp_error(
+        np.array([1.0 - 2.0**-11]), np.array([1.0]), np.array([0.0]), np.zeros(1), FP16
+    )
+    assert e[0] == 0.5  # 2^-11 below 1 measured in ulp(1) = 2^-10
+    # subnormal outputs: the spacing 2^-24 is the unit
+    e = floored_ulp_error(np.array([2.0**-24]), np.array([0.0]), np.array([0.0]), np.zeros(1), FP16)
+    assert e[0] == 1.0
+    e = floored_ulp_error(
+        np.array([65504.0]), np.array([65504.0 + 8]), np.zeros(1), np.zeros(1), FP16
+    )
+    assert e[0] == 0.25

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from harness.formats import BF16, FP16, FP32, round_to_format
+from harness.formats import BF16, FP16, FP32, round_to_format, ulp
 from harness.oracle import oracle
 
 FMTS = {"fp16": (FP16, np.float16), "bf16": (BF16, ml_dtypes.bfloat16), "fp32": (FP32, np.float32)}
@@ -74,6 +74,18 @@ def test_fast_and_strict_agree_within_bounds(case):
     dl = _dd_diff(f.lse_hi, f.lse_lo, s.lse_hi, s.lse_lo)
     assert np.all(dl[finl] <= (f.lse_err + s.lse_err)[finl])
     np.testing.assert_array_equal(np.isneginf(f.lse_hi), np.isneginf(s.lse_hi))
+    # the correctly rounded value is nearer to the exact value than both format neighbours
+    fmt = f.fmt
+    ok = f.o_certified & np.isfinite(f.o_rounded)
+    r = f.o_rounded[ok]
+    y_hi, y_lo = s.o_hi[ok], s.o_lo[ok]
+    with np.errstate(over="ignore"):
+        for step in (-1, 1):
+            nb = np.where(step > 0, r + ulp(r, fmt), r - ulp(np.nextafter(r, -np.inf), fmt))
+            keep = np.abs(nb) <= fmt.max_finite
+            d_r = np.abs((r - y_hi) - y_lo)
+            d_n = np.abs((nb - y_hi) - y_lo)
+            assert np.all((d_r <= d_n + s.o_err[ok])[keep])
     # the 100-bit contract: certified elements have err <= 2^-100 W (or a sub-subnormal floor)
     tgt = np.maximum(np.ldexp(f.o_floor, -100), f.fmt.min_subnormal * 2.0**-100)
     assert np.all(f.o_err[f.o_certified] <= tgt[f.o_certified])
@@ -216,6 +228,11 @@ def test_gqa_rows_subset_and_torch_input():
         ({"q": np.zeros((1, 1, 2, 4), np.float64)}, TypeError, "float16, bfloat16"),
         ({"q": np.zeros((2, 4), np.float16)}, ValueError, "4 dimensions"),
         ({"mask": np.ones((3, 3), bool)}, ValueError, "broadcast"),
+        (
+            {"q": np.zeros((1, 2, 2, 0), np.float16), "k": np.zeros((1, 1, 3, 0), np.float16)},
+            ValueError,
+            "head_dim",
+        ),
         ({"mask": np.ones((2, 3))}, TypeError, "boolean"),
         ({"prec": 60}, ValueError, "prec"),
         ({"window": (1, -5)}, ValueError, "window"),
