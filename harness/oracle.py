@@ -17,9 +17,10 @@ Two modes that must agree (tests check that they do):
     ``prec``: the interval is the certificate. Score dot products are formed as exact Python
     integers first. Elements that miss the accuracy target, or whose interval straddles a
     rounding boundary of the target format, are recomputed at doubled precision up to
-    ``max_prec`` (Ziv's strategy). A value that sits exactly on a rounding boundary (e.g. the
-    mean of two neighbouring fp16 values) can never be decided this way; such elements keep
-    ``certified = False`` and their ``rounded`` value applies ties-to-even to the best estimate.
+    ``max_prec`` (Ziv's strategy). A value exactly on a rounding boundary (e.g. the mean of two
+    neighbouring fp16 values) is decided only when its interval is a single point (an exact
+    evaluation); otherwise it keeps ``certified = False`` and ``rounded`` applies ties-to-even to
+    the best estimate.
 
 ``fast``
     Exact scores from exact float64 slice products (see :mod:`harness.exact`: products of two
@@ -406,7 +407,7 @@ def _strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, m
                 lo, hi, w = lse
                 dh, dl, err = _interval_to_dd(lo, hi)
                 decided = round_mpf(lo, fmt) == round_mpf(hi, fmt)
-                ok = err <= _target(np.array(w), fmt)
+                ok = err <= _target(np.array(max(w, abs(dh))), fmt)
                 res["lse_hi"][r], res["lse_lo"][r], res["lse_err"][r] = dh, dl, err
                 res["lse_floor"][r] = w
                 res["lse_rounded"][r] = round_mpf(lo, fmt) if decided else round_to_format(dh, fmt)
@@ -511,7 +512,9 @@ def oracle(
                     res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
                 )
                 ok_o = dec_o & (res["o_err"] <= _target(res["o_floor"], target_fmt))
-                ok_l = dec_l & (res["lse_err"] <= _target(res["lse_floor"], target_fmt))
+                # LSE's scale is max(W, |LSE|): W = Σ p|s| is 0 for all-zero scores, LSE = log n.
+                lse_scale = np.maximum(res["lse_floor"], np.abs(res["lse_hi"]))
+                ok_l = dec_l & (res["lse_err"] <= _target(lse_scale, target_fmt))
                 ok_l |= ~has
                 todo_o = ~ok_o & ~elem_nan & has[:, None]
                 todo_l = ~ok_l & ~row_nan

@@ -31,6 +31,12 @@ def small_cases(draw):
     seed = draw(st.integers(0, 2**32 - 1))
     causal = draw(st.booleans())
     rng = np.random.default_rng(seed)
+    masking = draw(st.sampled_from(["none", "window", "random"]))
+    extra = {}
+    if masking == "window":
+        extra["window"] = (draw(st.integers(0, 3)), draw(st.sampled_from([0, 1, None])))
+    elif masking == "random":
+        extra["mask"] = rng.random((1, hq, nq, nk)) < 0.7
     big = {"fp16": 2.0**7, "bf16": 2.0**60, "fp32": 2.0**60}[name]
     q = rng.standard_normal((1, hq, nq, d))
     k = rng.standard_normal((1, hk, nk, d))
@@ -52,7 +58,7 @@ def small_cases(draw):
         f"fmt={name} family={family} seed={seed} causal={causal} "
         f"shapes={q.shape},{k.shape},{v.shape}"
     )
-    return _cast(q, name), _cast(k, name), _cast(v, name), causal
+    return _cast(q, name), _cast(k, name), _cast(v, name), causal, extra
 
 
 def _dd_diff(a_hi, a_lo, b_hi, b_lo):
@@ -62,9 +68,9 @@ def _dd_diff(a_hi, a_lo, b_hi, b_lo):
 
 @given(case=small_cases())
 def test_fast_and_strict_agree_within_bounds(case):
-    q, k, v, causal = case
-    f = oracle(q, k, v, causal=causal)
-    s = oracle(q, k, v, causal=causal, mode="strict")
+    q, k, v, causal, extra = case
+    f = oracle(q, k, v, causal=causal, **extra)
+    s = oracle(q, k, v, causal=causal, mode="strict", **extra)
     fin = np.isfinite(s.o_hi)
     diff = _dd_diff(f.o_hi, f.o_lo, s.o_hi, s.o_lo)
     assert np.all(diff[fin] <= (f.o_err + s.o_err)[fin])
@@ -93,9 +99,9 @@ def test_fast_and_strict_agree_within_bounds(case):
 
 @given(case=small_cases())
 def test_doubling_precision_moves_less_than_the_bound(case):
-    q, k, v, causal = case
-    a = oracle(q, k, v, causal=causal, mode="strict", prec=128, max_prec=128)
-    b = oracle(q, k, v, causal=causal, mode="strict", prec=256, max_prec=256)
+    q, k, v, causal, extra = case
+    a = oracle(q, k, v, causal=causal, mode="strict", prec=128, max_prec=128, **extra)
+    b = oracle(q, k, v, causal=causal, mode="strict", prec=256, max_prec=256, **extra)
     fin = np.isfinite(a.o_hi)
     assert np.all(_dd_diff(a.o_hi, a.o_lo, b.o_hi, b.o_lo)[fin] <= (a.o_err + b.o_err)[fin])
     assert np.all(b.o_err[fin] <= a.o_err[fin] + 2.0**-1000)
@@ -112,6 +118,24 @@ def test_uniform_scores_give_the_mean_of_v():
         got = Fraction(r.o_hi[0, 0, 0, c]) + Fraction(r.o_lo[0, 0, 0, c])
         assert abs(got - mean) <= Fraction(r.o_err[0, 0, 0, c])
         assert r.o_rounded[0, 0, 0, c] == round_to_format(float(mean), FP16)
+
+
+def test_exact_midpoint_falls_back_to_an_exact_strict_result():
+    # Uniform weights over v = 1 and 1 + 2^-10 give exactly 1 + 2^-11, a tie in fp16. The fast
+    # path's interval straddles it, so it must hand the element to the strict path; there every
+    # operation is exact (exp(0) = 1, sums of doubles, division by 2), the interval is a point,
+    # and ties-to-even (1.0) is then the proven correctly rounded value.
+    q = np.zeros((1, 1, 1, 2), np.float16)
+    k = np.ones((1, 1, 2, 2), np.float16)
+    v = np.array([1.0, 1.0 + 2.0**-10], np.float16).reshape(1, 1, 2, 1)
+    r = oracle(q, k, v)
+    assert r.stats["fallback_elements"] >= 1 and r.stats["strict_evaluations"] >= 1
+    assert r.o_certified[0, 0, 0, 0] and r.o_err[0, 0, 0, 0] <= 2.0**-1000
+    assert r.o_rounded[0, 0, 0, 0] == 1.0 and r.o_hi[0, 0, 0, 0] == 1 + 2.0**-11
+    # in fp32 the same value is no tie, and the fast path certifies it alone
+    r32 = oracle(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
+    assert r32.stats["fallback_elements"] == 0
+    assert r32.o_certified.all() and r32.o_rounded[0, 0, 0, 0] == 1 + 2.0**-11
 
 
 def test_one_key_gives_its_value_row():
@@ -143,7 +167,7 @@ def test_two_keys_give_logistic_weights(gap):
 
 @given(case=small_cases(), perm_seed=st.integers(0, 1000))
 def test_key_permutation_and_row_shift_leave_o_unchanged(case, perm_seed):
-    q, k, v, _ = case
+    q, k, v, _, _ = case
     base = oracle(q, k, v, scale=0.5)
     perm = np.random.default_rng(perm_seed).permutation(k.shape[2])
     p = oracle(q, k[:, :, perm], v[:, :, perm], scale=0.5)
