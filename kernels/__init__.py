@@ -1,5 +1,7 @@
 """Attention implementations judged by the harness (imports nothing from harness/properties).
 
-The kernels themselves arrive with the kernels issue; this package exists so the distribution
-layout (harness, kernels, properties) is in place from the start.
+- :mod:`kernels.recurrence`: numpy online-softmax recurrence with a declared precision policy;
+- :mod:`kernels.naive`: standard attention, same-precision baselines (numpy emulation, torch).
+
+See docs/kernels.md for each kernel's algorithm, arithmetic class and limits.
 """

@@ -1,0 +1,249 @@
+"""Pure-numpy online-softmax attention that performs exactly the arithmetic it declares.
+
+Algorithm (per batch, head and block of query rows; key blocks of ``block_k`` columns):
+
+    t      = S·c            S = q·kᵀ in the score format, c = scale (or scale·log2 e for exp2)
+    m_new  = max(m, rowmax t)
+    α      = E(m − m_new),  p = E(t − m_new)        E = exp or exp2, in the accumulator format
+    l      = α·l + Σ_j p_j
+    FA2:   acc = α·acc + P·V                          P = p rounded to the P format
+           O   = acc / l  once at the end
+    FA1:   O   = (α·l_old·O + P·V) / l               normalised after every block (the seeds'
+                                                      eq. 14, FlashAttention v1)
+    LSE    = (m + log l)/c' with c' = 1 (exp) or log2 e (exp2), i.e. natural log
+
+``block_k = 1`` is Milakov & Gimelshein's scalar online normaliser. Every intermediate is a
+numpy array of its declared dtype, so each elementwise operation rounds to nearest-even in that
+format (float16 and bfloat16 operations compute in float32 and round once, which is correctly
+rounded because 24 ≥ 2p + 2). Dot products accumulate sequentially over their inner index in
+the declared format, each product rounded first (products of fp16/bf16 values are exact in fp32).
+``exp``/``exp2`` are evaluated in float64 and rounded to the accumulator format (within
+0.5 ulp + 2^−53 relative of the exact value). Known limits: this is a reference, not a fast
+kernel (Python loops over key blocks and head dims); no dropout; forward only.
+
+This module imports nothing from the harness.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["ARITHMETIC", "PrecisionPolicy", "online_attention"]
+
+_DTYPES = {
+    "fp16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp32": np.dtype(np.float32),
+    "fp64": np.dtype(np.float64),
+}
+LOG2E = 1.4426950408889634  # float64 nearest to log2(e)
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Formats of each intermediate ('fp16', 'bf16', 'fp32' or 'fp64').
+
+    ``score``: S = q·kᵀ accumulation and its scaled value; ``accum``: m, l, p, α and the O
+    accumulator; ``p``: the format P is rounded to before P·V; ``output``: O's format;
+    ``exp``: 'exp' or 'exp2' (log2 e folded into the scale constant, rounded to ``score``).
+    """
+
+    input: str
+    score: str = "fp32"
+    accum: str = "fp32"
+    p: str = "fp32"
+    output: str | None = None
+    exp: str = "exp2"
+
+    def __post_init__(self) -> None:
+        for field in ("input", "score", "accum", "p"):
+            if getattr(self, field) not in _DTYPES:
+                raise ValueError(f"{field} format must be one of {sorted(_DTYPES)}")
+        if self.output is not None and self.output not in _DTYPES:
+            raise ValueError(f"output format must be one of {sorted(_DTYPES)}")
+        if self.exp not in ("exp", "exp2"):
+            raise ValueError("exp must be 'exp' or 'exp2'")
+
+    @classmethod
+    def flash(cls, input: str) -> PrecisionPolicy:
+        """FlashAttention-2's arithmetic: fp32 scores and softmax, P rounded to the input."""
+        return cls(input=input, score="fp32", accum="fp32", p=input, exp="exp2")
+
+    @classmethod
+    def fp32(cls) -> PrecisionPolicy:
+        return cls(input="fp32", score="fp32", accum="fp32", p="fp32", exp="exp2")
+
+    @classmethod
+    def fp64(cls, input: str) -> PrecisionPolicy:
+        """Everything in float64: the algorithm's own error is ~1e-16 (a structural check)."""
+        return cls(input=input, score="fp64", accum="fp64", p="fp64", output="fp64", exp="exp")
+
+
+ARITHMETIC = {
+    "flash": "flash: low-precision inputs, fp32 scores/softmax/accumulators, P rounded to input",
+    "fp32": "fp32 recurrence: everything fp32, P not rounded",
+    "fp64": "fp64 recurrence (structural reference)",
+}
+
+
+def _dot(a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``a @ bᵀ`` accumulated sequentially over the inner index in dtype ``dt``."""
+    a = a.astype(dt)
+    b = b.astype(dt)
+    acc = np.zeros((a.shape[0], b.shape[0]), dtype=dt)
+    for t in range(a.shape[1]):
+        acc = acc + a[:, t, None] * b[None, :, t]
+    return acc
+
+
+def _exp(x: np.ndarray, flavour: str, dt: np.dtype) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        y = np.exp2(x64) if flavour == "exp2" else np.exp(x64)
+    return y.astype(dt)
+
+
+def _rowsum(p: np.ndarray, dt: np.dtype) -> np.ndarray:
+    acc = np.zeros(p.shape[0], dtype=dt)
+    for j in range(p.shape[1]):
+        acc = acc + p[:, j]
+    return acc
+
+
+def _keep(nq: int, nk: int, rows: np.ndarray, cols: np.ndarray, causal, window, mask):
+    i = rows[:, None]
+    j = cols[None, :]
+    off = nk - nq
+    keep = np.ones((len(rows), len(cols)), dtype=bool)
+    if causal:
+        keep &= j <= i + off
+    if window is not None:
+        left, right = window
+        if left is not None and left >= 0:
+            keep &= j >= i + off - left
+        if right is not None and right >= 0:
+            keep &= j <= i + off + right
+    if mask is not None:
+        keep &= mask[np.ix_(rows, cols)]
+    return keep
+
+
+def online_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    policy: PrecisionPolicy,
+    variant: str = "fa2",
+    block_q: int = 16,
+    block_k: int = 16,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: np.ndarray | None = None,
+    scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Online-softmax attention ``softmax(scale·QKᵀ + mask)·V`` and LSE (natural log).
+
+    ``q``: ``(B, Hq, Nq, d)``, ``k``: ``(B, Hk, Nk, d)``, ``v``: ``(B, Hk, Nk, dv)`` numpy arrays
+    already in ``policy.input``'s dtype; ``Hq`` a multiple of ``Hk`` (GQA/MQA). Masks are
+    aligned bottom-right (``j ≤ i + Nk − Nq`` for causal); ``window=(left, right)`` with
+    ``None``/``-1`` unbounded; ``mask`` boolean, broadcastable to ``(B, Hq, Nq, Nk)``, True =
+    keep. A row that keeps no key gives ``O = 0``, ``LSE = −inf``. Returns ``O`` in the output
+    format (default: the input's) and ``LSE`` in the accumulator format.
+    """
+    if variant not in ("fa1", "fa2"):
+        raise ValueError(f"variant must be 'fa1' or 'fa2', got {variant!r}")
+    if block_q < 1 or block_k < 1:
+        raise ValueError("block_q and block_k must be >= 1 (block_k=1 is the scalar recurrence)")
+    din = _DTYPES[policy.input]
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or x.dtype != din or x.ndim != 4:
+            raise ValueError(
+                f"{name} must be a 4-D numpy array of dtype {din} (policy.input), "
+                f"got {type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}"
+            )
+    bsz, hq, nq, d = q.shape
+    _, hk, nk, dv = v.shape
+    if k.shape[:3] != v.shape[:3] or k.shape[3] != d or k.shape[0] != bsz or hq % hk:
+        raise ValueError(
+            f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}: need matching batch, "
+            "head_dim of q and k, equal k/v lengths and Hq a multiple of Hk"
+        )
+    ds, da, dp = _DTYPES[policy.score], _DTYPES[policy.accum], _DTYPES[policy.p]
+    dout = _DTYPES[policy.output or policy.input]
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    c = ds.type(sc * LOG2E) if policy.exp == "exp2" else ds.type(sc)
+    m_full = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
+    out = np.zeros((bsz, hq, nq, dv), dtype=dout)
+    lse = np.full((bsz, hq, nq), -np.inf, dtype=da)
+    for b in range(bsz):
+        for h in range(hq):
+            kh, vh = k[b, h // (hq // hk)], v[b, h // (hq // hk)]
+            mk = None if m_full is None else m_full[b, h]
+            for r0 in range(0, nq, block_q):
+                rows = np.arange(r0, min(r0 + block_q, nq))
+                o_blk, l_blk = _rows(
+                    q[b, h, rows],
+                    kh,
+                    vh,
+                    rows,
+                    nq,
+                    c,
+                    policy,
+                    variant,
+                    block_k,
+                    causal,
+                    window,
+                    mk,
+                    ds,
+                    da,
+                    dp,
+                )
+                out[b, h, rows] = o_blk.astype(dout)
+                lse[b, h, rows] = l_blk
+    return out, lse
+
+
+def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk, ds, da, dp):
+    nk, dv = vh.shape
+    r = len(rows)
+    m = np.full(r, -np.inf, dtype=da)
+    l_sum = np.zeros(r, dtype=da)
+    acc = np.zeros((r, dv), dtype=da)
+    for c0 in range(0, nk, block_k):
+        cols = np.arange(c0, min(c0 + block_k, nk))
+        keep = _keep(nq, nk, rows, cols, causal, window, mk)
+        s = _dot(qb, kh[cols], ds)
+        t = (s * c).astype(da)
+        t = np.where(keep, t, da.type(-np.inf))
+        m_new = np.maximum(m, t.max(axis=1))
+        live = np.isfinite(m_new)  # rows that have kept at least one key so far
+        m_safe = np.where(live, m_new, da.type(0))
+        alpha = np.where(live, _exp((m - m_safe).astype(da), policy.exp, da), da.type(1))
+        p = np.where(keep, _exp((t - m_safe[:, None]).astype(da), policy.exp, da), da.type(0))
+        l_old = l_sum
+        l_sum = (alpha * l_sum + _rowsum(p, da)).astype(da)
+        pv = _dot(p.astype(dp), vh[cols].T, da)
+        if variant == "fa2":
+            acc = (alpha[:, None] * acc + pv).astype(da)
+        else:
+            safe_l = np.where(l_sum > 0, l_sum, da.type(1))
+            acc = (((alpha * l_old)[:, None] * acc + pv) / safe_l[:, None]).astype(da)
+        m = m_new
+    has = l_sum > 0
+    if variant == "fa2":
+        out = np.where(has[:, None], acc / np.where(has, l_sum, da.type(1))[:, None], da.type(0))
+    else:
+        out = np.where(has[:, None], acc, da.type(0))
+    with np.errstate(divide="ignore"):
+        log_l = np.where(has, np.log(np.where(has, l_sum, 1).astype(np.float64)), -np.inf)
+    if policy.exp == "exp2":
+        lse = ((m.astype(np.float64) + log_l / math.log(2)) * math.log(2)).astype(da)
+    else:
+        lse = (m.astype(np.float64) + log_l).astype(da)
+    return out.astype(da), np.where(has, lse, da.type(-np.inf))
