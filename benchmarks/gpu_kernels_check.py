@@ -61,7 +61,10 @@ def check(seed: int = 0) -> list[tuple]:
             rows = np.unique(np.linspace(0, nq - 1, min(nq, 24)).astype(int))
             o, lse = flash_attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, window=window,
                                      allow_tf32=tf32)  # fmt: skip
+            # the same-precision reference of the same arithmetic class: tf32 GEMMs for tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
             n, _ = naive_torch(q.cuda(), k.cuda(), v.cuda(), causal=causal, window=window)
+            torch.backends.cuda.matmul.allow_tf32 = False
             torch.cuda.synchronize()
             ref = oracle(q, k, v, causal=causal, window=window, rows=rows)
             ok_nan = not torch.isnan(o).any().item()

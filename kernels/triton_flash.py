@@ -17,7 +17,9 @@ P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
 key returns ``O = 0``, ``LSE = −inf``. Loads of keys past ``Nk`` and head-dim padding are masked
 (``other=0``) and their scores set to −inf, so no out-of-bounds read reaches the result.
 
-Known limits: head dims up to 256 (padded to a power of two ≥ 16); forward only; this is the
+Known limits: head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 in the 8-warp
+configuration, a workaround for wrong results measured on H100 with Triton 3.6); forward only;
+this is the
 portable path (no TMA / warp specialisation yet: see the GPU performance issue). Under
 ``TRITON_INTERPRET=1`` the interpreter's bf16 ``tl.dot`` is broken upstream
 (triton-lang/triton#11584): a canary detects it on first use and bf16 then raises instead of
@@ -145,24 +147,37 @@ def _bf16_dot_works(torch: Any) -> bool:
     return _BF16_CANARY["ok"]
 
 
-def _blocks(d: int, dv: int, dtype_bytes: int) -> tuple[int, int, int]:
+def _blocks(d: int, dv: int, dtype_bytes: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages): portable defaults that fit Hopper's 227 KiB of
+    shared memory (fp32 at d = 256 needs 32×32 tiles and 2 stages)."""
     if _interpreting():
-        return 16, 16, 4
+        return 16, 16, 4, 1
+    if dtype_bytes == 4 and max(d, dv) > 128:
+        return 32, 32, 4, 2
     if max(d, dv) > 128 or dtype_bytes == 4:
-        return 64, 32, 4
-    return 128, 64, 8
+        return 64, 32, 4, 2
+    return 128, 64, 8, 3
 
 
-def _launch(q, k, v, *, causal, window, scale, allow_tf32):
+def _launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     import torch
 
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
     o = torch.empty((bsz, hq, nq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
-    bm, bn, warps = _blocks(d, dv, q.element_size())
+    bm, bn, warps, stages = _blocks(d, dv, q.element_size())
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
+    if warps == 8:
+        # Measured on H100, Triton 3.6: BLOCK_M=128, 8 warps and a 32-wide P·V tile (dv <= 32)
+        # returned wrong values (max abs error 0.033 vs 0.0011), reproducibly, with
+        # compute-sanitizer memcheck and racecheck clean; a 64-wide tile is correct
+        # (benchmarks/probe_block_dv.py, benchmarks/RESULTS.md). Pad dv to 64 there.
+        block_dv = max(block_dv, 64)
+    if config is not None:  # (BLOCK_M, BLOCK_N, warps, stages, BLOCK_DV floor): for probes
+        bm, bn, warps, stages, dv_floor = config
+        block_dv = max(block_dv, dv_floor)
     left, right = (-1, -1) if window is None else window
     grid = (triton.cdiv(nq, bm), bsz * hq)
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
@@ -173,7 +188,7 @@ def _launch(q, k, v, *, causal, window, scale, allow_tf32):
         float(scale) * _LOG2E, left, right,
         CAUSAL=bool(causal), WINDOW=window is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, BLOCK_DV=block_dv,
-        PRECISION=precision, num_warps=warps,
+        PRECISION=precision, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return o, lse
 

@@ -93,19 +93,17 @@ def test_bf16_is_refused_clearly_or_correct_under_the_interpreter():
 def test_dispatch_and_bad_input():
     q, k, v, _, _ = _run(torch.float32, (1, 2, 1, 9, 12, 16, 16, True, None), 5)
     o_t, _ = attention(q, k, v, causal=True, backend="torch")
-    o_k, _ = attention(q, k, v, causal=True, backend="triton")
+    o_k, _ = attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=True, backend="triton")
     assert torch.allclose(o_t, o_k.cpu(), rtol=1e-5, atol=1e-6)
+
+    def z(*shape, dtype=torch.float32):
+        return torch.zeros(*shape, dtype=dtype, device=DEV)
+
     with pytest.raises(ValueError, match="head dims"):
-        flash_attention(
-            torch.zeros(1, 1, 4, 300), torch.zeros(1, 1, 4, 300), torch.zeros(1, 1, 4, 8)
-        )
+        flash_attention(z(1, 1, 4, 300), z(1, 1, 4, 300), z(1, 1, 4, 8))
     with pytest.raises(ValueError, match="multiple"):
-        flash_attention(
-            torch.zeros(1, 3, 4, 16), torch.zeros(1, 2, 4, 16), torch.zeros(1, 2, 4, 16)
-        )
+        flash_attention(z(1, 3, 4, 16), z(1, 2, 4, 16), z(1, 2, 4, 16))
     with pytest.raises(ValueError, match="dtype"):
-        flash_attention(
-            torch.zeros(1, 1, 4, 16, dtype=torch.float64), *(torch.zeros(1, 1, 4, 16),) * 2
-        )
+        flash_attention(z(1, 1, 4, 16, dtype=torch.float64), z(1, 1, 4, 16), z(1, 1, 4, 16))
     with pytest.raises(ValueError, match="backend"):
         attention(q, k, v, backend="cuda")
