@@ -113,21 +113,15 @@ def naive_torch(
     vv = v.repeat_interleave(rep, dim=1)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     s = torch.matmul(q * sc, kk.transpose(-1, -2)).float()
-    i = torch.arange(nq, device=q.device)[:, None]
-    j = torch.arange(nk, device=q.device)[None, :]
-    keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
-    off = nk - nq
-    if causal:
-        keep &= j <= i + off
-    if window is not None:
-        left, right = window
-        if left is not None and left >= 0:
-            keep &= j >= i + off - left
-        if right is not None and right >= 0:
-            keep &= j <= i + off + right
-    keep = keep.expand(bsz, hq, nq, nk)
+    m = None
     if mask is not None:
-        keep = keep & torch.as_tensor(mask, device=q.device).expand(bsz, hq, nq, nk)
+        m = np.broadcast_to(torch.as_tensor(mask).cpu().numpy(), (bsz, hq, nq, nk))
+    keep_np = np.stack([
+        np.stack([_keep(nq, nk, np.arange(nq), np.arange(nk), causal, window,
+                        None if m is None else m[b, h]) for h in range(hq)])
+        for b in range(bsz)
+    ])  # fmt: skip
+    keep = torch.from_numpy(keep_np).to(q.device)
     s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     has = keep.any(dim=-1, keepdim=True)
