@@ -43,6 +43,18 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from harness.casestore import CaseFileError
+    from harness.replay import replay
+
+    try:
+        res, _ = replay(args.case, directory=args.dir, device=args.device, kernel=args.kernel)
+    except (CaseFileError, RuntimeError, ValueError) as err:
+        print(f"flashcheck replay: error: {err}", file=sys.stderr)
+        return 2
+    return 0 if res.verdict.verdict == "PASS" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flashcheck",
@@ -54,6 +66,29 @@ def main(argv: list[str] | None = None) -> int:
     p_env.set_defaults(func=_cmd_env)
     p_fmt = sub.add_parser("formats", help="print the floating-point formats as a markdown table")
     p_fmt.set_defaults(func=_cmd_formats)
+    p_rep = sub.add_parser(
+        "replay",
+        help="re-run a saved failing case and print kernel vs oracle side by side",
+        description="Re-run a case saved by a failing property (reports/cases/<id>.json + .npz) "
+        "and print the kernel's worst elements next to the oracle's, the bounds and the verdict. "
+        "Exit status: 0 PASS, 1 FAIL or FAIL-HARD, 2 the case could not be replayed.",
+    )
+    p_rep.add_argument("case", help="case id (or a path to <id>.json)")
+    p_rep.add_argument(
+        "--dir",
+        default=None,
+        help="case directory (default: $FLASHCHECK_CASE_DIR or reports/cases)",
+    )
+    p_rep.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="device to run on (default: the recorded one if available)",
+    )
+    p_rep.add_argument(
+        "--kernel", default=None, help="run another kernel on the case (name or module:function)"
+    )
+    p_rep.set_defaults(func=_cmd_replay)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -75,7 +75,7 @@ def naive_numpy(
             s = _dot(qs, kh, acc).astype(store).astype(acc)
             s = np.where(keep, s, acc.type(-np.inf))
             m = s.max(axis=1)
-            has = np.isfinite(m)
+            has = m != -np.inf  # NaN/+inf maxima propagate; only fully masked rows are 0
             m_safe = np.where(has, m, acc.type(0))
             e = np.exp((s - m_safe[:, None]).astype(np.float64)).astype(acc)
             total = np.zeros(nq, dtype=acc)

@@ -222,7 +222,9 @@ def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk,
         t = (s * c).astype(da)
         t = np.where(keep, t, da.type(-np.inf))
         m_new = np.maximum(m, t.max(axis=1))
-        live = np.isfinite(m_new)  # rows that have kept at least one key so far
+        # Rows that have kept at least one key so far. A NaN max (a NaN score) counts as live,
+        # so the NaN propagates instead of the row passing for fully masked.
+        live = m_new != -np.inf
         m_safe = np.where(live, m_new, da.type(0))
         alpha = np.where(live, _exp((m - m_safe).astype(da), policy.exp, da), da.type(1))
         p = np.where(keep, _exp((t - m_safe[:, None]).astype(da), policy.exp, da), da.type(0))
@@ -232,10 +234,10 @@ def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk,
         if variant == "fa2":
             acc = (alpha[:, None] * acc + pv).astype(da)
         else:
-            safe_l = np.where(l_sum > 0, l_sum, da.type(1))
+            safe_l = np.where(l_sum == 0, da.type(1), l_sum)
             acc = (((alpha * l_old)[:, None] * acc + pv) / safe_l[:, None]).astype(da)
         m = m_new
-    has = l_sum > 0
+    has = l_sum != 0  # 0 only for rows that kept no key; NaN stays NaN
     if variant == "fa2":
         out = np.where(has[:, None], acc / np.where(has, l_sum, da.type(1))[:, None], da.type(0))
     else:

@@ -111,7 +111,8 @@ def _flash_fwd(
         v = tl.load(v_ptrs, mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
-    has = l_i > 0.0
+    # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
+    has = l_i != 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     out = tl.where(has[:, None], out, 0.0)
     lse = tl.where(has, (m_i + tl.math.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453,

@@ -1,0 +1,226 @@
+"""Mutation check: plant classic attention bugs in copies of the kernels and see whether the
+CI-profile suite catches each one.
+
+For every mutant the working tree is copied to a temporary directory, one kernel file is edited
+there (each edit must match exactly once), and the suite's tests that exercise that kernel run
+under the ``ci`` Hypothesis profile (``TRITON_INTERPRET=1``, ``-x``). A mutant is *caught* when
+pytest reports a failing test; the script then checks that a case file was written and that
+``flashcheck replay`` in the mutant's tree reproduces the saved verdict.
+
+    python benchmarks/mutation_check.py            # all mutants, markdown table at the end
+    python benchmarks/mutation_check.py --only wrong-scale off-by-one-causal
+
+Takes ~10–30 minutes on 2 cores (each caught mutant also shrinks its failing example).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRITON = "kernels/triton_flash.py"
+RECUR = "kernels/recurrence.py"
+TRITON_TESTS = ["properties", "-k", "triton and not tf32", "tests/test_triton_flash.py"]
+RECUR_TESTS = ["properties", "tests/test_recurrence.py", "-k", "recurrence and not fa1"]
+
+# name: (description, file, [(old, new), ...], tests)
+MUTANTS = {
+    "wrong-scale": (
+        "default softmax scale 1/d instead of 1/sqrt(d)",
+        TRITON,
+        [("sc = 1.0 / math.sqrt(d) if scale is None", "sc = 1.0 / d if scale is None")],
+        TRITON_TESTS,
+    ),
+    "dropped-rescale-acc": (
+        "O accumulator not multiplied by alpha when the running max grows",
+        TRITON,
+        [("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(")],
+        TRITON_TESTS,
+    ),
+    "dropped-rescale-l": (
+        "row sum l not multiplied by alpha",
+        TRITON,
+        [("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")],
+        TRITON_TESTS,
+    ),
+    "max-not-subtracted": (
+        "exp2(t) instead of exp2(t - m) (exact in real arithmetic, overflows for large logits)",
+        TRITON,
+        [
+            ("alpha = tl.math.exp2(m_i - m_safe)", "alpha = tl.math.exp2(m_i * 0.0)"),
+            ("p = tl.math.exp2(t - m_safe[:, None])", "p = tl.math.exp2(t)"),
+            (
+                "(m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
+                "(0.0 * m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
+            ),
+        ],
+        TRITON_TESTS,
+    ),
+    "off-by-one-causal": (
+        "causal mask j < i + off instead of j <= i + off",
+        TRITON,
+        [
+            (
+                "keep = keep & (cols[None, :] <= rows[:, None] + off)",
+                "keep = keep & (cols[None, :] < rows[:, None] + off)",
+            )
+        ],
+        TRITON_TESTS,
+    ),
+    "unmasked-tail-block": (
+        "keys past Nk in the last block not masked (they score 0 and join the softmax)",
+        TRITON,
+        [
+            (
+                "keep = (cols[None, :] < NK) & (rows[:, None] >= 0)",
+                "keep = (cols[None, :] < NK + BLOCK_N) & (rows[:, None] >= 0)",
+            )
+        ],
+        TRITON_TESTS,
+    ),
+    "cross-batch-offset": (
+        "K pointer ignores the batch index (every batch reads batch 0's keys)",
+        TRITON,
+        [("k_base = K + b * skb + hk * skh", "k_base = K + hk * skh")],
+        TRITON_TESTS,
+    ),
+    "p-not-rounded": (
+        "P kept in fp32 for P·V instead of being rounded to the input dtype",
+        TRITON,
+        [
+            (
+                "tl.dot(p.to(v.dtype), v, input_precision=PRECISION)",
+                "tl.dot(p, v.to(tl.float32), input_precision=PRECISION)",
+            )
+        ],
+        TRITON_TESTS,
+    ),
+    "p-rounded-in-denominator": (
+        "the row sum adds P rounded to the input dtype (rounded twice: numerator and denominator)",
+        TRITON,
+        [
+            (
+                "l_i = l_i * alpha + tl.sum(p, 1)",
+                "l_i = l_i * alpha + tl.sum(p.to(Q.dtype.element_ty).to(tl.float32), 1)",
+            )
+        ],
+        TRITON_TESTS,
+    ),
+    "lse-wrong-base": (
+        "LSE returned in log2 units (the ln 2 factor dropped)",
+        TRITON,
+        [("* 0.6931471805599453,", "* 1.0,")],
+        TRITON_TESTS,
+    ),
+    "recurrence-dropped-rescale": (
+        "numpy recurrence: FA2 accumulator not rescaled",
+        RECUR,
+        [("acc = (alpha[:, None] * acc + pv).astype(da)", "acc = (acc + pv).astype(da)")],
+        RECUR_TESTS,
+    ),
+    "recurrence-off-by-one-window": (
+        "numpy recurrence: window's left edge off by one",
+        RECUR,
+        [("keep &= j >= i + off - left", "keep &= j > i + off - left")],
+        RECUR_TESTS,
+    ),
+}
+
+
+def _copy_tree(dst: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+        text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for rel in files:
+        src = ROOT / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+
+
+def run_mutant(name: str, timeout: int) -> dict:
+    desc, rel, edits, tests = MUTANTS[name]
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{name}-") as tmp:
+        tree = Path(tmp)
+        _copy_tree(tree)
+        path = tree / rel
+        text = path.read_text()
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise SystemExit(f"mutant {name}: pattern found {text.count(old)} times: {old!r}")
+            text = text.replace(old, new)
+        path.write_text(text)
+        cases = tree / "cases"
+        env = dict(os.environ, HYPOTHESIS_PROFILE="ci", TRITON_INTERPRET="1",
+                   FLASHCHECK_CASE_DIR=str(cases), PYTHONPATH=str(tree))  # fmt: skip
+        t0 = time.time()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
+            )  # fmt: skip
+            rc, out = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired:
+            rc, out = -1, ""
+        secs = time.time() - t0
+        failed = [ln for ln in out.splitlines() if ln.startswith("FAILED")]
+        result = {"mutant": name, "description": desc, "rc": rc, "seconds": round(secs),
+                  "caught": rc == 1, "first_failure": failed[0][7:] if failed else ""}  # fmt: skip
+        saved = sorted(cases.glob("*.json")) if cases.exists() else []
+        result["case"] = saved[0].stem if saved else None
+        if saved:
+            rec = json.loads(saved[0].read_text())
+            rep = subprocess.run(
+                [sys.executable, "-m", "harness.cli", "replay", saved[0].stem, "--dir", str(cases)],
+                cwd=tree, env=env, capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            recorded = (rec.get("verdict") or {}).get("verdict")
+            same = "(same verdict)" in rep.stdout
+            prop = rec["context"].get("property")
+            result["replay"] = (
+                f"{recorded} -> same"
+                if same
+                else f"property {prop} (no verdict record), replay rc {rep.returncode}"
+            )
+        return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=None, help="mutant names (default: all)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per mutant")
+    args = ap.parse_args()
+    names = args.only or list(MUTANTS)
+    for n in names:
+        if n not in MUTANTS:
+            raise SystemExit(f"unknown mutant {n!r}; choose from {', '.join(MUTANTS)}")
+    rows = []
+    for i, n in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {n} ...", flush=True)
+        r = run_mutant(n, args.timeout)
+        print(f"    caught={r['caught']} rc={r['rc']} {r['seconds']} s {r['first_failure']}",
+              flush=True)  # fmt: skip
+        rows.append(r)
+    print("\n| mutant | planted bug | caught | first failing test | case replay | s |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        mark = "yes" if r["caught"] else "NO"
+        first = r["first_failure"] or "-"
+        print(f"| {r['mutant']} | {r['description']} | {mark} | {first} | "
+              f"{r.get('replay', '-')} | {r['seconds']} |")  # fmt: skip
+    caught = sum(r["caught"] for r in rows)
+    print(f"\n{caught}/{len(rows)} planted bugs caught")
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

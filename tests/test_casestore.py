@@ -1,0 +1,65 @@
+import json
+
+import numpy as np
+import pytest
+
+from harness.cases import Case
+from harness.casestore import CaseFileError, case_id, load_case, save_case
+from properties.strategies import Recipe, make_case
+
+
+def _case(dtype="bf16"):
+    return make_case(Recipe(dtype, "fa3_outliers", 1, 2, 1, 5, 7, 8, 3, seed=3, causal=True,
+                            mask_density=0.5))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_round_trip_is_bit_exact(tmp_path, dtype):
+    case = _case(dtype)
+    cid = save_case(case, kernel="triton", device="cpu", verdict={"verdict": "FAIL"},
+                    directory=tmp_path)  # fmt: skip
+    back, rec = load_case(cid, tmp_path)
+    for name in ("q", "k", "v"):
+        assert np.array_equal(case.bits(name), back.bits(name))
+    assert np.array_equal(case.mask, back.mask)
+    assert back.causal and rec["kernel"] == "triton" and rec["verdict"]["verdict"] == "FAIL"
+    assert rec["environment"]["numpy"] == np.__version__
+    assert cid == case_id(back, "triton")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{cid}.json", f"{cid}.npz"]
+
+
+def test_same_failure_same_id_and_no_temp_files(tmp_path):
+    a = save_case(_case(), kernel="x", device="cpu", directory=tmp_path)
+    b = save_case(_case(), kernel="x", device="cpu", directory=tmp_path)
+    assert a == b and len(list(tmp_path.iterdir())) == 2
+    assert save_case(_case(), kernel="y", device="cpu", directory=tmp_path) != a
+
+
+def test_corrupted_and_foreign_files_are_refused(tmp_path):
+    cid = save_case(_case(), kernel="x", device="cpu", directory=tmp_path)
+    npz = tmp_path / f"{cid}.npz"
+    data = bytearray(npz.read_bytes())
+    data[-10] ^= 0xFF
+    npz.write_bytes(bytes(data))
+    with pytest.raises(CaseFileError, match="checksum"):
+        load_case(cid, tmp_path)
+    (tmp_path / "foreign.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(CaseFileError, match="not a flashcheck case file"):
+        load_case("foreign", tmp_path)
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(CaseFileError, match="invalid JSON"):
+        load_case("junk", tmp_path)
+    with pytest.raises(CaseFileError, match="no case file"):
+        load_case("0123456789abcdef", tmp_path)
+    (tmp_path / f"{cid}.npz").unlink()
+    with pytest.raises(CaseFileError, match="missing"):
+        load_case(cid, tmp_path)
+
+
+def test_case_validation_and_repr():
+    with pytest.raises(ValueError, match="one dtype"):
+        Case(np.zeros((1, 1, 1, 1), np.float64), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1)))
+    c = _case()
+    assert repr(c).startswith("make_case(Recipe(dtype='bf16', family='fa3_outliers'")
+    small = Case(*(np.ones((1, 1, 1, 1), np.float16),) * 3)
+    assert "0x3c00" in repr(small)

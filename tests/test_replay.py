@@ -1,0 +1,70 @@
+"""A deliberately wrong kernel, defined outside the package, fails a property; the case file is
+written before the failure propagates; `flashcheck replay` reproduces the verdict."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.assertions import KernelCheckFailure, assert_kernel_passes
+from harness.casestore import load_case
+from properties.strategies import Recipe, make_case
+
+PLANTED = textwrap.dedent(
+    """
+    import numpy as np
+    from harness.adapters import KernelAdapter
+    from kernels.recurrence import PrecisionPolicy, online_attention
+
+    def _wrong_scale(q, k, v, *, causal, window, scale, mask=None):
+        # planted bug: the softmax scale is 1.25x too large
+        d = q.shape[-1]
+        s = (scale if scale is not None else d ** -0.5) * 1.25
+        return online_attention(q, k, v, policy=PrecisionPolicy.flash("fp16"), causal=causal,
+                                window=window, mask=mask, scale=s)
+
+    wrong_scale = KernelAdapter("planted_kernel:wrong_scale", _wrong_scale, "flash",
+                                api="numpy", dtypes=("fp16",), devices=("cpu",), key_block=16)
+    """
+)
+
+
+def _cli(args, cwd, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_planted_bug_is_saved_and_replays_with_the_same_verdict(tmp_path, monkeypatch):
+    (tmp_path / "planted_kernel.py").write_text(PLANTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases_dir = tmp_path / "cases"
+    monkeypatch.setenv("FLASHCHECK_CASE_DIR", str(cases_dir))
+    case = make_case(Recipe("fp16", "randn", 1, 1, 1, 9, 20, 16, 4, seed=5))
+    with pytest.raises(KernelCheckFailure) as info:
+        assert_kernel_passes("planted_kernel:wrong_scale", case)
+    cid = info.value.case_id
+    assert cid and f"flashcheck replay {cid}" in str(info.value)
+    _, record = load_case(cid, cases_dir)
+    assert record["verdict"]["verdict"] == "FAIL-HARD"
+    assert record["kernel"] == "planted_kernel:wrong_scale"
+    out = _cli(["replay", cid, "--dir", str(cases_dir)], cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "recorded verdict: FAIL-HARD; replayed: FAIL-HARD (same verdict)" in out.stdout
+    assert "| (b, h, i, c) | kernel | bits |" in out.stdout
+    # the correct kernel on the same case passes (the replay judged the kernel, not the case)
+    ok = _cli(["replay", cid, "--dir", str(cases_dir), "--kernel", "recurrence-fa2"], tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_replay_reports_bad_case_files(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"schema": "something-else/1"}))
+    out = _cli(["replay", "bad", "--dir", str(tmp_path)], cwd=tmp_path)
+    assert out.returncode == 2
+    assert "not a flashcheck case file" in out.stderr
+    out = _cli(["replay", "missing", "--dir", str(tmp_path)], cwd=tmp_path)
+    assert out.returncode == 2 and "no case file" in out.stderr
