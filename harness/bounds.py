@@ -57,6 +57,9 @@ UA = 2 * U32
 # libraries are within 1 ulp. 2 ulp = 4·u32 relative.
 RHO_EXP = 4 * U32
 U_TF32 = 2.0**-10  # tf32 operands are truncated by the MMA unit: relative error < 2^-10
+# ...except below the normal range: a subnormal fp32 operand keeps only the top 10 of its 23
+# fraction bits, an absolute error < 2^-136 (measured on H100: a subnormal V lost 8.5 %).
+TF32_SUB = 2.0**-136
 FTZ = 2.0**-126  # fp32 values below the normal range may be flushed to zero (ex2.approx.ftz)
 SAFETY = 8  # the bound is multiplied by 1 + SAFETY·u_F: covers second-order cross terms
 _CHUNK = 1 << 22  # elements of the (rows, keys, dv) work tensor per chunk
@@ -221,7 +224,8 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
         resc = np.zeros(r_n)
     else:
         if arith == "tf32":
-            local0 = 2 * U_TF32 * a
+            qk_abs = abs(tau) * TF32_SUB * (np.abs(q).sum(1)[:, None] + np.abs(k).sum(1)[None, :])
+            local0 = 2 * U_TF32 * a + qk_abs
         else:
             local0 = 0.0
         local = local0 + U32 * np.abs(s0) + U32 * gap + RHO_EXP  # s·c, t − m, exp2
@@ -296,6 +300,8 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
     if not naive:
         sub_abs = sub_abs / np.maximum(e.sum(axis=1), 1.0)[:, None]
 
+    # tf32 subnormal operands in P·V: P's error times |v|, V's error times the weights (≤ 1).
+    tf32_abs = TF32_SUB * (1 + (np.where(keep, 1.0, 0.0) @ np.abs(v))) * 1.01
     if fp32_only:
         up = 0.0 if fmt.p < FP32.p else U32
         store_u, store_sub = U32, FTZ / 2
@@ -310,7 +316,7 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
             g_pv = gamma(acc_n, UA)[:, None]
             g_l = gamma(depth if not naive else n_keep + 1, U32)[:, None]
             p_term = up * w_plus
-            tf = 2 * U_TF32 * w_plus if arith == "tf32" else 0.0
+            tf = 2 * U_TF32 * w_plus + tf32_abs if arith == "tf32" else 0.0
         else:
             # Each probabilistic term is capped by its deterministic one (λ√n > n for n < λ²).
             n_l = depth if not naive else n_keep + 1
@@ -318,7 +324,7 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
             g_l = np.minimum(lam * np.sqrt(n_l) * U32, gamma(n_l, U32))[:, None]
             hoeff = np.minimum(lam * sigma * f[:, None], w_plus)
             p_term = up * hoeff
-            tf = 2 * U_TF32 * hoeff if arith == "tf32" else 0
+            tf = 2 * U_TF32 * hoeff + tf32_abs if arith == "tf32" else 0
         total = lt + p_term + sub_abs + tf
         total = total + g_pv * (1 + up) * w_plus  # P·V accumulation in fp32
         total = total + g_l * o_plus  # the denominator's sum (fp32, positive terms)

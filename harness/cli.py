@@ -48,11 +48,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from harness.replay import replay
 
     try:
-        res, _ = replay(args.case, directory=args.dir, device=args.device, kernel=args.kernel)
+        _, verdict, _ = replay(
+            args.case, directory=args.dir, device=args.device, kernel=args.kernel
+        )
     except (CaseFileError, RuntimeError, ValueError) as err:
         print(f"flashcheck replay: error: {err}", file=sys.stderr)
         return 2
-    return 0 if res.verdict.verdict == "PASS" else 1
+    return 0 if verdict == "PASS" else 1
 
 
 def main(argv: list[str] | None = None) -> int:

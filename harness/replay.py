@@ -13,6 +13,7 @@ from typing import Any
 from harness.adapters import resolve
 from harness.casestore import load_case
 from harness.checking import CheckResult, check_case, format_check
+from harness.structural import CHECKS
 
 __all__ = ["default_device", "replay"]
 
@@ -39,8 +40,9 @@ def replay(
     device: str | None = None,
     kernel: str | None = None,
     echo: Any = print,
-) -> tuple[CheckResult, dict[str, Any]]:
-    """Re-run case ``ref`` (an id or a path); returns the check and the stored record."""
+) -> tuple[CheckResult, str, dict[str, Any]]:
+    """Re-run case ``ref`` (an id or a path): the accuracy check, plus the structural property
+    the case failed if it was one. Returns the check, the replayed verdict and the record."""
     case, record = load_case(ref, directory)
     spec = kernel or record["kernel"]
     adapter = resolve(spec)
@@ -50,11 +52,17 @@ def replay(
         raise RuntimeError(f"cannot replay {record['id']} here: {why}")
     res = check_case(adapter, case, device=dev)
     recorded = (record.get("verdict") or {}).get("verdict")
-    prop = (record.get("context") or {}).get("property", "?")
+    prop = (record.get("context") or {}).get("property", "accuracy")
     echo(f"case {record['id']} (property {prop}, recorded on {record.get('device')}): "
          f"{record.get('description', '')}")  # fmt: skip
     echo(format_check(res))
+    verdict = res.verdict.verdict
+    if prop in CHECKS:
+        # A structural property failed: re-run that property, which decides the verdict.
+        ok, msg = CHECKS[prop](adapter, case, dev)
+        verdict = "PASS" if ok else "FAIL"
+        echo(f"\nproperty {prop}: {verdict}: {msg}")
     if recorded is not None:
-        same = "same verdict" if recorded == res.verdict.verdict else "DIFFERENT verdict"
-        echo(f"\nrecorded verdict: {recorded}; replayed: {res.verdict.verdict} ({same})")
-    return res, record
+        same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
+        echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    return res, verdict, record

@@ -91,9 +91,11 @@ def recipes(
     masks: tuple[str, ...] = ("causal", "window", "mask"),
     score_limit: float | None = None,
     max_work: int = 1 << 16,
+    min_slices: int = 1,
 ) -> Recipe:
     """A :class:`Recipe` for ``dtype``. ``score_limit`` caps ``scale·Σ|q||k|`` (the kernel's
-    specified range); ``max_work`` caps ``B·Hq·Nq·Nk`` so one example stays fast."""
+    specified range); ``max_work`` caps ``B·Hq·Nq·Nk`` so one example stays fast;
+    ``min_slices`` asks for at least that many (batch, head) slices."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     family = draw(st.sampled_from(families))
@@ -106,6 +108,9 @@ def recipes(
     b = draw(st.sampled_from([1, 2]))
     if b * hq * nq * nk > max_work:
         b, hq, hk = 1, 1, 1
+    if b * hq < min_slices:
+        b = 2
+        nq = max(1, min(nq, max_work // (b * hq * nk)))
     causal = "causal" in masks and draw(st.booleans())
     window = None
     if "window" in masks and draw(st.integers(0, 3)) == 0:

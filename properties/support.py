@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import settings
 
 from harness.adapters import KernelAdapter, builtin_adapters
-from harness.cases import DTYPES, Case
+from harness.cases import DTYPES
 from properties.strategies import cases
 
 try:
@@ -62,27 +61,3 @@ def case_strategy(adapter: KernelAdapter, dtype: str, **kw):
 def fewer(n: int) -> settings:
     """A quarter of the profile's examples (at least ``n``): the structural properties."""
     return settings(max_examples=max(n, settings.default.max_examples // 4))
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bitwise equality of two float64 copies (NaN payloads aside: NaN == NaN here)."""
-    if a.shape != b.shape:
-        return False
-    both_nan = np.isnan(a) & np.isnan(b)
-    return bool(np.all(both_nan | (a.view(np.int64) == b.view(np.int64))))
-
-
-def padded_inputs(case: Case, adapter: KernelAdapter, device: str):
-    """The case's q, k, v as views into larger buffers filled with NaN (or NaN bit patterns)."""
-    out = []
-    for name in ("q", "k", "v"):
-        x = getattr(case, name)
-        shape = tuple(n + p for n, p in zip(x.shape, (1, 1, 3, 5), strict=True))
-        buf = np.full(shape, np.nan, dtype=x.dtype)
-        buf[1:, :-1, 2:-1, 3:-2] = x
-        view = buf[1:, :-1, 2:-1, 3:-2]
-        if adapter.api == "torch":
-            tb = Case(buf, buf, buf).to_torch(device)[0]
-            view = tb[1:, :-1, 2:-1, 3:-2]
-        out.append(view)
-    return tuple(out)

@@ -1,0 +1,187 @@
+"""Structural properties of a kernel on one case, each returning ``(ok, message)``.
+
+These are the checks of the property suite that compare a kernel with itself or with its
+declared arithmetic rather than with the oracle's accuracy bounds. They live here, not in the
+tests, so that ``flashcheck replay`` re-runs exactly the property a saved case failed.
+
+- ``batch-head-independence``: each (batch, head) slice computed alone equals the same slice of
+  the batched call (bitwise for kernels that declare it, else within twice the bound);
+- ``padded-buffers``: inputs placed inside NaN-filled buffers give bitwise identical outputs;
+- ``determinism``: two runs are bitwise identical;
+- ``key-permutation``: permuting keys and values moves O by at most the two bounds;
+- ``nan-rule``: outputs of finite inputs stay finite; outputs involving a NaN input are NaN;
+- ``conformance``: the kernel matches the exactly emulated arithmetic of its class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from harness.adapters import KernelAdapter
+from harness.bounds import RHO_EXP, U32, error_bounds, gamma
+from harness.cases import Case
+from harness.formats import FORMATS, round_to_format, ulp
+from harness.oracle import oracle
+from harness.semantics import make_problem, nan_rows_and_cols
+
+__all__ = ["CHECKS", "ONE_BLOCK", "padded_inputs", "same_bits"]
+
+ONE_BLOCK = 16  # every configuration of the Triton kernel has BLOCK_N >= 16
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two float64 copies (any NaN equals any NaN here)."""
+    if a.shape != b.shape:
+        return False
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all(both_nan | (a.view(np.int64) == b.view(np.int64))))
+
+
+def padded_inputs(case: Case, adapter: KernelAdapter, device: str) -> tuple[Any, Any, Any]:
+    """The case's q, k, v as views into larger buffers filled with NaN."""
+    out = []
+    for name in ("q", "k", "v"):
+        x = getattr(case, name)
+        shape = tuple(n + p for n, p in zip(x.shape, (1, 1, 3, 5), strict=True))
+        buf = np.full(shape, np.nan, dtype=x.dtype)
+        buf[1:, :-1, 2:-1, 3:-2] = x
+        view = buf[1:, :-1, 2:-1, 3:-2]
+        if adapter.api == "torch":
+            view = Case(buf, buf, buf).to_torch(device)[0][1:, :-1, 2:-1, 3:-2]
+        out.append(view)
+    return tuple(out)
+
+
+def _bounds(adapter: KernelAdapter, case: Case, **kw):
+    return error_bounds(case.q, case.k, case.v, arithmetic=adapter.arithmetic,
+                        key_block=adapter.key_block, **case.options(), **kw)  # fmt: skip
+
+
+def batch_head_independence(adapter: KernelAdapter, case: Case, device: str):
+    full = adapter.run(case, device)
+    b_n, hq, *_ = case.shape
+    for b in range(b_n):
+        for h in range(hq):
+            sl = case.slice(b, h)
+            part = adapter.run(sl, device)
+            if adapter.batch_invariant:
+                if not same_bits(full.o[b, h], part.o[0, 0]):
+                    return False, f"(b={b}, h={h}) not bitwise equal to the slice computed alone"
+            else:
+                bound = _bounds(adapter, sl).o_det[0, 0]
+                if np.any(np.abs(full.o[b, h] - part.o[0, 0]) > 2 * bound):
+                    return False, f"(b={b}, h={h}) differs from the slice alone beyond 2 bounds"
+    return True, "each (batch, head) slice equals the slice computed alone"
+
+
+def padded_buffers(adapter: KernelAdapter, case: Case, device: str):
+    plain = adapter.run(case, device)
+    padded = adapter.run(case, device, inputs=padded_inputs(case, adapter, device))
+    same = same_bits(plain.o, padded.o) and (plain.lse is None or same_bits(plain.lse, padded.lse))
+    if not same:
+        return False, "outputs differ when the inputs sit inside NaN padding"
+    return True, "bitwise identical with NaN-padded inputs"
+
+
+def determinism(adapter: KernelAdapter, case: Case, device: str):
+    a, b = adapter.run(case, device), adapter.run(case, device)
+    if not (same_bits(a.o, b.o) and (a.lse is None or same_bits(a.lse, b.lse))):
+        return False, "two runs on the same inputs differ"
+    return True, "two runs bitwise identical"
+
+
+def key_permutation(adapter: KernelAdapter, case: Case, device: str, perm: Any = None):
+    nk = case.shape[4]
+    if perm is None:  # replay: the permutation is a function of the case's seed
+        perm = np.random.default_rng(case.seed or 0).permutation(nk)
+    perm = np.asarray(perm)
+    moved = Case(case.q, case.k[:, :, perm], case.v[:, :, perm], scale=case.scale,
+                 family=case.family, seed=case.seed, params=case.params)  # fmt: skip
+    a, b = adapter.run(case, device), adapter.run(moved, device)
+    tol = _bounds(adapter, case).o_det + _bounds(adapter, moved).o_det
+    diff = np.abs(a.o - b.o)
+    if np.any(diff > tol):
+        return False, f"permuting keys moved O by {diff.max():.3g}, more than the two bounds allow"
+    return True, "permutation moved O within the bounds"
+
+
+def nan_rule(adapter: KernelAdapter, case: Case, device: str):
+    out = adapter.run(case, device)
+    ref = oracle(case.q, case.k, case.v, **case.options())
+    if not np.all(np.isfinite(out.o[np.isfinite(ref.o_hi)])):
+        return False, "NaN/Inf leaked into outputs of finite inputs"
+    p = make_problem(case.q, case.k, case.v, **case.options())
+    b_n, hq, _, nq, *_ = p.shape
+    nan_only = lambda x: np.where(np.isinf(x), 0.0, x)  # noqa: E731
+    inf_only = lambda x: np.where(np.isnan(x), 0.0, x)  # noqa: E731
+    for b in range(b_n):
+        for h in range(hq):
+            kvh = p.kv_head(h)
+            keep = p.keep(b, h, np.arange(nq))
+            qq, kk, vv = p.q[b, h], p.k[b, kvh], p.v[b, kvh]
+            _, elem = nan_rows_and_cols(nan_only(qq), nan_only(kk), nan_only(vv), keep)
+            # Where an ±inf input is involved too, IEEE gives no single answer (an inf score
+            # can drop a key: exp(−inf) = 0); only outputs free of inf must show the NaN.
+            _, elem_inf = nan_rows_and_cols(inf_only(qq), inf_only(kk), inf_only(vv), keep)
+            if not np.all(np.isnan(out.o[b, h][elem & ~elem_inf])):
+                return False, f"a NaN input did not reach O (b={b}, h={h})"
+    return True, "NaN propagated, finite outputs stayed finite"
+
+
+def _near_boundary_term(case: Case, fmt) -> np.ndarray:
+    """Σ over keys whose p̃ may round differently in two fp32-accurate computations."""
+    _, hq, hk, _, _, d, _ = case.shape
+    q, k, v = (getattr(case, n).astype(np.float64) for n in ("q", "k", "v"))
+    tau = case.scale if case.scale is not None else 1 / math.sqrt(d)
+    rep = hq // hk
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = tau * q @ np.swapaxes(k, -1, -2)
+    a = abs(tau) * np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)
+    m = s.max(axis=-1, keepdims=True)
+    pt = np.exp(s - m)
+    # fp32-level relative error of p̃ (dot, scale, shift, exp2), doubled for two computations
+    eps = 2 * (gamma(d + 1, 2 * U32) * a + U32 * (np.abs(s) + 2 * np.abs(s - m)) + RHO_EXP)
+    lo, hi = round_to_format(pt * np.exp(-eps), fmt), round_to_format(pt * np.exp(eps), fmt)
+    w = np.where(lo != hi, ulp(pt, fmt) * 1.01, 0.0) / pt.sum(axis=-1, keepdims=True)
+    return w @ np.abs(v)
+
+
+def conformance(adapter: KernelAdapter, case: Case, device: str):
+    """Within one key block (``Nk ≤ 16``) a flash kernel and the emulated recurrence share
+    the roundings of P and of the output, so ``|O − O_emulated| ≤ 2·B32 + ulp_F(O) +`` (keys
+    whose P may round the other way); see docs/error-bounds.md §6."""
+    from kernels.recurrence import PrecisionPolicy, online_attention
+
+    if adapter.arithmetic != "flash" or case.shape[4] > ONE_BLOCK or case.mask is not None:
+        return True, "not applicable (flash class, Nk <= 16, no explicit mask)"
+    out = adapter.run(case, device)
+    dtype = case.dtype
+    policy = PrecisionPolicy(input=dtype, score="fp32", accum="fp32", p=dtype, output="fp32")
+    emu, _ = online_attention(case.q, case.k, case.v, policy=policy, block_k=ONE_BLOCK,
+                              causal=case.causal, window=case.window, scale=case.scale)  # fmt: skip
+    emu = emu.astype(np.float64)
+    fmt = FORMATS[dtype]
+    b32 = _bounds(adapter, case, fp32_only=True).o_det
+    tol = 2 * b32 + ulp(out.o, fmt) + _near_boundary_term(case, fmt)
+    diff = np.abs(out.o - emu)
+    if np.any(diff > tol):
+        i = np.unravel_index(np.argmax(diff / tol), diff.shape)
+        return False, (
+            f"O{tuple(int(x) for x in i)} = {out.o[i]!r} but the emulated flash arithmetic "
+            f"gives {emu[i]!r} (tolerance {tol[i]:.3g})"
+        )
+    return True, f"matches the emulation (max diff/tol {float(np.max(diff / tol)):.3g})"
+
+
+CHECKS: dict[str, Callable[..., tuple[bool, str]]] = {
+    "batch-head-independence": batch_head_independence,
+    "padded-buffers": padded_buffers,
+    "determinism": determinism,
+    "key-permutation": key_permutation,
+    "nan-rule": nan_rule,
+    "conformance": conformance,
+}
