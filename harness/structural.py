@@ -145,6 +145,7 @@ def _near_boundary_term(case: Case, fmt) -> np.ndarray:
     pt = np.exp(s - m)
     # fp32-level relative error of p̃ (dot, scale, shift, exp2), doubled for two computations
     eps = 2 * (gamma(d + 1, 2 * U32) * a + U32 * (np.abs(s) + 2 * np.abs(s - m)) + RHO_EXP)
+    eps = np.minimum(eps, 50.0)  # beyond e^50 every key is ambiguous anyway; keeps exp finite
     lo, hi = round_to_format(pt * np.exp(-eps), fmt), round_to_format(pt * np.exp(eps), fmt)
     w = np.where(lo != hi, ulp(pt, fmt) * 1.01, 0.0) / pt.sum(axis=-1, keepdims=True)
     return w @ np.abs(v)
