@@ -300,6 +300,9 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
     if not naive:
         sub_abs = sub_abs / np.maximum(e.sum(axis=1), 1.0)[:, None]
 
+    pv_under = (n_keep * 2.0**-150 / (np.maximum(e.sum(axis=1), 1.0) if not naive else 1.0))[
+        :, None
+    ]
     # tf32 subnormal operands in P·V: P's error times |v|, V's error times the weights (≤ 1).
     tf32_abs = TF32_SUB * (1 + (np.where(keep, 1.0, 0.0) @ np.abs(v))) * 1.01
     if fp32_only:
@@ -327,6 +330,9 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
             tf = 2 * U_TF32 * hoeff + tf32_abs if arith == "tf32" else 0
         total = lt + p_term + sub_abs + tf
         total = total + g_pv * (1 + up) * w_plus  # P·V accumulation in fp32
+        # Products below fp32's normal range round on the fixed subnormal grid: an absolute
+        # error of at most 2^-150 each (relative bounds miss it; measured on subnormal V).
+        total = total + pv_under
         total = total + g_l * o_plus  # the denominator's sum (fp32, positive terms)
         if naive:
             total = total + U32 * o_plus  # p = e / Σe
