@@ -36,7 +36,7 @@ Arithmetic classes (what a kernel declares):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,7 +89,6 @@ class Bounds:
     lse_det: np.ndarray
     lse_prob: np.ndarray
     rescales: np.ndarray
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 def error_bounds(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -120,7 +119,3 @@ def format_check(res: CheckResult, *, worst: int = 5) -> str:
             cells += [f"{row['det_bound']:.4g}", f"{row['prob_bound']:.4g}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def summary_dict(res: CheckResult) -> dict[str, Any]:
-    return res.verdict.as_dict()
