@@ -26,6 +26,16 @@ def environment() -> dict[str, str]:
     return env
 
 
+def _positive(text: str) -> int:
+    try:
+        val = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if val < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {val}")
+    return val
+
+
 def _cmd_env(_args: argparse.Namespace) -> int:
     for key, val in environment().items():
         print(f"{key:15s} {val}")
@@ -55,6 +65,28 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"flashcheck replay: error: {err}", file=sys.stderr)
         return 2
     return 0 if verdict == "PASS" else 1
+
+
+def _cmd_iomodel(args: argparse.Namespace) -> int:
+    from harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+
+    presets = {"v100": GPUSpec.sim_v100, "a100": GPUSpec.sim_a100, "h100": GPUSpec.sim_h100}
+    spec = presets[args.gpu]()
+    std = Profiler(spec, f"standard attention N={args.n} d={args.d}")
+    standard_attention(std, args.n, args.d)
+    fl = Profiler(spec, f"flash attention N={args.n} d={args.d} B={args.block}")
+    flash_attention(fl, args.n, args.d, block_size=args.block)
+    print(std.report(), "", fl.report(), "", sep="\n")
+    print("| metric | standard | flash | saving |\n|---|---|---|---|")
+    for label, a, b in (
+        ("HBM traffic (floats)", std.hbm_traffic, fl.hbm_traffic),
+        ("peak HBM (floats)", std.peak_hbm_usage, fl.peak_hbm_usage),
+        ("compute cycles", std.cycles_compute, fl.cycles_compute),
+        ("total cycles", std.total_cycles, fl.total_cycles),
+    ):
+        saving = round(100 * (1 - b / a), 1) + 0.0  # + 0.0: no "-0.0%" for equal values
+        print(f"| {label} | {a:,.0f} | {b:,.0f} | {saving:.1f}% |")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +123,22 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel", default=None, help="run another kernel on the case (name or module:function)"
     )
     p_rep.set_defaults(func=_cmd_replay)
+    p_io = sub.add_parser(
+        "iomodel",
+        help="standard vs flash attention in the seeds' memory-hierarchy simulator",
+        description="Trace one head of standard and flash attention through the simulated GPU "
+        "of seed 000 (additive HBM + compute cycle model) and print both reports and the savings.",
+    )
+    p_io.add_argument(
+        "--gpu",
+        choices=("v100", "a100", "h100"),
+        default="a100",
+        help="simulated preset (default a100)",
+    )
+    p_io.add_argument("-n", type=_positive, default=4096, help="sequence length (default 4096)")
+    p_io.add_argument("-d", type=_positive, default=64, help="head dimension (default 64)")
+    p_io.add_argument("--block", type=_positive, default=64, help="flash block size (default 64)")
+    p_io.set_defaults(func=_cmd_iomodel)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -59,3 +59,30 @@ def test_presets_tiles_and_argument_checks():
     prof.sram_push(spec.sram_size + 5, "too big")
     assert prof.sram_overflowed and prof.log[-1] == ("sram_overflow", "too big", 5)
     assert "Memory-bound" in _run(standard_attention, 4096, 64).report()
+
+
+def test_analytic_counts_and_roofline():
+    from harness.iomodel import Roofline, attention_flops, flash_bytes, naive_bytes
+
+    assert attention_flops(2048, 64) == 4 * 2048**2 * 64
+    assert attention_flops(2048, 64, causal=True) == 2 * 2048**2 * 64
+    # seed 002: fp32, N = 2048, d = 64, B_c = 64: ~16·N² bytes naive, N·d·67·4 flash (~30 FLOP/B)
+    nb = naive_bytes(2048, 64, bytes_per_element=4)
+    fb = flash_bytes(2048, 64, block=64, bytes_per_element=4)
+    assert nb == pytest.approx(16 * 2048**2, rel=0.04)
+    assert fb == 2048 * 64 * 67 * 4
+    assert 29 < attention_flops(2048, 64) / fb < 32
+    a100 = Roofline("A100", 312e12, 1.555e12)
+    assert 190 < a100.ridge < 210
+    assert a100.attainable(1.0) == 1.555e12 and a100.attainable(1e6) == 312e12
+    with pytest.raises(ValueError, match="block"):
+        flash_bytes(16, 16, block=0)
+
+
+def test_cli_prints_the_comparison(capsys):
+    from harness.cli import main
+
+    assert main(["iomodel", "--gpu", "a100", "-n", "4096", "-d", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "| HBM traffic (floats) | 186,908,672 | 17,563,648 | 90.6% |" in out
+    assert "| compute cycles | 29,192,356 | 29,192,356 | 0.0% |" in out

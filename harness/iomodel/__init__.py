@@ -1,10 +1,22 @@
-"""The seeds' GPU memory-hierarchy simulator (seed 000): an additive cycle model of HBM traffic
-and compute, used to explain why FlashAttention wins. See docs/iomodel.md (to come) and
-:mod:`harness.iomodel.attention` for the standard and flash traces."""
+"""The seeds' GPU memory-hierarchy simulator (seed 000) and roofline arithmetic (seed 002).
 
+An additive cycle model of HBM traffic and compute that explains why FlashAttention wins;
+docs/iomodel.md describes the model and its limits."""
+
+from harness.iomodel.analytic import Roofline, attention_flops, flash_bytes, naive_bytes
 from harness.iomodel.attention import flash_attention, standard_attention
 from harness.iomodel.gpu import GPUSpec
 from harness.iomodel.profiler import Profiler
 from harness.iomodel.tensor import Tensor
 
-__all__ = ["GPUSpec", "Profiler", "Tensor", "flash_attention", "standard_attention"]
+__all__ = [
+    "GPUSpec",
+    "Profiler",
+    "Roofline",
+    "Tensor",
+    "attention_flops",
+    "flash_attention",
+    "flash_bytes",
+    "naive_bytes",
+    "standard_attention",
+]
