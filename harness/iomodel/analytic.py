@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Roofline", "attention_flops", "flash_bytes", "intensity", "naive_bytes"]
+__all__ = [
+    "Roofline",
+    "attention_flops",
+    "flash_bytes",
+    "flash_fa2_bytes",
+    "intensity",
+    "naive_bytes",
+]
 
 
 def attention_flops(n: int, d: int, *, causal: bool = False) -> float:
@@ -52,3 +59,15 @@ class Roofline:
     def attainable(self, ai: float) -> float:
         """Roofline bound on FLOP/s at intensity ``ai``: ``min(peak, ai·bandwidth)``."""
         return min(self.peak_flops, ai * self.bandwidth)
+
+
+def flash_fa2_bytes(
+    n: int, d: int, *, block_m: int, bytes_per_element: int = 2, lse_bytes: int = 4
+) -> float:
+    """DRAM bytes of a Q-outer (FlashAttention-2) forward with query blocks of ``block_m``
+    rows and no cache reuse: Q read and O written once, K and V read once per query block,
+    plus the fp32 LSE."""
+    if block_m < 1:
+        raise ValueError(f"block_m must be >= 1, got {block_m}")
+    blocks = -(-n // block_m)
+    return (2 * n * d + 2 * n * d * blocks) * bytes_per_element + lse_bytes * n
