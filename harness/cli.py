@@ -70,7 +70,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_iomodel(args: argparse.Namespace) -> int:
     from harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
 
-    presets = {"v100": GPUSpec.sim_v100, "a100": GPUSpec.sim_a100, "h100": GPUSpec.sim_h100}
+    presets = {"v100": GPUSpec.sim_v100, "a100": GPUSpec.sim_a100, "h100": GPUSpec.sim_h100,
+               "h100-real": GPUSpec.h100_sxm, "h200-real": GPUSpec.h200}  # fmt: skip
     spec = presets[args.gpu]()
     std = Profiler(spec, f"standard attention N={args.n} d={args.d}")
     standard_attention(std, args.n, args.d)
@@ -131,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_io.add_argument(
         "--gpu",
-        choices=("v100", "a100", "h100"),
+        choices=("v100", "a100", "h100", "h100-real", "h200-real"),
         default="a100",
-        help="simulated preset (default a100)",
+        help="seed 000's simulated preset, or datasheet figures of a real part (default a100)",
     )
     p_io.add_argument("-n", type=_positive, default=4096, help="sequence length (default 4096)")
     p_io.add_argument("-d", type=_positive, default=64, help="head dimension (default 64)")

@@ -46,6 +46,10 @@ def test_presets_tiles_and_argument_checks():
     assert [g.balance for g in (GPUSpec.sim_v100(), GPUSpec.sim_a100(), GPUSpec.sim_h100())] == [
         70.0, 150.0, 300.0,
     ]  # fmt: skip
+    h100, h200 = GPUSpec.h100_sxm(), GPUSpec.h200()
+    assert h100.hbm_bandwidth * 2 * 1e9 == pytest.approx(3.35e12)  # bytes/s at 1 ns per cycle
+    assert 290 < h100.balance * 0.5 < 300  # ~295 FLOP/B, seed 000's quoted H100 balance
+    assert h200.flop_rate == h100.flop_rate and h200.hbm_bandwidth > h100.hbm_bandwidth
     spec = GPUSpec.sim_a100()
     b = spec.tile_flash(64)
     assert 2 * b * b + 4 * b * 64 <= spec.sram_size < 2 * (b + 1) ** 2 + 4 * (b + 1) * 64

@@ -46,6 +46,20 @@ class GPUSpec:
     def sim_h100(cls) -> GPUSpec:
         return cls("Simulated H100", 2, 196_608, 1.0, 10.0, 300.0)
 
+    # Real parts, datasheet figures, with one cycle = 1 ns: bandwidth in floats (2 bytes) per
+    # ns, dense bf16 tensor-core FLOPs per ns, and one SM's shared memory (a tile lives in one
+    # SM). Measured on this project's H100 run: 761–780 TFLOP/s and 2.98 TB/s
+    # (benchmarks/RESULTS.md), below the datasheet's 989 TFLOP/s and 3.35 TB/s.
+    @classmethod
+    def h100_sxm(cls) -> GPUSpec:
+        bw = 3.35e12 / 2 / 1e9
+        return cls("H100 SXM (datasheet)", 2, 228 * 1024 // 2, bw, 10 * bw, 989e12 / 1e9)
+
+    @classmethod
+    def h200(cls) -> GPUSpec:
+        bw = 4.8e12 / 2 / 1e9
+        return cls("H200 (datasheet)", 2, 228 * 1024 // 2, bw, 10 * bw, 989e12 / 1e9)
+
     # Tile-size solvers (the seed's later version): the largest tiles whose working set fits
     # in ``usage`` of SRAM.
     def tile_2d(self, d: int, usage: float = 1.0) -> int:
