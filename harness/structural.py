@@ -109,6 +109,11 @@ def key_permutation(adapter: KernelAdapter, case: Case, device: str, perm: Any =
     return True, "permutation moved O within the bounds"
 
 
+def _zero(x: np.ndarray, which) -> np.ndarray:
+    """``x`` with the elements ``which(x)`` selects set to 0 (isolates NaN from ±inf)."""
+    return np.where(which(x), 0.0, x)
+
+
 def nan_rule(adapter: KernelAdapter, case: Case, device: str):
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
@@ -116,17 +121,15 @@ def nan_rule(adapter: KernelAdapter, case: Case, device: str):
         return False, "NaN/Inf leaked into outputs of finite inputs"
     p = make_problem(case.q, case.k, case.v, **case.options())
     b_n, hq, _, nq, *_ = p.shape
-    nan_only = lambda x: np.where(np.isinf(x), 0.0, x)  # noqa: E731
-    inf_only = lambda x: np.where(np.isnan(x), 0.0, x)  # noqa: E731
     for b in range(b_n):
         for h in range(hq):
             kvh = p.kv_head(h)
             keep = p.keep(b, h, np.arange(nq))
             qq, kk, vv = p.q[b, h], p.k[b, kvh], p.v[b, kvh]
-            _, elem = nan_rows_and_cols(nan_only(qq), nan_only(kk), nan_only(vv), keep)
+            _, elem = nan_rows_and_cols(*(_zero(x, np.isinf) for x in (qq, kk, vv)), keep)
             # Where an ±inf input is involved too, IEEE gives no single answer (an inf score
             # can drop a key: exp(−inf) = 0); only outputs free of inf must show the NaN.
-            _, elem_inf = nan_rows_and_cols(inf_only(qq), inf_only(kk), inf_only(vv), keep)
+            _, elem_inf = nan_rows_and_cols(*(_zero(x, np.isnan) for x in (qq, kk, vv)), keep)
             if not np.all(np.isnan(out.o[b, h][elem & ~elem_inf])):
                 return False, f"a NaN input did not reach O (b={b}, h={h})"
     return True, "NaN propagated, finite outputs stayed finite"

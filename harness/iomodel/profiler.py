@@ -91,7 +91,10 @@ class Profiler:
 
     def report(self) -> str:
         b = self.spec.bytes_per_float
-        mb = lambda n: n * b / 2**20  # noqa: E731
+
+        def mb(n: float) -> float:
+            return n * b / 2**20
+
         sram_pct = 100 * self.peak_sram_usage / self.spec.sram_size
         bound = "Memory-bound (HBM is the bottleneck)" if self.cycles_hbm > self.cycles_compute \
             else "Compute-bound (compute is the bottleneck)"  # fmt: skip
