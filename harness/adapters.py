@@ -27,10 +27,30 @@ import numpy as np
 from harness.cases import Case
 from harness.semantics import as_exact_array
 
-__all__ = ["BUILTIN", "KernelAdapter", "KernelOutput", "builtin_adapters", "resolve"]
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "KernelAdapter",
+    "KernelOutput",
+    "KernelOutputError",
+    "KernelUnsupported",
+    "builtin_adapters",
+    "entry_point_kernels",
+    "resolve",
+]
 
 ALL_DTYPES = ("fp16", "bf16", "fp32")
 FP32_SCORES = 1e37  # fp32 score accumulators: |scale·q·k| and its partial sums stay finite
+ENTRY_POINT_GROUP = "flashcheck.kernels"
+
+
+class KernelOutputError(ValueError):
+    """A kernel returned something that is not an attention output (wrong shape or type)."""
+
+
+class KernelUnsupported(RuntimeError):
+    """The kernel itself declined the input, saying why (a library backend's own constraints,
+    found at run time): the case is outside its contract, not a failure."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,10 @@ class KernelAdapter:
     ``score_limit``: per dtype, the largest ``scale·Σ|q||k|`` the kernel is specified for.
     ``deterministic``: repeated calls are bitwise identical. ``batch_invariant``: a (batch,
     head) slice computed alone is bitwise identical to the same slice of a batched call.
+    ``head_dims``: the head dims it accepts (``None``: any up to ``max_head_dim``).
+    ``options``: the keyword options ``fn`` accepts among ``causal``, ``window``, ``mask``,
+    ``scale`` (``None``: all four); options it lacks are not passed, and a case that needs one
+    is outside its contract.
     """
 
     name: str
@@ -61,11 +85,14 @@ class KernelAdapter:
     devices: tuple[str, ...] = ("cpu", "cuda")
     masks: frozenset[str] = frozenset({"causal", "window", "mask"})
     max_head_dim: int = 256
+    head_dims: tuple[int, ...] | None = None
+    options: frozenset[str] | None = None
     key_block: int | None = None
     deterministic: bool = True
     batch_invariant: bool = True
     score_limit: dict[str, float] = field(default_factory=dict)
     check_available: Callable[[str, str], str | None] | None = None
+    check_case: Callable[[Case, str | None], str | None] | None = None
 
     def unavailable(self, dtype: str, device: str) -> str | None:
         """Why this kernel cannot run ``dtype`` on ``device`` here, or ``None`` if it can."""
@@ -77,8 +104,9 @@ class KernelAdapter:
             return self.check_available(dtype, device)
         return None
 
-    def supports(self, case: Case) -> str | None:
-        """Why ``case`` is outside this kernel's contract, or ``None`` if it is inside."""
+    def supports(self, case: Case, device: str | None = None) -> str | None:
+        """Why ``case`` is outside this kernel's contract (on ``device``, if given), or ``None``
+        if it is inside."""
         if case.causal and "causal" not in self.masks:
             return "causal masks unsupported"
         if case.window is not None and "window" not in self.masks:
@@ -88,9 +116,15 @@ class KernelAdapter:
         *_, d, dv = case.shape
         if max(d, dv) > self.max_head_dim:
             return f"head dim > {self.max_head_dim}"
+        if self.head_dims is not None and not {d, dv} <= set(self.head_dims):
+            return f"head dims ({d}, {dv}) not among {self.head_dims}"
+        if case.scale is not None and self.options is not None and "scale" not in self.options:
+            return "an explicit scale is unsupported"
         limit = self.score_limit.get(case.dtype, FP32_SCORES)
         if score_magnitude(case) >= limit:
             return f"scores reach {score_magnitude(case):.3g} >= the kernel's limit {limit:.3g}"
+        if self.check_case is not None:
+            return self.check_case(case, device)
         return None
 
     def run(self, case: Case, device: str = "cpu", inputs: tuple | None = None) -> KernelOutput:
@@ -102,6 +136,8 @@ class KernelAdapter:
         opts = {"causal": case.causal, "window": case.window, "scale": case.scale}
         if case.mask is not None:
             opts["mask"] = case.mask
+        if self.options is not None:
+            opts = {key: val for key, val in opts.items() if key in self.options}
         if self.api == "numpy":
             q, k, v = inputs if inputs is not None else (case.q, case.k, case.v)
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
@@ -112,16 +148,23 @@ class KernelAdapter:
             import torch
 
             q, k, v = inputs if inputs is not None else case.to_torch(device)
-            if case.mask is not None:
+            if "mask" in opts:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
             with torch.no_grad(), _ieee_quiet():  # the Triton interpreter runs numpy
                 res = self.fn(q, k, v, **opts)
-        o, lse = (res if isinstance(res, tuple) else (res, None))[:2]
-        o64, fmt = as_exact_array(o, "kernel output")
-        lse64 = None if lse is None else _lse_to_f64(lse)
+        o, lse = (res if isinstance(res, tuple | list) else (res, None))[:2]
+        try:
+            o64, fmt = as_exact_array(o, "kernel output")
+        except (TypeError, ValueError) as err:
+            raise KernelOutputError(f"{self.name} returned an unusable O: {err}") from None
         want = (*case.q.shape[:3], case.v.shape[3])
         if o64.shape != want:
-            raise ValueError(f"{self.name} returned O of shape {o64.shape}, expected {want}")
+            raise KernelOutputError(f"{self.name} returned O of shape {o64.shape}, expected {want}")
+        lse64 = None if lse is None else _lse_to_f64(lse)
+        if lse64 is not None and lse64.shape != want[:3]:
+            raise KernelOutputError(
+                f"{self.name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
+            )
         return KernelOutput(o64, lse64, fmt.name)
 
 
@@ -215,6 +258,47 @@ def _triton_available(dtype: str, device: str) -> str | None:
     return None
 
 
+_FLUSH_CACHE: dict[tuple[str, str], bool] = {}
+
+
+def gemm_flushes_subnormals(dtype: str, device: str) -> bool:
+    """Whether torch's GEMM in ``dtype`` on ``device`` flushes subnormal operands to zero.
+
+    Found by the report campaign: torch 2.13's CPU bf16 matmul (the oneDNN path taken from
+    16×16 operands up) returns 0 for P·V with subnormal V, where IEEE arithmetic keeps them
+    (fp32 accumulation holds bf16 subnormal products exactly). Checked once per dtype and
+    device with a small canary GEMM, so the answer is the installed library's, not a list.
+    """
+    key = (dtype, device)
+    if key not in _FLUSH_CACHE:
+        import torch
+
+        from harness.formats import FORMATS
+
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        tiny = float(FORMATS[dtype].min_normal) / 4  # exactly representable: a power of two
+        p = torch.full((16, 16), 1 / 16, dtype=tdt, device=device)
+        v = torch.full((16, 64), tiny, dtype=tdt, device=device)
+        _FLUSH_CACHE[key] = bool((p @ v).float().abs().max().item() == 0.0)
+    return _FLUSH_CACHE[key]
+
+
+def _naive_torch_case(case: Case, device: str | None) -> str | None:
+    if device is None:
+        return None
+    fmt = case.fmt
+    sub = any(
+        bool(np.any((x != 0) & (np.abs(x.astype(np.float32)) < fmt.min_normal)))
+        for x in (case.q, case.k, case.v)
+    )
+    if sub and gemm_flushes_subnormals(case.dtype, device):
+        return (
+            f"subnormal inputs: torch's {case.dtype} GEMM on {device} flushes them to zero "
+            "(detected at run time by a canary GEMM; IEEE bounds do not apply)"
+        )
+    return None
+
+
 def _torch_device_ok(dtype: str, device: str) -> str | None:
     if device == "cuda":
         import torch
@@ -225,7 +309,9 @@ def _torch_device_ok(dtype: str, device: str) -> str | None:
 
 
 def builtin_adapters() -> dict[str, KernelAdapter]:
-    """The project's own kernels, by name."""
+    """The project's own kernels and the library ones of :mod:`harness.torch_adapters`."""
+    from harness.torch_adapters import library_adapters
+
     # Naive fp16 stores S in fp16: scores must stay below its largest finite value, 65504.
     naive_limit = {"fp16": 65504.0}
     return {
@@ -244,6 +330,7 @@ def builtin_adapters() -> dict[str, KernelAdapter]:
         "naive-torch": KernelAdapter(
             "naive-torch", _naive_torch, "naive", api="torch", batch_invariant=False,
             score_limit=naive_limit, check_available=_torch_device_ok,
+            check_case=_naive_torch_case,
         ),
         "triton": KernelAdapter(
             "triton", _triton, "flash", api="torch", masks=frozenset({"causal", "window"}),
@@ -254,20 +341,78 @@ def builtin_adapters() -> dict[str, KernelAdapter]:
             devices=("cuda",), masks=frozenset({"causal", "window"}),
             check_available=_triton_available,
         ),
+        **library_adapters(),
     }  # fmt: skip
 
 
 BUILTIN = tuple(builtin_adapters())
 
 
+def entry_point_kernels() -> dict[str, Any]:
+    """Kernels other packages register under the ``flashcheck.kernels`` entry-point group.
+
+    In the registering package's ``pyproject.toml``::
+
+        [project.entry-points."flashcheck.kernels"]
+        mykernel = "mypkg.attention:adapter"
+
+    The object may be a :class:`KernelAdapter` or a plain function (see :func:`resolve`).
+    Returns name → entry point (loaded only when used).
+    """
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _from_object(obj: Any, spec: str) -> KernelAdapter:
+    if isinstance(obj, KernelAdapter):
+        return obj
+    if callable(obj):
+        opts = _accepted_options(obj)
+        masks = frozenset(m for m in ("causal", "window", "mask") if m in opts)
+        return KernelAdapter(spec, obj, masks=masks, options=opts)
+    raise ValueError(f"{spec!r} is neither a KernelAdapter nor a callable")
+
+
+def _accepted_options(fn: Callable[..., Any]) -> frozenset[str]:
+    """The options among causal/window/mask/scale that ``fn`` takes as keywords."""
+    import inspect
+
+    names = frozenset({"causal", "window", "mask", "scale"})
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: assume everything
+        return names
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return names
+    return frozenset(p.name for p in params if p.name in names and p.kind is not p.POSITIONAL_ONLY)
+
+
 def resolve(spec: str) -> KernelAdapter:
-    """A built-in adapter by name, or ``"pkg.module:attr"`` (an adapter or a torch function)."""
+    """The kernel named by ``spec``.
+
+    ``spec`` is a built-in name (:data:`BUILTIN`), a name registered under the
+    ``flashcheck.kernels`` entry-point group, or ``"package.module:attribute"``. The object
+    found is a :class:`KernelAdapter`, or a plain function ``fn(q, k, v, **options)`` taking
+    torch tensors and returning ``O`` or ``(O, LSE)``: it then gets arithmetic ``"unknown"``
+    (empirical policy only), and the masks its signature accepts (``causal``, ``window``,
+    ``mask``) are the masks it is tested with.
+    """
     table = builtin_adapters()
     if spec in table:
         return table[spec]
     if ":" not in spec:
+        eps = entry_point_kernels()
+        if spec in eps:
+            try:
+                obj = eps[spec].load()
+            except Exception as err:  # a broken plugin: say which, do not crash the caller
+                raise ValueError(f"cannot load entry point {spec!r} ({eps[spec].value}): "
+                                 f"{type(err).__name__}: {err}") from None  # fmt: skip
+            return _from_object(obj, spec)
+        known = ", ".join([*BUILTIN, *sorted(eps)])
         raise ValueError(
-            f"unknown kernel {spec!r}: use one of {', '.join(BUILTIN)} or 'package.module:function'"
+            f"unknown kernel {spec!r}: use one of {known} or 'package.module:function'"
         )
     mod_name, _, attr = spec.partition(":")
     # Like `python -m`, look for the user's module in the current directory first.
@@ -281,8 +426,4 @@ def resolve(spec: str) -> KernelAdapter:
         obj = getattr(mod, attr)
     except AttributeError:
         raise ValueError(f"module {mod_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, KernelAdapter):
-        return obj
-    if callable(obj):
-        return KernelAdapter(spec, obj)
-    raise ValueError(f"{spec!r} is neither a KernelAdapter nor a callable")
+    return _from_object(obj, spec)

@@ -18,7 +18,7 @@ from harness.cases import Case
 from harness.oracle import OracleResult, oracle
 from harness.verdict import Verdict, judge, naive_error
 
-__all__ = ["CheckResult", "check_case", "format_check"]
+__all__ = ["CheckResult", "check_case", "format_check", "naive_reference"]
 
 
 @dataclass
@@ -35,7 +35,7 @@ class CheckResult:
 def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float | None]:
     """``E_naive`` (floored ulps) and the naive LSE error, or ``None`` outside naive's domain."""
     naive = builtin_adapters()["naive-numpy"]
-    if naive.supports(case) is not None:
+    if naive.supports(case, "cpu") is not None:
         return None, None
     out = naive.run(case)
     lse_err = None
@@ -54,19 +54,33 @@ def check_case(
     device: str = "cpu",
     output: KernelOutput | None = None,
     ref: OracleResult | None = None,
+    naive: tuple[float | None, float | None] | None = None,
+    bounds_cache: dict | None = None,
 ) -> CheckResult:
-    """Judge ``adapter`` on ``case`` (pass ``output``/``ref`` to reuse ones already computed)."""
+    """Judge ``adapter`` on ``case``.
+
+    ``output``, ``ref`` and ``naive`` (the result of :func:`naive_reference`) reuse values
+    already computed for the same case: a campaign runs many kernels on one case.
+    ``bounds_cache`` (a dict kept per case) shares the bounds between kernels of one
+    arithmetic class and key block.
+    """
     out = adapter.run(case, device) if output is None else output
     opts = case.options()
     if ref is None:
         ref = oracle(case.q, case.k, case.v, **opts)
     bounds = None
     if adapter.arithmetic != "unknown":
-        bounds = error_bounds(
-            case.q, case.k, case.v, arithmetic=adapter.arithmetic, key_block=adapter.key_block,
-            **opts,
-        )  # fmt: skip
-    n_ulp, n_lse = naive_reference(case, ref)
+        key = (adapter.arithmetic, adapter.key_block)
+        if bounds_cache is not None and key in bounds_cache:
+            bounds = bounds_cache[key]
+        else:
+            bounds = error_bounds(
+                case.q, case.k, case.v, arithmetic=adapter.arithmetic,
+                key_block=adapter.key_block, **opts,
+            )  # fmt: skip
+            if bounds_cache is not None:
+                bounds_cache[key] = bounds
+    n_ulp, n_lse = naive_reference(case, ref) if naive is None else naive
     verdict = judge(out.o, out.lse, ref, bounds, naive_ulp=n_ulp, naive_lse_err=n_lse)
     return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
 

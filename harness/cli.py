@@ -1,4 +1,4 @@
-"""The ``flashcheck`` command line. Subcommands grow with the project (report, replay, bench)."""
+"""The ``flashcheck`` command line: env, formats, kernels, report, render, replay, iomodel."""
 
 from __future__ import annotations
 
@@ -90,6 +90,129 @@ def _cmd_iomodel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import ReportOptions, run_report
+    from harness.resultlog import ResultLogError
+
+    opts = ReportOptions(
+        name=args.name, preset=args.preset, seed=args.seed, kernels=tuple(args.kernel or ()),
+        dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")), device=args.device, out=args.out,
+        timeout=args.timeout, isolate=not args.no_isolate, fresh=args.fresh,
+        render=not args.no_render, fail_on=args.fail_on,
+    )  # fmt: skip
+    try:
+        return run_report(opts)
+    except (ValueError, ResultLogError) as err:
+        print(f"flashcheck report: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from harness.render import render_report
+    from harness.resultlog import ResultLogError
+
+    try:
+        path = render_report(args.results, args.out, figures=not args.no_figures)
+    except (OSError, ResultLogError) as err:
+        print(f"flashcheck render: error: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from harness.adapters import builtin_adapters, entry_point_kernels, resolve
+
+    table = dict(builtin_adapters())
+    for name in entry_point_kernels():
+        try:
+            table[name] = resolve(name)
+        except ValueError as err:
+            print(f"{name}: {err}", file=sys.stderr)
+    print("| kernel | arithmetic | dtypes | devices | masks | here |")
+    print("|---|---|---|---|---|---|")
+    for name, a in table.items():
+        here = []
+        for dev in a.devices:
+            for dt in a.dtypes:
+                why = a.unavailable(dt, dev)
+                here.append(f"{dt}/{dev}: " + ("yes" if why is None else f"no ({why})"))
+        print(f"| {name} | {a.arithmetic} | {', '.join(a.dtypes)} | {', '.join(a.devices)} "
+              f"| {', '.join(sorted(a.masks)) or 'none'} | {'; '.join(here)} |")  # fmt: skip
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        val = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not val > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {val}")
+    return val
+
+
+def _add_report(sub) -> None:
+    from harness.campaign import PRESETS
+    from harness.report import GATES
+
+    p = sub.add_parser(
+        "report",
+        help="run an accuracy campaign and write reports/<name>/error-report.md",
+        description="Run every kernel on adversarial inputs (kernels x dtypes x input families "
+        "x sizes, plus a targeted worst-case search per kernel and dtype), judge each result "
+        "against the mpmath oracle and the error bounds, and render a markdown report with "
+        "figures. Results are appended to reports/<name>/results.jsonl as they are produced: "
+        "an interrupted run resumes where it stopped when the same command is run again. "
+        "Exit status: 0 nothing at the --fail-on gate, 1 something was, 2 usage error, "
+        "130 interrupted.",
+    )
+    p.add_argument("--name", help="report name: reports/<name>/ (default: cpu, or the GPU model)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="campaign size (default: cpu on a CPU machine, gpu with CUDA); smoke "
+                   "is a seconds-long sanity run")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    p.add_argument("--kernel", action="append", metavar="SPEC",
+                   help="kernel to test: a built-in name (see 'flashcheck kernels'), an entry "
+                   "point of group flashcheck.kernels, or package.module:function; repeat for "
+                   "several (default: every built-in kernel)")  # fmt: skip
+    p.add_argument("--dtype", action="append", choices=("fp16", "bf16", "fp32"),
+                   help="input format; repeat for several (default: all three)")  # fmt: skip
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="device for the kernels that support it (default: cuda if "
+                   "available)")  # fmt: skip
+    p.add_argument("--out", default="reports", help="parent directory (default reports)")
+    p.add_argument("--timeout", type=_positive_float, default=300.0,
+                   help="seconds one kernel call may take before it is killed and recorded "
+                   "as TIMEOUT (default 300)")  # fmt: skip
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run kernels in this process (no timeout; for debugging)")  # fmt: skip
+    p.add_argument("--fresh", action="store_true",
+                   help="discard existing results of this name instead of resuming")  # fmt: skip
+    p.add_argument("--no-render", action="store_true", help="run the campaign only")
+    p.add_argument("--fail-on", choices=list(GATES), default="fail-hard",
+                   help="which results make the exit status 1 (default fail-hard: FAIL-HARD "
+                   "and wrong-shape outputs; fail adds FAIL; error adds kernels that raised or "
+                   "hung; never)")  # fmt: skip
+    p.set_defaults(func=_cmd_report)
+    r = sub.add_parser(
+        "render",
+        help="re-render an error report from its results.jsonl (runs nothing)",
+        description="Write error-report.md and its figures from a results file alone.",
+    )
+    r.add_argument("results", help="path to a results.jsonl written by 'flashcheck report'")
+    r.add_argument("--out", default=None, help="output directory (default: the file's own)")
+    r.add_argument("--no-figures", action="store_true", help="markdown only")
+    r.set_defaults(func=_cmd_render)
+    k = sub.add_parser(
+        "kernels",
+        help="list the kernels flashcheck knows and whether each can run here",
+        description="Built-in kernels, library adapters and entry points of group "
+        "flashcheck.kernels, with their arithmetic class, dtypes, devices and masks.",
+    )
+    k.set_defaults(func=_cmd_kernels)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flashcheck",
@@ -140,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p_io.add_argument("-d", type=_positive, default=64, help="head dimension (default 64)")
     p_io.add_argument("--block", type=_positive, default=64, help="flash block size (default 64)")
     p_io.set_defaults(func=_cmd_iomodel)
+    _add_report(sub)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -22,7 +22,7 @@ from properties.support import adapter_or_skip, case_strategy, kernel_dtype_para
 def test_error_within_bounds_and_policy(kernel, dtype, data):
     adapter, dev = adapter_or_skip(kernel, dtype)
     case = data.draw(case_strategy(adapter, dtype), label="case")
-    assume(adapter.supports(case) is None)
+    assume(adapter.supports(case, dev) is None)
     res = check_case(adapter, case, device=dev)
     v = res.verdict
     note(format_check(res))

@@ -18,7 +18,7 @@ FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 def _check(name, kernel, dtype, data, **kw):
     adapter, dev = adapter_or_skip(kernel, dtype)
     case = data.draw(case_strategy(adapter, dtype, **kw), label="case")
-    assume(adapter.supports(case) is None)
+    assume(adapter.supports(case, dev) is None)
     ok, msg = CHECKS[name](adapter, case, dev)
     if not ok:
         fail(case, kernel, dev, name, msg, {"verdict": "FAIL", "property": name, "message": msg})

@@ -1,0 +1,89 @@
+"""A dependency-free progress bar with an ETA, for long campaigns.
+
+On a terminal it redraws one line (``\\r``); elsewhere (CI logs, pipes) it prints a line at most
+every ``interval`` seconds, so logs stay readable. The ETA weights the remaining work by a cost
+per item (e.g. the number of score elements), so a few large cases at the end do not make it lie.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+__all__ = ["Progress", "format_seconds"]
+
+
+def format_seconds(s: float) -> str:
+    """``s`` seconds as ``h:mm:ss`` or ``m:ss``."""
+    s = max(0, round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+class Progress:
+    """Progress over ``total_cost`` units of work, ``done_cost`` of them finished already."""
+
+    def __init__(
+        self,
+        total_cost: float,
+        *,
+        done_cost: float = 0.0,
+        label: str = "",
+        stream: TextIO | None = None,
+        interval: float = 10.0,
+        width: int = 28,
+    ) -> None:
+        self.total = max(float(total_cost), 1e-12)
+        self.done = float(done_cost)
+        self.start_done = self.done
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = interval
+        self.width = width
+        self.t0 = time.monotonic()
+        self._last = -1e9
+        self.note = ""
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate of this session (``None`` before any work is measured)."""
+        spent = time.monotonic() - self.t0
+        worked = self.done - self.start_done
+        if worked <= 0 or spent <= 0:
+            return None
+        return (self.total - self.done) * spent / worked
+
+    def line(self) -> str:
+        frac = min(1.0, self.done / self.total)
+        fill = int(frac * self.width)
+        bar = "#" * fill + "-" * (self.width - fill)
+        eta = self.eta()
+        eta_s = "?" if eta is None else format_seconds(eta)
+        spent = format_seconds(time.monotonic() - self.t0)
+        note = f"  {self.note}" if self.note else ""
+        return f"{self.label}[{bar}] {100 * frac:5.1f}%  {spent} elapsed, ETA {eta_s}{note}"
+
+    def advance(self, cost: float, note: str = "") -> None:
+        self.done += cost
+        self.note = note
+        now = time.monotonic()
+        if self.tty:
+            if now - self._last >= 0.2:
+                self.stream.write("\r" + self.line()[:160].ljust(100))
+                self.stream.flush()
+                self._last = now
+        elif now - self._last >= self.interval:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def finish(self, message: str = "") -> None:
+        if self.tty:
+            self.stream.write("\r" + self.line()[:160].ljust(100) + "\n")
+        else:
+            self.stream.write(self.line() + "\n")
+        if message:
+            self.stream.write(message + "\n")
+        self.stream.flush()
