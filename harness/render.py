@@ -38,7 +38,7 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     """The results file split by record type (``header``, ``results``, ...)."""
     records = read_records(path)
     out: dict[str, Any] = {"header": records[0], "results": [], "sessions": [],
-                           "limitations": [], "case_files": {}}  # fmt: skip
+                           "limitations": [], "case_files": {}, "complete": False}  # fmt: skip
     for r in records[1:]:
         kind = r.get("type")
         if kind == "result":
@@ -49,6 +49,8 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
             out["limitations"].append(r)
         elif kind == "case-file":
             out["case_files"][r["key"]] = r
+        elif kind == "complete":
+            out["complete"] = True
     return out
 
 
@@ -267,7 +269,7 @@ def _environment(data) -> list[str]:
     sessions = data["sessions"]
     envs = []
     for s in sessions:
-        env = s.get("env", {})
+        env = {k: v for k, v in s.get("env", {}).items() if k != "argv"}  # argv: how, not what
         if env not in envs:
             envs.append(env)
     for i, env in enumerate(envs):
@@ -329,6 +331,15 @@ def render_report(
         f"re-render from the results without re-running: `flashcheck render {results_path}`.",
         f"Raw results: [{Path(rel).name}]({rel}) (one JSON record per kernel and case).",
         "",
+        *(
+            []
+            if data["complete"]
+            else [
+                f"> **Incomplete campaign**: this report shows the {len(results)} results on file "
+                f"so far. Run `{h['command']}` again to resume it (nothing is recomputed).",
+                "",
+            ]
+        ),
         f"**{len(results)} results**: "
         + ", ".join(f"{st[s]} {s}" for s in (*JUDGED, *BROKEN, "SKIP") if st[s])
         + f". Kernels: {', '.join(kernels)}; dtypes: {', '.join(dtypes)} (kernels or dtypes "

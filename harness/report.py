@@ -142,6 +142,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             try:
                 camp.run()
                 camp.save_worst()
+                log.append({"type": "complete", "results": len(camp.results())})
             except KeyboardInterrupt:
                 n = len(camp.results())
                 print(f"\ninterrupted: {n} results are safe in {results_path}; run the same "

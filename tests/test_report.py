@@ -188,6 +188,7 @@ def test_same_seed_same_numbers_and_render_reads_only_the_jsonl(tmp_path, capsys
                     "## Limitations detected at run time", "## Environment"):  # fmt: skip
         assert section in md
     assert "flashcheck report --name a --preset smoke --seed 0 --dtype bf16" in md
+    assert "Incomplete campaign" not in md
     for fig in ("error_vs_n", "error_vs_logit", "ulp_histogram", "bound_utilization"):
         assert (a / f"{fig}.png").stat().st_size > 1000
     # rendering again from the JSONL alone, elsewhere, gives the same markdown
