@@ -28,7 +28,6 @@ How each is called, and why:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import warnings
 from typing import Any
@@ -177,11 +176,13 @@ def _flash_attn_available(dtype: str, device: str) -> str | None:
 
 
 def _flex_available(dtype: str, device: str) -> str | None:
-    with contextlib.suppress(ImportError):
-        import torch.nn.attention.flex_attention  # noqa: F401
-
-        return _cuda_only(dtype, device)
-    return "this torch has no torch.nn.attention.flex_attention"
+    try:
+        found = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        return "this torch has no torch.nn.attention.flex_attention"
+    return _cuda_only(dtype, device)
 
 
 def library_adapters() -> dict[str, KernelAdapter]:
