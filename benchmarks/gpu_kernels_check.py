@@ -15,7 +15,6 @@ Prints the tables last.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.bench.timing import time_cuda
 from harness.cli import environment
 from harness.formats import BF16, FP16, FP32
 from harness.metrics import floored_ulp_error
@@ -84,17 +84,8 @@ def check(seed: int = 0) -> list[tuple]:
 
 
 def timed(fn, warmup: int = 10, reps: int = 30) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        z.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(z) / 1e3)
-    return statistics.median(times)
+    """Median seconds of ``fn()`` (CUDA events; ``harness.bench.timing``)."""
+    return time_cuda(fn, [()], warmup=warmup, reps=reps).median_ms / 1e3
 
 
 def speed() -> list[tuple]:

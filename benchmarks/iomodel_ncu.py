@@ -79,40 +79,27 @@ def _run(kernel: str, n: int, d: int, heads: int) -> None:
 
 def _predict(kernel: str, n: int, d: int, heads: int) -> float:
     from harness.iomodel.analytic import flash_fa2_bytes, naive_bytes
-    from kernels.triton_flash import _blocks
+    from kernels.triton_flash import _portable_config
 
     if kernel == "naive":
         return heads * naive_bytes(n, d, bytes_per_element=2)
-    block_m = _blocks(d, d, 2)[0] if kernel == "triton" else SDPA_BLOCK_M
+    # BLOCK_M = 128 at d <= 128 in the portable and the Hopper configurations alike
+    block_m = _portable_config(d, d, 2).block_m if kernel == "triton" else SDPA_BLOCK_M
     return heads * flash_fa2_bytes(n, d, block_m=block_m)
 
 
 def _median_ms(fn, reps: int = 30) -> float:
-    import torch
+    from harness.bench.timing import time_cuda
 
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+    return time_cuda(fn, [()], warmup=3, reps=reps, min_ms=0.0).median_ms
 
 
 def _ceilings() -> tuple[float, float]:
     """bf16 matmul 8192³ in TFLOP/s and a 1 GiB device copy in TB/s (read + write)."""
-    import torch
+    from harness.bench.ceilings import measure_ceilings
 
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    mm_ms = _median_ms(lambda: x @ x, 20)
-    src = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    cp_ms = _median_ms(lambda: dst.copy_(src), 20)
-    return 2 * 8192**3 / mm_ms / 1e9, 2 * src.numel() * 2 / cp_ms / 1e9
+    c = measure_ceilings()
+    return c["matmul_bf16_tflops"], c["copy_tbs"]
 
 
 def _time(out: Path) -> int:

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import platform
 import sys
+from pathlib import Path
 
 from harness import __version__
 from harness.formats import FORMATS
@@ -118,6 +119,77 @@ def _cmd_render(args: argparse.Namespace) -> int:
         return 2
     print(f"report: {path}")
     return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from harness.bench.render import render_bench, summary_text
+    from harness.bench.suite import PARTS, BenchOptions, run_bench
+    from harness.resultlog import ResultLogError
+
+    if args.render_only:
+        if not args.name:
+            print("flashcheck bench: error: --render-only needs --name (the directory under "
+                  f"{args.out})", file=sys.stderr)  # fmt: skip
+            return 2
+        results = Path(args.out) / args.name / "results.jsonl"
+        if not results.is_file():
+            print(f"flashcheck bench: error: no results at {results}; run 'flashcheck bench "
+                  f"--name {args.name}' on a GPU first", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            md = render_bench(results, figures=not args.no_figures)
+        except (OSError, ResultLogError, KeyError) as err:
+            print(f"flashcheck bench: error: {results} cannot be rendered: {err}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"bench report: {md}")
+        print(summary_text(results))
+        return 0
+    opts = BenchOptions(
+        name=args.name, out=args.out, parts=tuple(dict.fromkeys(args.part or PARTS)),
+        providers=tuple(dict.fromkeys(args.provider)) if args.provider else None,
+        quick=args.quick, fresh=args.fresh, render=not args.no_render, seed=args.seed,
+    )  # fmt: skip
+    try:
+        code = run_bench(opts)
+    except (ValueError, ResultLogError) as err:
+        print(f"flashcheck bench: error: {err}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _add_bench(sub) -> None:
+    from harness.bench.providers import PROVIDERS
+    from harness.bench.suite import PARTS
+
+    b = sub.add_parser(
+        "bench",
+        help="GPU benchmark: the Triton kernel vs SDPA backends, FlexAttention and naive",
+        description="Forward TFLOP/s of this project's Triton kernel, torch SDPA's flash, "
+        "cuDNN, efficient and math backends, compiled FlexAttention and naive attention, side "
+        "by side on the same inputs (grid: N 1K-32K, d 64/128/256, fp16/bf16, causal and not, "
+        "B*N = 16384, H*d = 2048); a model-width sweep; peak memory and wall-clock vs N; fp32 "
+        "with IEEE and tf32 dots. Every output is checked against the mpmath oracle on sampled "
+        "rows; a wrong output does not score. Writes reports/bench/<gpu>/results.jsonl "
+        "(resumable), bench.md, bench.json and figures. Needs a CUDA GPU. Exit status: 0 done, "
+        "2 usage error or no GPU, 130 interrupted (run again to resume).",
+    )
+    b.add_argument("--name", help="report name: <out>/<name>/ (default: the GPU model, e.g. h100)")
+    b.add_argument("--out", default="reports/bench", help="parent directory (default %(default)s)")
+    b.add_argument("--part", action="append", choices=PARTS,
+                   help="run only this part; repeat for several (default: all)")  # fmt: skip
+    b.add_argument("--provider", action="append", choices=list(PROVIDERS),
+                   help="run only this provider; repeat for several (default: all)")  # fmt: skip
+    b.add_argument("--quick", action="store_true",
+                   help="a small grid (N 1K and 4K, d 64 and 128, bf16): a smoke test")  # fmt: skip
+    b.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    b.add_argument("--fresh", action="store_true",
+                   help="discard existing results of this name instead of resuming")  # fmt: skip
+    b.add_argument("--no-render", action="store_true", help="measure only")
+    b.add_argument("--render-only", action="store_true",
+                   help="re-render bench.md, bench.json, figures from results.jsonl")  # fmt: skip
+    b.add_argument("--no-figures", action="store_true", help="with --render-only: markdown only")
+    b.set_defaults(func=_cmd_bench)
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
@@ -264,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p_io.add_argument("--block", type=_positive, default=64, help="flash block size (default 64)")
     p_io.set_defaults(func=_cmd_iomodel)
     _add_report(sub)
+    _add_bench(sub)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -37,7 +37,7 @@ import numpy as np
 from harness.adapters import KernelAdapter, KernelUnsupported
 from harness.cases import Case
 
-__all__ = ["library_adapters"]
+__all__ = ["library_adapters", "raise_recompile_limits"]
 
 _SDPA_BACKENDS = {
     "sdpa-math": "MATH",
@@ -46,6 +46,23 @@ _SDPA_BACKENDS = {
     "sdpa-cudnn": "CUDNN_ATTENTION",
 }
 _HALF = ("fp16", "bf16")
+
+
+def raise_recompile_limits() -> None:
+    """Let ``torch.compile`` recompile FlexAttention for every new shape.
+
+    New shapes recompile; past dynamo's default limit of 8 recompilations torch silently falls
+    back to flex_attention's eager reference path (tens of times slower, and materializing the
+    score matrix), which would then be measured and reported as "flex".
+    """
+    import torch
+
+    cfg = torch._dynamo.config
+    for name, floor in (("recompile_limit", 512), ("cache_size_limit", 512),
+                        ("accumulated_recompile_limit", 4096),
+                        ("accumulated_cache_size_limit", 4096)):  # fmt: skip
+        if hasattr(cfg, name):  # renamed across torch versions
+            setattr(cfg, name, max(getattr(cfg, name), floor))
 
 
 def _keep_tensor(q: Any, k: Any, causal: bool, window: Any, mask: Any) -> Any | None:
@@ -116,14 +133,7 @@ def _flex_fn():
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         if "f" not in compiled:
-            # New shapes recompile; the default limit of 8 recompilations would make torch
-            # fall back to the eager reference after 8 of them, reported here as "flex".
-            cfg = torch._dynamo.config
-            for name, floor in (("recompile_limit", 512), ("cache_size_limit", 512),
-                                ("accumulated_recompile_limit", 4096),
-                                ("accumulated_cache_size_limit", 4096)):  # fmt: skip
-                if hasattr(cfg, name):  # renamed across torch versions
-                    setattr(cfg, name, max(getattr(cfg, name), floor))
+            raise_recompile_limits()
             compiled["f"] = torch.compile(flex_attention)  # as users call it
         b, hq, nq, _ = q.shape
         nk = k.shape[2]

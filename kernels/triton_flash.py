@@ -1,36 +1,44 @@
 """Triton FlashAttention-2 forward kernel: O and LSE, fp16 / bf16 / fp32.
 
-Algorithm (one program per block of ``BLOCK_M`` query rows of one (batch, head)):
+Algorithm (one program per block of ``BLOCK_M`` query rows of one (batch, head); c is
+scale·log2 e, one fp32 constant, so exp2 replaces exp and q is not rescaled):
 
     for each block of BLOCK_N keys in the row block's live key range:
-        S   = q·kᵀ                       tl.dot, fp32 accumulation
-        t   = S · (scale·log2 e)          one fp32 constant: exp2 replaces exp, q is not rescaled
-        t   = −inf where masked           causal / window / tail keys beyond Nk
-        m'  = max(m, rowmax t);  α = exp2(m − m');  p = exp2(t − m')
+        S   = q·kᵀ                               tl.dot, fp32 accumulation
+        S   = −inf where masked                  only in blocks that hold a masked key
+        m'  = max(m, rowmax(S)·c);  α = exp2(m − m');  p = exp2(S·c − m')    (one FMA)
         l   = α·l + Σ p
         acc = α·acc + (p rounded to the input dtype)·V        tl.dot, fp32 accumulation
     O = acc / l,  LSE = (m + log2 l)·ln 2        (natural log)
+
+The key range of a row block is split into mask-free blocks (every row keeps every key) and
+the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
+build a mask. Both paths evaluate the same expressions, so the split changes no bit (tested).
+Causal row blocks are scheduled longest first. On Hopper, large head dims load through TMA
+tensor descriptors (device-side, so Triton's allocator is set to a torch-backed one unless the
+caller set their own); launch configurations per head dim are in ``_HOPPER``, chosen by
+``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
 
 Arithmetic class "flash" (SPEC 3.4): low-precision inputs, fp32 scores, softmax and accumulators,
 P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
 ``allow_tf32=True``. Masks are bottom-right aligned (``j ≤ i + Nk − Nq``); a row with no kept
 key returns ``O = 0``, ``LSE = −inf``. Loads of keys past ``Nk`` and head-dim padding are masked
-(``other=0``) and their scores set to −inf, so no out-of-bounds read reaches the result.
+or zero-filled by TMA, and their scores set to −inf, so no out-of-bounds read reaches the result.
 
-Known limits: head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 in the 8-warp
-configuration, a workaround for wrong results measured on H100 with Triton 3.6); forward only;
-this is the
-portable path (no TMA / warp specialisation yet: see the GPU performance issue). Under
-``TRITON_INTERPRET=1`` the interpreter's bf16 ``tl.dot`` is broken upstream
-(triton-lang/triton#11584): a canary detects it on first use and bf16 then raises instead of
-returning garbage.
+Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 in
+8-warp configurations, a workaround for wrong results measured on H100 with Triton 3.6); no
+warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4 warps and
+gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
+not overlap as in FlashAttention-3 / cuDNN. Under ``TRITON_INTERPRET=1`` the interpreter's
+bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
+use and bf16 then raises instead of returning garbage.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import triton
 import triton.language as tl
@@ -40,6 +48,69 @@ __all__ = ["ARITHMETIC", "flash_attention"]
 ARITHMETIC = "flash"
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _key_blocks(
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
+    start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
+    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    POS_SCALE: tl.constexpr,
+):  # fmt: skip
+    for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start = tl.multiple_of(start, BLOCK_N)
+        cols = start + offs_n
+        if TMA:
+            # Rows past Nk and columns past d come back as zeros (padding_option="zero").
+            k = k_desc.load([start, 0])
+        else:
+            k_ptrs = k_base + cols[:, None] * skn + offs_d[None, :] * skd
+            k = tl.load(k_ptrs, mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASKED:
+            keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None] + off)
+            if WINDOW:
+                if win_left >= 0:
+                    keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
+                if win_right >= 0:
+                    keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
+        if POS_SCALE:
+            # c > 0 and rounding is monotonic, so max(s)·c rounds to max(s·c): the row maximum
+            # is taken on s, and s·c − m is left to one fused multiply-add per score (Triton
+            # contracts it on GPUs; the interpreter rounds twice). Both paths use the same
+            # expression, so a mask-free block gives the same bits as a masked one.
+            if MASKED:
+                m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1) * qk_scale)
+            else:
+                m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            # A row that has kept no key yet has m = −inf: shift by 0 so exp2 sees −inf, not NaN.
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            x = s * qk_scale - m_safe[:, None]
+        else:
+            # c ≤ 0 (allowed, if unusual): scale first, then take the maximum.
+            t = s * qk_scale
+            if MASKED:
+                t = tl.where(keep, t, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(t, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            x = t - m_safe[:, None]
+        if MASKED:
+            x = tl.where(keep, x, float("-inf"))
+        alpha = tl.math.exp2(m_i - m_safe)
+        p = tl.math.exp2(x)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if TMA:
+            v = v_desc.load([start, 0])
+        else:
+            v_ptrs = v_base + cols[:, None] * svn + offs_dv[None, :] * svd
+            v = tl.load(v_ptrs, mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
 
 
 @triton.jit
@@ -55,21 +126,43 @@ def _flash_fwd(
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
+    if HEAVY_FIRST:
+        # Causal row blocks further down see more keys: start those first so the last wave
+        # of programs is made of short ones (better balance across SMs).
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
     hk = h // (H // H_KV)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
-    q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
+    if TMA:
+        q_desc = tl.make_tensor_descriptor(Q + b * sqb + h * sqh, shape=[NQ, D], strides=[sqm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[NK, D], strides=[skn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[NK, DV], strides=[svn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_DV])  # fmt: skip
+        o_base = Out + b * sob + h * soh
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[NQ, DV], strides=[som, 1],
+                                           block_shape=[BLOCK_M, BLOCK_DV])  # fmt: skip
+        q = q_desc.load([m0, 0])
+    else:
+        q_desc = None
+        k_desc = None
+        v_desc = None
+        o_desc = None
+        q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
+        q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -78,49 +171,55 @@ def _flash_fwd(
     # Live key range of this row block: [lo, hi). Blocks outside it are skipped entirely.
     lo = 0
     hi = NK
+    # Keys every row of the block keeps: [u_lo, u_hi). Blocks inside it skip the mask.
+    u_lo = 0
+    u_hi = NK
     if CAUSAL:
-        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M + off)
+        hi = tl.minimum(hi, m0 + BLOCK_M + off)
+        u_hi = tl.minimum(u_hi, m0 + off + 1)
     if WINDOW:
         if win_right >= 0:
-            hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M + off + win_right)
+            hi = tl.minimum(hi, m0 + BLOCK_M + off + win_right)
+            u_hi = tl.minimum(u_hi, m0 + off + win_right + 1)
         if win_left >= 0:
-            lo = tl.maximum(0, pid_m * BLOCK_M + off - win_left)
+            lo = tl.maximum(0, m0 + off - win_left)
             lo = (lo // BLOCK_N) * BLOCK_N
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + offs_n
-        k_ptrs = k_base + cols[:, None] * skn + offs_d[None, :] * skd
-        k = tl.load(k_ptrs, mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        t = s * qk_scale
-        keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None] + off)
-        if WINDOW:
-            if win_left >= 0:
-                keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
-            if win_right >= 0:
-                keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        t = tl.where(keep, t, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(t, 1))
-        # A row that has kept no key yet has m = −inf: shift by 0 so exp2 sees −inf, not NaN.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_safe)
-        p = tl.math.exp2(t - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v_ptrs = v_base + cols[:, None] * svn + offs_dv[None, :] * svd
-        v = tl.load(v_ptrs, mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+            u_lo = tl.maximum(u_lo, m0 + BLOCK_M - 1 + off - win_left)
+    hi = tl.maximum(hi, lo)
+    # Whole blocks on the grid lo, lo + BLOCK_N, ... that lie in [u_lo, u_hi).
+    full_lo = tl.minimum(lo + tl.cdiv(tl.maximum(u_lo - lo, 0), BLOCK_N) * BLOCK_N, hi)
+    full_hi = lo + (tl.maximum(u_hi - lo, 0) // BLOCK_N) * BLOCK_N
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    if not SPLIT:
+        full_lo = hi
+        full_hi = hi
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE,
+    )  # fmt: skip
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+        offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
+    )  # fmt: skip
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE,
+    )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     out = tl.where(has[:, None], out, 0.0)
     lse = tl.where(has, (m_i + tl.math.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453,
                    float("-inf"))  # fmt: skip
-    o_ptrs = Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod
-    tl.store(
-        o_ptrs, out.to(Out.dtype.element_ty), mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV)
-    )
+    if TMA:
+        o_desc.store([m0, 0], out.to(Out.dtype.element_ty))
+    else:
+        o_ptrs = Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty),
+                 mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV))  # fmt: skip
     tl.store(LSE + b * slb + h * slh + rows * slm, lse, mask=rows < NQ)
 
 
@@ -150,16 +249,89 @@ def _bf16_dot_works(torch: Any) -> bool:
     return _BF16_CANARY["ok"]
 
 
-def _blocks(d: int, dv: int, dtype_bytes: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages): portable defaults that fit Hopper's 227 KiB of
-    shared memory (fp32 at d = 256 needs 32×32 tiles and 2 stages)."""
+class _Config(NamedTuple):
+    """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    tma: bool = False
+    warp_specialize: bool = False
+    dv_floor: int = 0
+    split: bool = True  # False: every block through the masked path (for tests and tuning)
+
+
+def _portable_config(d: int, dv: int, dtype_bytes: int) -> _Config:
+    """Defaults that fit 100 KiB of shared memory and run on any CUDA GPU Triton supports
+    (fp32 at d = 256 needs 32×32 tiles and 2 stages)."""
     if _interpreting():
-        return 16, 16, 4, 1
+        return _Config(16, 16, 4, 1)
     if dtype_bytes == 4 and max(d, dv) > 128:
-        return 32, 32, 4, 2
+        return _Config(32, 32, 4, 2)
     if max(d, dv) > 128 or dtype_bytes == 4:
-        return 64, 32, 4, 2
-    return 128, 64, 8, 3
+        return _Config(64, 32, 4, 2)
+    return _Config(128, 64, 8, 3)
+
+
+# Hopper (sm_90), fp16 / bf16, by head-dim bucket and causality: measured on one H100 with
+# benchmarks/tune_hopper.py (the log with every candidate is in benchmarks/RESULTS.md).
+_HOPPER: dict[tuple[int, bool], _Config] = {
+    (64, False): _Config(128, 64, 8, 3),
+    (64, True): _Config(128, 64, 4, 3),
+    (128, False): _Config(128, 64, 8, 3),
+    (128, True): _Config(128, 64, 8, 3),
+    (256, False): _Config(128, 64, 8, 2, tma=True),
+    (256, True): _Config(128, 64, 8, 2, tma=True),
+}
+
+
+def _tma_ok(*tensors: Any) -> bool:
+    """TMA descriptors need 16-byte aligned bases and row strides, and contiguous rows."""
+    for t in tensors:
+        es = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any((st * es) % 16 for st in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _config(q: Any, k: Any, v: Any, o: Any, causal: bool) -> _Config:
+    d, dv = q.shape[3], v.shape[3]
+    cfg = _portable_config(d, dv, q.element_size())
+    if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
+        return cfg
+    import torch
+
+    if torch.cuda.get_device_capability(q.device)[0] != 9:
+        return cfg
+    bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
+    hop = _HOPPER[(bucket, bool(causal))]
+    if hop.tma and not _tma_ok(q, k, v, o):
+        hop = hop._replace(tma=False, warp_specialize=False)
+    return hop
+
+
+_LAST_COMPILED: dict[str, Any] = {}
+
+
+def _alloc_scratch(size: int, alignment: int, stream: int | None) -> Any:
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need global scratch memory from Triton's allocator; set a
+    torch-backed one unless the caller installed their own."""
+    try:
+        from triton.runtime._allocation import NullAllocator, _allocator
+    except ImportError:  # layout of a future Triton: set ours
+        triton.set_allocator(_alloc_scratch)
+        return
+    if isinstance(_allocator.get(), NullAllocator):
+        triton.set_allocator(_alloc_scratch)
 
 
 def _launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
@@ -169,30 +341,33 @@ def _launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     _, hk, nk, dv = v.shape
     o = torch.empty((bsz, hq, nq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
-    bm, bn, warps, stages = _blocks(d, dv, q.element_size())
+    cfg = _config(q, k, v, o, causal) if config is None else config
     block_d = max(16, triton.next_power_of_2(d))
-    block_dv = max(16, triton.next_power_of_2(dv))
-    if warps == 8:
+    block_dv = max(16, triton.next_power_of_2(dv), cfg.dv_floor)
+    if cfg.warps == 8:
         # Measured on H100, Triton 3.6: BLOCK_M=128, 8 warps and a 32-wide P·V tile (dv <= 32)
         # returned wrong values (max abs error 0.033 vs 0.0011), reproducibly, with
         # compute-sanitizer memcheck and racecheck clean; a 64-wide tile is correct
         # (benchmarks/probe_block_dv.py, benchmarks/RESULTS.md). Pad dv to 64 there.
         block_dv = max(block_dv, 64)
-    if config is not None:  # (BLOCK_M, BLOCK_N, warps, stages, BLOCK_DV floor): for probes
-        bm, bn, warps, stages, dv_floor = config
-        block_dv = max(block_dv, dv_floor)
+    if cfg.tma:
+        _ensure_allocator()
     left, right = (-1, -1) if window is None else window
-    grid = (triton.cdiv(nq, bm), bsz * hq)
+    n_m = triton.cdiv(nq, cfg.block_m)
+    grid = (n_m, bsz * hq)
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
-    _flash_fwd[grid](
+    compiled = _flash_fwd[grid](
         q, k, v, o, lse,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
         hq, hk, nq, nk, d, dv,
         float(scale) * _LOG2E, left, right,
         CAUSAL=bool(causal), WINDOW=window is not None,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, BLOCK_DV=block_dv,
-        PRECISION=precision, num_warps=warps, num_stages=stages,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
+        PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
+        HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=scale > 0,
+        num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
+    _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
     return o, lse
 
 

@@ -107,3 +107,74 @@ def test_dispatch_and_bad_input():
         flash_attention(z(1, 1, 4, 16, dtype=torch.float64), z(1, 1, 4, 16), z(1, 1, 4, 16))
     with pytest.raises(ValueError, match="backend"):
         attention(q, k, v, backend="cuda")
+
+
+SPLIT_GRID = [
+    # (B, Hq, Hk, Nq, Nk, d, dv, causal, window): shapes whose row blocks mix mask-free key
+    # blocks with masked ones on both sides (window edges, causal diagonal, ragged key tail)
+    (1, 2, 1, 70, 70, 32, 32, True, None),
+    (1, 1, 1, 50, 90, 16, 24, True, None),  # Nq < Nk: the diagonal is shifted right
+    (1, 1, 1, 90, 50, 16, 16, True, None),  # Nq > Nk: leading rows fully masked
+    (1, 1, 1, 64, 100, 32, 32, False, (37, 5)),
+    (1, 1, 1, 81, 81, 16, 16, False, (None, 20)),
+    (1, 1, 1, 81, 81, 16, 16, True, (30, None)),
+    (1, 1, 1, 33, 97, 40, 40, False, None),  # ragged key tail only
+    # key offsets Nk - Nq and window sides one below, at and one above a block multiple, so
+    # an off-by-one in the mask-free range lands on a block edge
+    (1, 1, 1, 48, 62, 16, 16, True, None),
+    (1, 1, 1, 48, 63, 16, 16, True, None),
+    (1, 1, 1, 48, 65, 16, 16, True, None),
+    (1, 1, 1, 64, 64, 16, 16, False, (15, 14)),
+    (1, 1, 1, 64, 64, 16, 16, False, (16, 15)),
+    (1, 1, 1, 64, 64, 16, 16, False, (17, 16)),
+]
+
+
+def _shape_id(s):
+    return "x".join(map(str, s[:7])) + f"-c{int(s[7])}"
+
+
+@pytest.mark.parametrize("shape", SPLIT_GRID, ids=_shape_id)
+def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
+    """The mask-free loop and the TMA loads are optimizations: for the same tiles the kernel
+    must return exactly what the all-masked pointer path returns (a block wrongly taken as
+    mask-free, skipped or visited twice changes bits), and that must pass the oracle check."""
+    from kernels.triton_flash import _Config, _launch
+
+    q, k, v, causal, window = _run(torch.float16, shape, seed=sum(shape[:7]))
+    q, k, v = q.to(DEV), k.to(DEV), v.to(DEV)
+    win = None if window is None else tuple(-1 if w is None else w for w in window)
+    sc = shape[5] ** -0.5
+    for bm, bn in ((16, 16), (32, 16)):
+        outs = {}
+        for tma in (False, True):
+            for split in (False, True):
+                cfg = _Config(bm, bn, 4, 1, tma=tma, split=split)
+                outs[tma, split] = _launch(q, k, v, causal=causal, window=win, scale=sc,
+                                           allow_tf32=False, config=cfg)  # fmt: skip
+        base_o, base_l = outs[False, False]
+        for key, (o, lse) in outs.items():
+            assert torch.equal(o, base_o), (bm, bn, key)
+            assert torch.equal(lse, base_l), (bm, bn, key)
+    o = base_o.cpu()
+    ref = oracle(q.cpu(), k.cpu(), v.cpu(), causal=causal, window=window, scale=sc)
+    e = floored_ulp_error(o.double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+    n, _ = naive_numpy(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=causal,
+                       window=window, scale=sc)  # fmt: skip
+    en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+    assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
+    np.testing.assert_array_equal(np.isneginf(base_l.cpu().numpy()), ~np.isfinite(ref.lse_hi))
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.3], ids=["zero", "negative"])
+def test_non_positive_scale_takes_the_scaled_maximum(scale):
+    """For c ≤ 0, max(s)·c is not max(s·c): the kernel must scale before the row maximum."""
+    q, k, v, causal, window = _run(torch.float16, (1, 2, 1, 37, 53, 32, 32, True, (20, None)), 7)
+    o, _ = flash_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=window,
+                           scale=scale)  # fmt: skip
+    ref = oracle(q, k, v, causal=causal, window=window, scale=scale)
+    e = floored_ulp_error(o.cpu().double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+    n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window,
+                       scale=scale)  # fmt: skip
+    en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+    assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())

@@ -1,0 +1,94 @@
+"""What limits the Triton kernel: Nsight Compute on it and on SDPA cuDNN, side by side.
+
+    python benchmarks/profile_limits.py [-n 8192] [-d 128] [--heads 16] [--out DIR]
+
+Profiles one bf16 non-causal forward of each (``benchmarks/iomodel_ncu.py run``, which warms
+up, then brackets a single call with cudaProfilerStart/Stop) with the SpeedOfLight,
+ComputeWorkloadAnalysis, Occupancy, LaunchStats and WarpStateStats sections, saves the raw CSV
+and prints the metrics that say where the time goes: tensor-pipe (GMMA) activity, the
+special-function pipe (XU: exp2), FMA/ALU pipes, issue activity, warp stall reasons,
+registers and occupancy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats",
+            "WarpStateStats")  # fmt: skip
+KEEP = ("gpu__time_duration.sum", "sm__throughput.avg.pct", "gmma", "pipe_tensor", "pipe_xu",
+        "pipe_fma", "pipe_alu", "issue_active", "inst_executed.avg.per_cycle_active",
+        "warps_active.avg.pct", "registers", "smsp__pcsamp_warps_issue_stalled",
+        "average_warp_latency_issue_stalled", "dram__throughput.avg.pct")  # fmt: skip
+
+
+def profile(kernel: str, n: int, d: int, heads: int) -> list[dict[str, str]]:
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv",
+           "--page", "raw"]  # fmt: skip
+    for s in SECTIONS:
+        cmd += ["--section", s]
+    cmd += [sys.executable, str(ROOT / "benchmarks" / "iomodel_ncu.py"), "run", "--kernel",
+            kernel, "-n", str(n), "-d", str(d), "--heads", str(heads)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith('"')]
+    if res.returncode or not lines:
+        raise SystemExit(
+            f"ncu failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        )
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    return [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=8192)
+    ap.add_argument("-d", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=None, help="where to save the raw CSV rows")
+    args = ap.parse_args()
+    found: dict[str, dict[str, str]] = {}
+    for kernel in ("triton", "sdpa-cudnn"):
+        for row in profile(kernel, args.n, args.d, args.heads):
+            name = row.get("Kernel Name", "?")[:60]
+            found[f"{kernel}: {name}"] = row
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with open(args.out / "profile_limits.csv", "w", newline="") as f:
+            keys = sorted({k for r in found.values() for k in r})
+            w = csv.DictWriter(f, fieldnames=["which", *keys])
+            w.writeheader()
+            for which, r in found.items():
+                w.writerow({"which": which, **r})
+
+    # the forward kernel of each (the longest), side by side
+    def dur(r):
+        try:
+            return float(r.get("gpu__time_duration.sum", "0").replace(",", ""))
+        except ValueError:
+            return 0.0
+
+    main_rows = {}
+    for which, r in found.items():
+        k = which.split(":")[0]
+        if k not in main_rows or dur(r) > dur(main_rows[k][1]):
+            main_rows[k] = (which, r)
+    names = sorted({m for _, r in main_rows.values() for m in r if any(s in m for s in KEEP)})
+    cols = list(main_rows)
+    print(f"bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, non-causal")
+    print("| metric | " + " | ".join(main_rows[c][0] for c in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for m in names:
+        print(f"| {m} | " + " | ".join(main_rows[c][1].get(m, "") for c in cols) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""The attention forwards a benchmark compares, each behind one calling convention.
+
+A :class:`Provider` turns ``(q, k, v)`` of shape ``(B, H, N, d)`` (one CUDA device, one dtype)
+and a causal flag into a zero-state callable ``fn(q, k, v) -> O``; everything a user would do
+once per shape (building a block mask, compiling) happens in :meth:`Provider.make` or in the
+warm-up runs, never in the timed ones.
+
+- ``triton``: this project's kernel (:mod:`kernels.triton_flash`); ``triton-tf32`` is the same
+  kernel with tf32 dots, fp32 inputs only.
+- ``sdpa-flash``, ``sdpa-cudnn``, ``sdpa-efficient``, ``sdpa-math``: one backend of
+  ``torch.nn.functional.scaled_dot_product_attention`` each, forced with ``sdpa_kernel`` so
+  torch cannot fall back to another backend behind the benchmark's back.
+- ``flex``: ``torch.nn.attention.flex_attention`` compiled with ``torch.compile`` (its eager
+  path is a reference implementation, not the kernel users run), with a causal block mask.
+- ``naive``: what people write by hand: ``softmax(Q·Kᵀ·scale)`` materialized in the input
+  dtype (softmax in fp32), then ``·V``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PROVIDERS", "Provider", "provider_names"]
+
+_SDPA = {
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
+_HALF = ("fp16", "bf16")
+_ALL = ("fp16", "bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One benchmarked forward.
+
+    ``materializes`` marks forwards that hold the ``N × N`` score matrix in memory: the
+    benchmark skips shapes where that would not fit, instead of running out of memory.
+    ``arithmetic`` is the class of the bounds its outputs are judged with
+    (``"unknown"``: the empirical rule only).
+    """
+
+    name: str
+    dtypes: tuple[str, ...]
+    max_head_dim: int
+    materializes: bool
+    arithmetic: str
+    build: Callable[[Any, Any, Any, bool], Callable[..., Any]]
+
+    def unsupported(self, dtype: str, d: int) -> str | None:
+        if dtype not in self.dtypes:
+            return f"{self.name} does not take {dtype} (it takes {', '.join(self.dtypes)})"
+        if d > self.max_head_dim:
+            return f"{self.name} takes head dims up to {self.max_head_dim}"
+        return None
+
+    def score_bytes(self, b: int, h: int, n: int, itemsize: int) -> int:
+        """Memory the materialized ``S``, fp32 softmax and ``P`` need (0 when not materialized)."""
+        return b * h * n * n * (2 * itemsize + 4) if self.materializes else 0
+
+    def make(self, q: Any, k: Any, v: Any, causal: bool) -> Callable[..., Any]:
+        return self.build(q, k, v, causal)
+
+
+def _triton(tf32: bool):
+    def build(q, k, v, causal):
+        from kernels.triton_flash import flash_attention
+
+        def fn(q, k, v):
+            return flash_attention(q, k, v, causal=causal, allow_tf32=tf32)[0]
+
+        return fn
+
+    return build
+
+
+def _sdpa(backend: str):
+    def build(q, k, v, causal):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        be = getattr(SDPBackend, backend)
+
+        def fn(q, k, v):
+            with sdpa_kernel([be]):
+                return sdpa(q, k, v, is_causal=causal)
+
+        return fn
+
+    return build
+
+
+_FLEX_COMPILED: dict[str, Any] = {}
+
+
+def _flex(q, k, v, causal):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if "fn" not in _FLEX_COMPILED:
+        from harness.torch_adapters import raise_recompile_limits
+
+        raise_recompile_limits()
+        _FLEX_COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
+    compiled = _FLEX_COMPILED["fn"]
+    n_q, n_k = q.shape[2], k.shape[2]
+    block_mask = None
+    if causal:
+
+        def causal_mod(b, h, i, j):
+            return j <= i + (n_k - n_q)
+
+        block_mask = create_block_mask(causal_mod, None, None, n_q, n_k, device=q.device)
+
+    def fn(q, k, v):
+        return compiled(q, k, v, block_mask=block_mask)
+
+    return fn
+
+
+def _naive(q, k, v, causal):
+    import torch
+
+    n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    masked = None
+    if causal:
+        i = torch.arange(n_q, device=q.device)[:, None]
+        j = torch.arange(n_k, device=q.device)[None, :]
+        masked = j > i + (n_k - n_q)
+
+    def fn(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * scale
+        if masked is not None:
+            s = s.masked_fill(masked, float("-inf"))
+        p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+        return p @ v
+
+    return fn
+
+
+PROVIDERS: dict[str, Provider] = {
+    "triton": Provider("triton", _ALL, 256, False, "flash", _triton(False)),
+    "triton-tf32": Provider("triton-tf32", ("fp32",), 256, False, "tf32", _triton(True)),
+    "sdpa-flash": Provider("sdpa-flash", _HALF, 256, False, "flash", _sdpa(_SDPA["sdpa-flash"])),
+    "sdpa-cudnn": Provider("sdpa-cudnn", _HALF, 256, False, "unknown", _sdpa(_SDPA["sdpa-cudnn"])),
+    "sdpa-efficient": Provider(
+        "sdpa-efficient", _ALL, 256, False, "unknown", _sdpa(_SDPA["sdpa-efficient"])
+    ),
+    "sdpa-math": Provider("sdpa-math", _ALL, 1 << 30, True, "unknown", _sdpa(_SDPA["sdpa-math"])),
+    "flex": Provider("flex", _ALL, 256, False, "unknown", _flex),
+    "naive": Provider("naive", _ALL, 1 << 30, True, "naive", _naive),
+}
+
+
+def provider_names() -> list[str]:
+    return list(PROVIDERS)

@@ -1,0 +1,455 @@
+"""``reports/bench/<gpu>/bench.md``, ``bench.json`` and the figures, from ``results.jsonl`` only.
+
+The markdown leads with the verdicts the benchmark exists for — the Triton kernel against SDPA
+flash at every shape (floor) and against cuDNN at ``d = 128, N ≥ 4096`` (goal) — then one
+side-by-side table per dtype × head dim × causality, the width sweep, the memory and
+wall-clock tables, fp32 with IEEE and tf32 dots, the compiler's report on the Triton kernel,
+the correctness checks, and the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from harness.resultlog import read_records
+
+__all__ = ["bench_summary", "render_bench"]
+
+ORDER = (
+    "triton",
+    "triton-tf32",
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "sdpa-math",
+    "flex",
+    "naive",
+)
+FLOOR = 1.0
+GOAL = 0.9
+STRETCH = 1.0
+
+
+def _ok(rec: dict[str, Any] | None) -> bool:
+    """A speed that counts: measured, and its output passed the oracle check."""
+    return bool(rec) and rec["status"] == "ok" and rec.get("check", {}).get("verdict") == "PASS"
+
+
+def _cell(
+    rec: dict[str, Any] | None, field: str = "tflops", fmt: str = "{:.0f}", *, scale: float = 1.0
+) -> str:
+    if not rec:
+        return ""
+    if rec["status"] == "skipped":
+        return "–"
+    if rec["status"] == "error":
+        return "err"
+    text = fmt.format(rec[field] * scale) if rec.get(field) is not None else "?"
+    verdict = rec.get("check", {}).get("verdict")
+    return text if verdict == "PASS" else f"{text} ✗"
+
+
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    if _ok(a) and _ok(b):
+        return a["tflops"] / b["tflops"]
+    return None
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    recs = read_records(path)
+    shapes: dict[str, dict[str, dict]] = defaultdict(dict)
+    meta: dict[str, dict] = {}
+    for r in recs:
+        if r.get("type") == "speed":
+            shapes[r["key"]][r["provider"]] = r
+            meta[r["key"]] = r
+    return {
+        "header": recs[0],
+        "records": recs,
+        "shapes": shapes,
+        "meta": meta,
+        "ceilings": [r for r in recs if r.get("type") == "ceilings"],
+        "sessions": [r for r in recs if r.get("type") == "session"],
+        "complete": any(r.get("type") == "complete" for r in recs),
+    }
+
+
+def _providers(data: dict[str, Any], keys: list[str]) -> list[str]:
+    seen = {p for k in keys for p in data["shapes"][k]}
+    return [p for p in ORDER if p in seen] + sorted(seen - set(ORDER))
+
+
+def _keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
+    ks = [
+        k
+        for k, m in data["meta"].items()
+        if m["part"] == part and all(m[f] == v for f, v in match.items())
+    ]
+    return sorted(ks, key=lambda k: (data["meta"][k]["n"], data["meta"][k]["h"]))
+
+
+def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Floor, goal and stretch ratios of the Triton kernel, and the correctness tally."""
+    floor, goal = [], []
+    for key, provs in data["shapes"].items():
+        m = data["meta"][key]
+        if m["part"] not in ("grid", "width"):
+            continue
+        r = _ratio(provs.get("triton"), provs.get("sdpa-flash"))
+        if r is not None:
+            floor.append((r, key))
+        if m["part"] == "grid" and m["d"] == 128 and m["n"] >= 4096:
+            g = _ratio(provs.get("triton"), provs.get("sdpa-cudnn"))
+            if g is not None:
+                goal.append((g, key))
+    checks: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    failures = []
+    for key, provs in data["shapes"].items():
+        for p, rec in provs.items():
+            if rec["status"] != "ok":
+                continue
+            v = rec.get("check", {}).get("verdict", "unchecked")
+            checks[p][v] += 1
+            if v != "PASS":
+                failures.append((key, p, v, rec.get("check", {}).get("reasons", [])))
+    triton_unscored = [
+        k for k, provs in data["shapes"].items() if "triton" in provs and not _ok(provs["triton"])
+    ]
+    return {
+        "floor_min": min(floor) if floor else None,
+        "floor_below": sorted(x for x in floor if x[0] < FLOOR),
+        "floor_shapes": len(floor),
+        "goal_min": min(goal) if goal else None,
+        "goal": sorted(goal, key=lambda x: x[1]),
+        "checks": {p: dict(v) for p, v in checks.items()},
+        "failures": failures,
+        "triton_unscored": triton_unscored,
+    }
+
+
+def _grid_table(data: dict[str, Any], keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
+    provs = _providers(data, keys)
+    head = [name for name, _ in lead] + provs + ["triton / flash", "triton / cuDNN"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in keys:
+        m, row = data["meta"][k], data["shapes"][k]
+        cells = [str(fn(m)) for _, fn in lead] + [_cell(row.get(p)) for p in provs]
+        cells += [
+            _fmt_ratio(_ratio(row.get("triton"), row.get("sdpa-flash"))),
+            _fmt_ratio(_ratio(row.get("triton"), row.get("sdpa-cudnn"))),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _mib(x: float | None) -> str:
+    return "" if x is None else f"{x / 2**20:,.1f}"
+
+
+def render_bench(
+    results: str | Path, out_dir: str | Path | None = None, *, figures: bool = True
+) -> Path:
+    """Write bench.md, bench.json and the PNGs next to ``results`` (or into ``out_dir``)."""
+    results = Path(results)
+    out = Path(out_dir) if out_dir is not None else results.parent
+    out.mkdir(parents=True, exist_ok=True)
+    data = _load(results)
+    summ = bench_summary(data)
+    name = data["header"].get("name", out.name)
+    env = data["sessions"][-1]["env"] if data["sessions"] else {}
+    cfg = data["header"].get("config", {})
+    cmd = f"flashcheck bench --name {name}"
+    if cfg.get("quick"):
+        cmd += " --quick"
+    if cfg.get("parts") and list(cfg["parts"]) != ["grid", "width", "memory", "fp32"]:
+        cmd += "".join(f" --part {p}" for p in cfg["parts"])
+    if cfg.get("providers"):
+        cmd += "".join(f" --provider {p}" for p in cfg["providers"])
+    L: list[str] = [f"# flashcheck bench: {name}", ""]
+    L.append(
+        f"Regenerate with `{cmd}` on the same GPU; re-render from the raw results without "
+        f"running anything: `flashcheck bench --render-only --name {name}`. Raw results: "
+        "[results.jsonl](results.jsonl); the same numbers as one JSON document: "
+        "[bench.json](bench.json)."
+    )
+    L.append("")
+    if not data["complete"]:
+        L += [
+            "> **Incomplete run**: the benchmark was interrupted; run the same command again "
+            "to finish it. The tables hold what was measured so far.",
+            "",
+        ]
+    L.append(
+        f"GPU: **{env.get('gpu', '?')}**; torch {env.get('torch', '?')}, triton "
+        f"{env.get('triton', '?')}, CUDA {env.get('cuda', '?')}, cuDNN "
+        f"{env.get('cudnn', '?')}."
+    )
+    L.append("")
+    L += [
+        "## Ceilings measured in this run",
+        "",
+        "| when | bf16 matmul 8192³ (TFLOP/s) | device copy (TB/s) |",
+        "|---|---|---|",
+    ]
+    for i, c in enumerate(data["ceilings"]):
+        when = "start" if i % 2 == 0 else "end"
+        L.append(f"| {when} | {c['matmul_bf16_tflops']:.0f} | {c['copy_tbs']:.2f} |")
+    L += [
+        "",
+        "TFLOP/s below count `4·N²·d` FLOPs per head (the two GEMMs), halved for causal. "
+        "Timing: CUDA events around each call after warm-up, median of ≥ 20 runs (≥ 10 for "
+        "the materializing `sdpa-math`, `naive` and for `sdpa-efficient`), inputs rotated "
+        "through copies larger than L2 together. A cell marked ✗ failed its oracle check and "
+        "does not count; – = not run (the reason is in the results); err = the provider "
+        "raised.",
+        "",
+    ]
+
+    L += ["## Verdicts", ""]
+    fl = summ["floor_min"]
+    if fl:
+        ok = "met" if fl[0] >= FLOOR else "**not met**"
+        L.append(
+            f"- **Floor** (Triton ≥ {FLOOR:.1f}× SDPA flash at every grid and width shape): "
+            f"{ok}; the lowest ratio is **{fl[0]:.2f}×** at `{fl[1]}` "
+            f"({summ['floor_shapes']} shapes compared)."
+        )
+        for r, k in summ["floor_below"]:
+            L.append(f"  - below the floor: `{k}`: {r:.2f}×")
+    if summ["goal"]:
+        g = summ["goal_min"]
+        ok = "met" if g[0] >= GOAL else "**not met**"
+        L.append(
+            f"- **Goal** (≥ {GOAL}× SDPA cuDNN at d = 128, N ≥ 4096, causal and not): {ok}; "
+            f"lowest **{g[0]:.2f}×** at `{g[1]}`. Stretch (≥ {STRETCH:.1f}×): "
+            f"{'met' if g[0] >= STRETCH else 'not met'}. All ratios: "
+            + ", ".join(f"{_short_key(k)} {r:.2f}" for r, k in summ["goal"])
+            + "."
+        )
+    if summ["triton_unscored"]:
+        L.append(
+            "- Triton shapes that did not score (error, skip or failed check): "
+            + ", ".join(f"`{k}`" for k in summ["triton_unscored"])
+        )
+    L.append("")
+
+    for dt in ("bf16", "fp16"):
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                keys = _keys(data, "grid", dtype=dt, d=d, causal=causal)
+                if not keys:
+                    continue
+                L += [f"## {dt}, d = {d}, {'causal' if causal else 'non-causal'}: TFLOP/s", ""]
+                L += _grid_table(
+                    data,
+                    keys,
+                    [("N", lambda m: m["n"]), ("B × H", lambda m: f"{m['b']} × {m['h']}")],
+                )
+                L.append("")
+    wk = sorted(
+        _keys(data, "width"), key=lambda k: (data["meta"][k]["causal"], data["meta"][k]["h"])
+    )
+    if wk:
+        L += ["## Model width sweep: bf16, N = 4096, d = 128, B = 4: TFLOP/s", ""]
+        L += _grid_table(
+            data,
+            wk,
+            [
+                ("H·d", lambda m: m["h"] * m["d"]),
+                ("H", lambda m: m["h"]),
+                ("causal", lambda m: "yes" if m["causal"] else "no"),
+            ],
+        )
+        L.append("")
+    mk = _keys(data, "memory")
+    if mk:
+        provs = _providers(data, mk)
+        L += [
+            "## Peak extra memory of one call: bf16, B = 1, H = 8, d = 128 (MiB)",
+            "",
+            "Extra = peak allocated during the call minus allocated before it (the inputs). "
+            "The output O and the fp32 LSE are the floor for any forward that returns them.",
+            "",
+        ]
+        head = ["N", "O + LSE", *provs]
+        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for k in mk:
+            row = data["shapes"][k]
+            any_rec = next(iter(row.values()))
+            base = (any_rec.get("out_bytes") or 0) + (any_rec.get("lse_bytes") or 0)
+            cells = [str(data["meta"][k]["n"]), _mib(base)]
+            for p in provs:
+                cells.append(_cell(row.get(p), "peak_extra_bytes", "{:,.1f}", scale=2**-20))
+            L.append("| " + " | ".join(cells) + " |")
+        L += ["", "## Wall-clock of one call vs N: bf16, B = 1, H = 8, d = 128 (ms)", ""]
+        head = ["N", *provs]
+        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for k in mk:
+            row = data["shapes"][k]
+            L.append(
+                "| "
+                + " | ".join(
+                    [str(data["meta"][k]["n"])] + [_cell(row.get(p), "ms", "{:.3g}") for p in provs]
+                )
+                + " |"
+            )
+        L.append("")
+    fk = sorted(
+        _keys(data, "fp32"),
+        key=lambda k: (data["meta"][k]["d"], data["meta"][k]["causal"], data["meta"][k]["n"]),
+    )
+    if fk:
+        provs = _providers(data, fk)
+        L += [
+            "## fp32 inputs: IEEE fp32 dots (`triton`) and tf32 dots (`triton-tf32`)",
+            "",
+            '`triton` runs its two GEMMs with IEEE fp32 dots (`input_precision="ieee"`); '
+            "`triton-tf32` with tf32 tensor-core dots (10-bit mantissa inputs). Max floored "
+            "ULP of the checked rows, in fp32 ulps, shows what tf32 costs in accuracy.",
+            "",
+        ]
+        head = (
+            ["d", "causal", "N"]
+            + [f"{p} TFLOP/s" for p in provs]
+            + ["tf32 / IEEE speed", "IEEE max ulp", "tf32 max ulp"]
+        )
+        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for k in fk:
+            m, row = data["meta"][k], data["shapes"][k]
+            ieee, tf = row.get("triton"), row.get("triton-tf32")
+            sp = (
+                tf["tflops"] / ieee["tflops"]
+                if ieee and tf and ieee["status"] == "ok" and tf["status"] == "ok"
+                else None
+            )
+            cells = [str(m["d"]), "yes" if m["causal"] else "no", str(m["n"])]
+            cells += [_cell(row.get(p), "tflops", "{:.1f}") for p in provs]
+            cells += [_fmt_ratio(sp), _ulp(ieee), _ulp(tf)]
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+    L += _compiler_section(data)
+    L += [
+        "## Correctness checks",
+        "",
+        "Each output was compared with the mpmath oracle on 12 sampled rows (first, last and "
+        "10 seeded) of the first and last head of the last batch entry, and judged like an "
+        "error-report result: a-priori bounds for the `flash` / `tf32` classes (triton, SDPA "
+        "flash), and max(2 × same-precision naive + 1 ulp, probabilistic bound) for all.",
+        "",
+        "| provider | " + " | ".join(("PASS", "FAIL", "FAIL-HARD")) + " |",
+        "|---|---|---|---|",
+    ]
+    for p in [x for x in ORDER if x in summ["checks"]]:
+        c = summ["checks"][p]
+        L.append(f"| {p} | {c.get('PASS', 0)} | {c.get('FAIL', 0)} | {c.get('FAIL-HARD', 0)} |")
+    for key, p, v, reasons in summ["failures"]:
+        L.append(f"- `{key}` {p}: {v}: {'; '.join(reasons)}")
+    L.append("")
+    errs = [
+        (k, p, r["reason"])
+        for k, row in data["shapes"].items()
+        for p, r in row.items()
+        if r["status"] != "ok"
+    ]
+    if errs:
+        reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for k, p, why in errs:
+            reasons[(p, why)].append(k)
+        L += ["## Not run", ""]
+        for (p, why), ks in sorted(reasons.items()):
+            L.append(f"- {p} ({len(ks)} shapes, e.g. `{ks[0]}`): {why}")
+        L.append("")
+    L += ["## Environment", "", "| | |", "|---|---|"]
+    for k, v in env.items():
+        if k != "argv":
+            L.append(f"| {k} | {v} |")
+    L.append("")
+    if figures and data["shapes"]:
+        from harness.bench.figures import make_bench_figures
+
+        made = make_bench_figures(data, out)
+        if made:
+            L += ["## Figures", ""] + [f"![{m}]({m}.png)" for m in made] + [""]
+    md = out / "bench.md"
+    md.write_text("\n".join(L))
+    _write_json(data, summ, out / "bench.json")
+    return md
+
+
+def _short_key(key: str) -> str:
+    _part, dt, shape, mask = key.split("/")
+    n = shape.split("n")[1].split("d")[0]
+    return f"{dt} N={n} {mask}"
+
+
+def _ulp(rec: dict[str, Any] | None) -> str:
+    if not rec or rec["status"] != "ok" or "check" not in rec:
+        return ""
+    return f"{rec['check']['max_ulp']:.3g}"
+
+
+def _compiler_section(data: dict[str, Any]) -> list[str]:
+    rows = {}
+    for k, m in data["meta"].items():
+        t = data["shapes"][k].get("triton")
+        if t and t.get("triton") and m["part"] in ("grid", "fp32"):
+            rows[(m["dtype"], m["d"], m["causal"])] = t["triton"]
+    if not rows:
+        return []
+    L = [
+        "## The Triton kernel as compiled (compiler's report)",
+        "",
+        "| dtype | d | causal | warps | stages | registers / thread | spills | smem (KiB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (dt, d, c), t in sorted(rows.items()):
+        smem = t.get("shared_bytes")
+        L.append(
+            f"| {dt} | {d} | {'yes' if c else 'no'} | {t.get('warps')} | {t.get('stages')} "
+            f"| {t.get('registers')} | {t.get('spills')} | "
+            f"{'' if smem is None else f'{smem / 1024:.0f}'} |"
+        )
+    return [*L, ""]
+
+
+def _write_json(data: dict[str, Any], summ: dict[str, Any], path: Path) -> None:
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        return x
+
+    doc = {
+        "header": data["header"],
+        "environment": data["sessions"][-1]["env"] if data["sessions"] else {},
+        "ceilings": data["ceilings"],
+        "complete": data["complete"],
+        "summary": summ,
+        "results": [r for row in data["shapes"].values() for r in row.values()],
+    }
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(clean(doc), indent=1))
+    tmp.replace(path)
+
+
+def summary_text(results: str | Path) -> str:
+    """The verdicts and the bf16, d = 128 tables of the rendered ``bench.md`` next to
+    ``results``: what ``flashcheck bench`` prints last."""
+    md = (Path(results).parent / "bench.md").read_text()
+    keep = []
+    for sec in md.split("\n## ")[1:]:
+        title = sec.splitlines()[0]
+        if title == "Verdicts" or title.startswith("bf16, d = 128,"):
+            keep.append("## " + sec.strip())
+    return "\n\n".join(keep)

@@ -1,0 +1,90 @@
+"""GPU wall-clock of one call, the way attention kernels are compared.
+
+Each run is bracketed by CUDA events on the current stream, after warm-up runs (which also
+pay for JIT compilation and autotuning); the figure is the median over the timed runs. Inputs
+rotate through several copies whose total size exceeds the L2 cache, so a kernel is not
+credited with reading back its previous call's operands from L2.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Timing", "copies_for_l2", "time_cuda"]
+
+# H100's L2 is 50 MiB; two of it so that no copy survives one rotation.
+ROTATE_BYTES = 100 * 2**20
+MAX_COPIES = 8
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-run milliseconds of the timed runs, in order."""
+
+    runs_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.runs_ms)
+
+    @property
+    def spread(self) -> float:
+        """(p90 − p10) / median: how steady the runs were."""
+        xs = sorted(self.runs_ms)
+        lo, hi = xs[len(xs) // 10], xs[(9 * len(xs)) // 10]
+        return (hi - lo) / self.median_ms if self.median_ms > 0 else 0.0
+
+
+def copies_for_l2(bytes_per_copy: int) -> int:
+    """How many input copies to rotate through so that their total exceeds ``ROTATE_BYTES``."""
+    if bytes_per_copy <= 0:
+        raise ValueError(f"bytes_per_copy must be positive, got {bytes_per_copy}")
+    return max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / bytes_per_copy)))
+
+
+def time_cuda(
+    fn: Callable[..., Any],
+    inputs: Sequence[tuple],
+    *,
+    warmup: int = 5,
+    reps: int = 30,
+    min_ms: float = 200.0,
+    max_reps: int = 200,
+) -> Timing:
+    """Median-of-runs timing of ``fn(*inputs[i % len(inputs)])`` with CUDA events.
+
+    ``reps`` is raised (up to ``max_reps``) until the timed runs add up to about ``min_ms``,
+    so short kernels get enough samples for a stable median.
+    """
+    import torch
+
+    if not inputs:
+        raise ValueError("inputs must hold at least one argument tuple")
+    if warmup < 1 or reps < 1:
+        raise ValueError(f"warmup and reps must be >= 1, got {warmup}, {reps}")
+    for i in range(warmup):
+        fn(*inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    # One more timed call sizes the sample.
+    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn(*inputs[0])
+    z.record()
+    torch.cuda.synchronize()
+    est = max(a.elapsed_time(z), 1e-3)
+    n = int(min(max_reps, max(reps, math.ceil(min_ms / est))))
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(n)
+    ]
+    for i, (a, z) in enumerate(events):
+        args = inputs[(i + 1) % len(inputs)]
+        a.record()
+        fn(*args)
+        z.record()
+    torch.cuda.synchronize()
+    return Timing(tuple(a.elapsed_time(z) for a, z in events))

@@ -1,0 +1,176 @@
+"""flashcheck bench, the parts that run without a GPU: the plan, timing helpers, the oracle
+check of sampled outputs, the renderer (from a synthetic results file) and the CLI's errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+
+from harness.bench.check import judge_rows, reference, sample_rows, sampled_output  # noqa: E402
+from harness.bench.providers import PROVIDERS  # noqa: E402
+from harness.bench.render import bench_summary, render_bench, summary_text  # noqa: E402
+from harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
+from harness.bench.timing import MAX_COPIES, ROTATE_BYTES, Timing, copies_for_l2  # noqa: E402
+from harness.cli import main  # noqa: E402
+from harness.resultlog import ResultLog  # noqa: E402
+
+
+def test_grid_follows_the_flashattention_convention():
+    items = plan(parts=("grid",))
+    assert len(items) == 2 * 3 * 2 * 6  # dtypes × head dims × causal × N
+    for shape, provs in items:
+        assert shape.h * shape.d == WIDTH
+        assert shape.b * shape.n == max(TOKENS, shape.n)  # B = 1 at N = 32K
+        assert provs[0] == "triton" and "sdpa-cudnn" in provs
+    first = items[0][0]
+    assert (first.dtype, first.d, first.causal, first.n) == ("bf16", 128, False, 1024)
+    assert len({s.key for s, _ in plan()}) == len(plan())  # keys are unique
+
+
+def test_plan_parts_providers_and_errors():
+    fp32 = plan(parts=("fp32",))
+    assert {p for _, ps in fp32 for p in ps} >= {"triton", "triton-tf32"}
+    assert all(s.dtype == "fp32" for s, _ in fp32)
+    widths = sorted({s.h * s.d for s, _ in plan(parts=("width",))})
+    assert widths == [1024, 2048, 4096, 8192]
+    only = plan(parts=("grid",), quick=True, providers=("triton",))
+    assert only and all(ps == ("triton",) for _, ps in only)
+    with pytest.raises(ValueError, match="unknown part"):
+        plan(parts=("speed",))
+    with pytest.raises(ValueError, match="unknown provider"):
+        plan(providers=("cudnn",))
+
+
+def test_flops_convention():
+    s = Shape("grid", "bf16", 2, 16, 4096, 128, False)
+    assert s.flops == 4 * 2 * 16 * 4096**2 * 128
+    assert Shape("grid", "bf16", 2, 16, 4096, 128, True).flops == s.flops / 2
+
+
+def test_rotation_and_timing_statistics():
+    assert copies_for_l2(ROTATE_BYTES) == 1
+    assert copies_for_l2(ROTATE_BYTES // 4) == 4
+    assert copies_for_l2(1) == MAX_COPIES
+    with pytest.raises(ValueError):
+        copies_for_l2(0)
+    t = Timing(tuple(float(x) for x in range(1, 12)))
+    assert t.median_ms == 6.0
+    assert t.spread == pytest.approx((10 - 2) / 6)
+
+
+def test_providers_declare_what_they_take():
+    assert PROVIDERS["sdpa-flash"].unsupported("fp32", 64) is not None
+    assert PROVIDERS["triton"].unsupported("fp32", 256) is None
+    assert PROVIDERS["triton-tf32"].unsupported("bf16", 64) is not None
+    assert PROVIDERS["naive"].score_bytes(1, 2, 1024, 2) == 2 * 1024**2 * 8
+    assert PROVIDERS["triton"].score_bytes(1, 2, 1024, 2) == 0
+
+
+def test_sample_rows():
+    r = sample_rows(1000, seed=3)
+    assert r[0] == 0 and r[-1] == 999 and len(r) == 12 and np.all(np.diff(r) > 0)
+    assert np.array_equal(r, sample_rows(1000, seed=3))
+    assert np.array_equal(sample_rows(5), np.arange(5))
+    with pytest.raises(ValueError):
+        sample_rows(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_check_passes_a_correct_output_and_fails_a_wrong_one(dtype, causal):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 64, 32, generator=g).to(dtype) for _ in range(3))
+    rows = sample_rows(64, seed=1)
+    ref = reference(q, k, v, causal=causal, rows=rows)
+    # the same-precision torch computation of attention: a correct kernel
+    keep = torch.ones(64, 64, dtype=torch.bool)
+    if causal:
+        keep = torch.tril(keep)
+    s = (q.float() @ k.float().transpose(-1, -2)) / 32**0.5
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+    good = (p @ v.float()).to(dtype)
+    res = judge_rows(sampled_output(good, rows), ref, "unknown")
+    assert res["verdict"] == "PASS", res
+    bad = good.clone()
+    bad[1, 2] = bad[1, 2] * 1.05  # the last head of the last batch entry: what the check samples
+    res = judge_rows(sampled_output(bad, rows), ref, "flash")
+    assert res["verdict"] in ("FAIL", "FAIL-HARD"), res
+    assert res["rows"] == 12
+
+
+def _synthetic(path, *, complete=True, triton_verdict="PASS"):
+    """A results file as flashcheck bench writes it, with made-up speeds."""
+    header = {"tool": "flashcheck bench", "name": "fake",
+              "config": {"parts": ["grid", "memory"], "quick": True, "seed": 0,
+                         "providers": None}}  # fmt: skip
+    with ResultLog.open(path, header, fresh=True) as log:
+        log.append({"type": "session", "env": {"gpu": "Fake GPU", "torch": "x"}})
+        log.append({"type": "ceilings", "matmul_bf16_tflops": 700.0, "matmul_n": 8192,
+                    "copy_tbs": 3.0, "copy_bytes": 2**30})  # fmt: skip
+        speeds = {"triton": 500.0, "sdpa-flash": 350.0, "sdpa-cudnn": 600.0}
+        for n in (1024, 4096):
+            shape = Shape("grid", "bf16", TOKENS // n, 16, n, 128, False)
+            for prov, tf in speeds.items():
+                verdict = triton_verdict if prov == "triton" else "PASS"
+                log.append({"type": "speed", "key": shape.key, "provider": prov,
+                            **shape.as_dict(), "status": "ok", "ms": shape.flops / tf / 1e9,
+                            "tflops": tf, "runs": 20, "spread": 0.01,
+                            "check": {"verdict": verdict, "max_ulp": 0.5, "naive_ulp": 0.5,
+                                      "det_util": 0.1, "reasons": [], "rows": 12}})  # fmt: skip
+            log.append({"type": "speed", "key": shape.key, "provider": "sdpa-math",
+                        **shape.as_dict(), "status": "skipped", "reason": "too big"})  # fmt: skip
+            log.append({"type": "shape-done", "key": shape.key})
+        shape = Shape("memory", "bf16", 1, 8, 1024, 128, False)
+        for prov, extra in (("triton", 2 * 2**20 + 32768), ("naive", 80 * 2**20)):
+            log.append({"type": "speed", "key": shape.key, "provider": prov, **shape.as_dict(),
+                        "status": "ok", "ms": 0.1, "tflops": 10.0, "runs": 20, "spread": 0.0,
+                        "peak_extra_bytes": extra, "out_bytes": 2 * 2**20, "lse_bytes": 32768,
+                        "check": {"verdict": "PASS", "max_ulp": 0.5, "naive_ulp": 0.5,
+                                  "det_util": 0.1, "reasons": [], "rows": 12}})  # fmt: skip
+        if complete:
+            log.append({"type": "complete"})
+
+
+def test_render_from_results_only(tmp_path):
+    res = tmp_path / "fake" / "results.jsonl"
+    _synthetic(res)
+    md = render_bench(res).read_text()
+    assert "Floor** (Triton ≥ 1.0× SDPA flash" in md and "met; the lowest ratio is **1.43×**" in md
+    assert "**Goal**" in md and "lowest **0.83×**" in md and "**not met**" in md
+    assert "| 4096 | 4 × 16 | 500 | 350 | 600 | – | 1.43 | 0.83 |" in md
+    assert "Incomplete run" not in md
+    assert "| 1024 | 2.0 | 2.0 | 80.0 |" in md  # the memory table, MiB
+    for fig in ("tflops_vs_n", "memory_vs_n", "wallclock_vs_n"):
+        assert (tmp_path / "fake" / f"{fig}.png").stat().st_size > 1000
+    doc = json.loads((tmp_path / "fake" / "bench.json").read_text())
+    assert doc["summary"]["floor_min"][0] == pytest.approx(500 / 350)
+    assert "## Verdicts" in summary_text(res)
+
+
+def test_a_failed_check_does_not_score(tmp_path):
+    res = tmp_path / "fake" / "results.jsonl"
+    _synthetic(res, complete=False, triton_verdict="FAIL")
+    md = render_bench(res, figures=False).read_text()
+    assert "500 ✗" in md and "Incomplete run" in md
+    summ = bench_summary(__import__("harness.bench.render", fromlist=["_load"])._load(res))
+    assert summ["floor_min"] is None and len(summ["triton_unscored"]) == 2
+
+
+def test_cli_without_gpu_and_render_only(tmp_path, capsys):
+    if not torch.cuda.is_available():
+        assert main(["bench", "--out", str(tmp_path)]) == 2
+        assert "no CUDA GPU" in capsys.readouterr().err
+    assert main(["bench", "--render-only", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--render-only", "--name", "none", "--out", str(tmp_path)]) == 2
+    assert "no results" in capsys.readouterr().err
+    _synthetic(tmp_path / "fake" / "results.jsonl")
+    assert main(["bench", "--render-only", "--name", "fake", "--out", str(tmp_path)]) == 0
+    assert "Floor" in capsys.readouterr().out
+
+
+def test_gpu_slug():
+    assert _gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert _gpu_slug("NVIDIA A100-SXM4-40GB") == "a100"
+    assert _gpu_slug("Tesla V100") == "v100"
