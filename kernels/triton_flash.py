@@ -25,8 +25,8 @@ P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
 key returns ``O = 0``, ``LSE = −inf``. Loads of keys past ``Nk`` and head-dim padding are masked
 or zero-filled by TMA, and their scores set to −inf, so no out-of-bounds read reaches the result.
 
-Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 in
-8-warp configurations, a workaround for wrong results measured on H100 with Triton 3.6); no
+Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 with
+128-row blocks, a workaround for wrong results and faults measured on H100 with Triton 3.6); no
 warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4 warps and
 gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
 not overlap as in FlashAttention-3 / cuDNN. Under ``TRITON_INTERPRET=1`` the interpreter's
@@ -344,11 +344,12 @@ def _launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     cfg = _config(q, k, v, o, causal) if config is None else config
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv), cfg.dv_floor)
-    if cfg.warps == 8:
-        # Measured on H100, Triton 3.6: BLOCK_M=128, 8 warps and a 32-wide P·V tile (dv <= 32)
-        # returned wrong values (max abs error 0.033 vs 0.0011), reproducibly, with
-        # compute-sanitizer memcheck and racecheck clean; a 64-wide tile is correct
-        # (benchmarks/probe_block_dv.py, benchmarks/RESULTS.md). Pad dv to 64 there.
+    if cfg.block_m >= 128:
+        # Measured on H100, Triton 3.6: BLOCK_M=128 with a 32-wide P·V tile (dv <= 32) returned
+        # wrong values at 8 warps (max abs error 0.033 vs 0.0011, reproducibly, compute-
+        # sanitizer memcheck and racecheck clean; benchmarks/probe_block_dv.py) and an illegal
+        # memory access at 4 warps (tests/test_triton_flash.py, d=40, dv=24, causal); a
+        # 64-wide tile is correct in both (benchmarks/RESULTS.md). Pad dv to 64 there.
         block_dv = max(block_dv, 64)
     if cfg.tma:
         _ensure_allocator()

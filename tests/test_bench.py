@@ -141,6 +141,8 @@ def test_render_from_results_only(tmp_path):
     assert "**Goal**" in md and "lowest **0.83×**" in md and "**not met**" in md
     assert "| 4096 | 4 × 16 | 500 | 350 | 600 | – | 1.43 | 0.83 |" in md
     assert "Incomplete run" not in md
+    assert "**Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): met" in md
+    assert "| session 1, start | 700 | 3.00 |" in md
     assert "| 1024 | 2.0 | 2.0 | 80.0 |" in md  # the memory table, MiB
     for fig in ("tflops_vs_n", "memory_vs_n", "wallclock_vs_n"):
         assert (tmp_path / "fake" / f"{fig}.png").stat().st_size > 1000

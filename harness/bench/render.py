@@ -96,6 +96,10 @@ def _keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
     return sorted(ks, key=lambda k: (data["meta"][k]["n"], data["meta"][k]["h"]))
 
 
+def _order(m: dict[str, Any]) -> tuple:
+    return (m["dtype"], m["n"], m["causal"])
+
+
 def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
     """Floor, goal and stretch ratios of the Triton kernel, and the correctness tally."""
     floor, goal = [], []
@@ -128,7 +132,7 @@ def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
         "floor_below": sorted(x for x in floor if x[0] < FLOOR),
         "floor_shapes": len(floor),
         "goal_min": min(goal) if goal else None,
-        "goal": sorted(goal, key=lambda x: x[1]),
+        "goal": sorted(goal, key=lambda x: _order(data["meta"][x[1]])),
         "checks": {p: dict(v) for p, v in checks.items()},
         "failures": failures,
         "triton_unscored": triton_unscored,
@@ -199,8 +203,7 @@ def render_bench(
         "| when | bf16 matmul 8192³ (TFLOP/s) | device copy (TB/s) |",
         "|---|---|---|",
     ]
-    for i, c in enumerate(data["ceilings"]):
-        when = "start" if i % 2 == 0 else "end"
+    for when, c in _ceiling_rows(data["records"]):
         L.append(f"| {when} | {c['matmul_bf16_tflops']:.0f} | {c['copy_tbs']:.2f} |")
     L += [
         "",
@@ -234,6 +237,9 @@ def render_bench(
             + ", ".join(f"{_short_key(k)} {r:.2f}" for r, k in summ["goal"])
             + "."
         )
+    mem = _memory_verdict(data)
+    if mem:
+        L.append(mem)
     if summ["triton_unscored"]:
         L.append(
             "- Triton shapes that did not score (error, skip or failed check): "
@@ -382,6 +388,36 @@ def render_bench(
     md.write_text("\n".join(L))
     _write_json(data, summ, out / "bench.json")
     return md
+
+
+def _ceiling_rows(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each ceilings record with when it was taken: at the start or the end of session k
+    (a resumed benchmark has one session per invocation)."""
+    out, session, seen = [], 0, 0
+    for r in records:
+        if r.get("type") == "session":
+            session, seen = session + 1, 0
+        elif r.get("type") == "ceilings":
+            out.append((f"session {session}, {'start' if seen == 0 else 'end'}", r))
+            seen += 1
+    return out
+
+
+def _memory_verdict(data: dict[str, Any]) -> str | None:
+    """Peak extra memory of the Triton kernel at the largest N against O + LSE."""
+    keys = _keys(data, "memory")
+    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
+    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "peak_extra_bytes" in r]
+    if not recs:
+        return None
+    n, r = max(recs, key=lambda x: x[0])
+    floor = r["out_bytes"] + r["lse_bytes"]
+    ok = "met" if r["peak_extra_bytes"] <= floor else "**not met**"
+    return (
+        f"- **Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): {ok}; at "
+        f"N = {n}: {r['peak_extra_bytes'] / 2**20:,.1f} MiB against O + LSE "
+        f"{floor / 2**20:,.1f} MiB."
+    )
 
 
 def _short_key(key: str) -> str:
