@@ -37,9 +37,9 @@ import numpy as np
 from harness.adapters import KernelAdapter, KernelUnsupported
 from harness.cases import Case
 
-__all__ = ["library_adapters", "raise_recompile_limits"]
+__all__ = ["SDPA_BACKENDS", "library_adapters", "raise_recompile_limits"]
 
-_SDPA_BACKENDS = {
+SDPA_BACKENDS = {
     "sdpa-math": "MATH",
     "sdpa-flash": "FLASH_ATTENTION",
     "sdpa-efficient": "EFFICIENT_ATTENTION",

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+# E402 below: the imports need torch, so they follow the importorskip above.
 
 from harness.bench.check import judge_rows, reference, sample_rows, sampled_output  # noqa: E402
 from harness.bench.providers import PROVIDERS  # noqa: E402
-from harness.bench.render import bench_summary, render_bench, summary_text  # noqa: E402
+from harness.bench.render import render_bench, summary_text  # noqa: E402
 from harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
+from harness.bench.summary import bench_summary, load_results  # noqa: E402
 from harness.bench.timing import MAX_COPIES, ROTATE_BYTES, Timing, copies_for_l2  # noqa: E402
 from harness.cli import main  # noqa: E402
 from harness.resultlog import ResultLog  # noqa: E402
@@ -156,7 +158,7 @@ def test_a_failed_check_does_not_score(tmp_path):
     _synthetic(res, complete=False, triton_verdict="FAIL")
     md = render_bench(res, figures=False).read_text()
     assert "500 ✗" in md and "Incomplete run" in md
-    summ = bench_summary(__import__("harness.bench.render", fromlist=["_load"])._load(res))
+    summ = bench_summary(load_results(res))
     assert summ["floor_min"] is None and len(summ["triton_unscored"]) == 2
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.bench.render import ORDER, _ok
+from harness.bench.summary import ORDER, counts
 
 __all__ = ["make_bench_figures"]
 
@@ -36,7 +36,7 @@ def _series(data, keys, prov, x, y):
     pts = []
     for k in keys:
         rec = data["shapes"][k].get(prov)
-        if _ok(rec) and rec.get(y) is not None:
+        if counts(rec) and rec.get(y) is not None:
             pts.append((x(data["meta"][k]), rec[y]))
     return sorted(pts)
 

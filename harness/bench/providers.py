@@ -23,14 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.torch_adapters import SDPA_BACKENDS as _SDPA
+
 __all__ = ["PROVIDERS", "Provider", "provider_names"]
 
-_SDPA = {
-    "sdpa-flash": "FLASH_ATTENTION",
-    "sdpa-cudnn": "CUDNN_ATTENTION",
-    "sdpa-efficient": "EFFICIENT_ATTENTION",
-    "sdpa-math": "MATH",
-}
 _HALF = ("fp16", "bf16")
 _ALL = ("fp16", "bf16", "fp32")
 

@@ -15,28 +15,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.resultlog import read_records
+from harness.bench.summary import (
+    FLOOR,
+    GOAL,
+    ORDER,
+    STRETCH,
+    bench_summary,
+    ceiling_rows,
+    load_results,
+    memory_verdict,
+    ratio,
+    shape_keys,
+)  # fmt: skip
 
 __all__ = ["bench_summary", "render_bench"]
-
-ORDER = (
-    "triton",
-    "triton-tf32",
-    "sdpa-flash",
-    "sdpa-cudnn",
-    "sdpa-efficient",
-    "sdpa-math",
-    "flex",
-    "naive",
-)
-FLOOR = 1.0
-GOAL = 0.9
-STRETCH = 1.0
-
-
-def _ok(rec: dict[str, Any] | None) -> bool:
-    """A speed that counts: measured, and its output passed the oracle check."""
-    return bool(rec) and rec["status"] == "ok" and rec.get("check", {}).get("verdict") == "PASS"
 
 
 def _cell(
@@ -53,90 +45,13 @@ def _cell(
     return text if verdict == "PASS" else f"{text} ✗"
 
 
-def _ratio(a: dict | None, b: dict | None) -> float | None:
-    if _ok(a) and _ok(b):
-        return a["tflops"] / b["tflops"]
-    return None
-
-
 def _fmt_ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
-
-
-def _load(path: Path) -> dict[str, Any]:
-    recs = read_records(path)
-    shapes: dict[str, dict[str, dict]] = defaultdict(dict)
-    meta: dict[str, dict] = {}
-    for r in recs:
-        if r.get("type") == "speed":
-            shapes[r["key"]][r["provider"]] = r
-            meta[r["key"]] = r
-    return {
-        "header": recs[0],
-        "records": recs,
-        "shapes": shapes,
-        "meta": meta,
-        "ceilings": [r for r in recs if r.get("type") == "ceilings"],
-        "sessions": [r for r in recs if r.get("type") == "session"],
-        "complete": any(r.get("type") == "complete" for r in recs),
-    }
 
 
 def _providers(data: dict[str, Any], keys: list[str]) -> list[str]:
     seen = {p for k in keys for p in data["shapes"][k]}
     return [p for p in ORDER if p in seen] + sorted(seen - set(ORDER))
-
-
-def _keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
-    ks = [
-        k
-        for k, m in data["meta"].items()
-        if m["part"] == part and all(m[f] == v for f, v in match.items())
-    ]
-    return sorted(ks, key=lambda k: (data["meta"][k]["n"], data["meta"][k]["h"]))
-
-
-def _order(m: dict[str, Any]) -> tuple:
-    return (m["dtype"], m["n"], m["causal"])
-
-
-def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
-    """Floor, goal and stretch ratios of the Triton kernel, and the correctness tally."""
-    floor, goal = [], []
-    for key, provs in data["shapes"].items():
-        m = data["meta"][key]
-        if m["part"] not in ("grid", "width"):
-            continue
-        r = _ratio(provs.get("triton"), provs.get("sdpa-flash"))
-        if r is not None:
-            floor.append((r, key))
-        if m["part"] == "grid" and m["d"] == 128 and m["n"] >= 4096:
-            g = _ratio(provs.get("triton"), provs.get("sdpa-cudnn"))
-            if g is not None:
-                goal.append((g, key))
-    checks: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    failures = []
-    for key, provs in data["shapes"].items():
-        for p, rec in provs.items():
-            if rec["status"] != "ok":
-                continue
-            v = rec.get("check", {}).get("verdict", "unchecked")
-            checks[p][v] += 1
-            if v != "PASS":
-                failures.append((key, p, v, rec.get("check", {}).get("reasons", [])))
-    triton_unscored = [
-        k for k, provs in data["shapes"].items() if "triton" in provs and not _ok(provs["triton"])
-    ]
-    return {
-        "floor_min": min(floor) if floor else None,
-        "floor_below": sorted(x for x in floor if x[0] < FLOOR),
-        "floor_shapes": len(floor),
-        "goal_min": min(goal) if goal else None,
-        "goal": sorted(goal, key=lambda x: _order(data["meta"][x[1]])),
-        "checks": {p: dict(v) for p, v in checks.items()},
-        "failures": failures,
-        "triton_unscored": triton_unscored,
-    }
 
 
 def _grid_table(data: dict[str, Any], keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
@@ -147,8 +62,8 @@ def _grid_table(data: dict[str, Any], keys: list[str], lead: list[tuple[str, Any
         m, row = data["meta"][k], data["shapes"][k]
         cells = [str(fn(m)) for _, fn in lead] + [_cell(row.get(p)) for p in provs]
         cells += [
-            _fmt_ratio(_ratio(row.get("triton"), row.get("sdpa-flash"))),
-            _fmt_ratio(_ratio(row.get("triton"), row.get("sdpa-cudnn"))),
+            _fmt_ratio(ratio(row.get("triton"), row.get("sdpa-flash"))),
+            _fmt_ratio(ratio(row.get("triton"), row.get("sdpa-cudnn"))),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -165,7 +80,7 @@ def render_bench(
     results = Path(results)
     out = Path(out_dir) if out_dir is not None else results.parent
     out.mkdir(parents=True, exist_ok=True)
-    data = _load(results)
+    data = load_results(results)
     summ = bench_summary(data)
     name = data["header"].get("name", out.name)
     env = data["sessions"][-1]["env"] if data["sessions"] else {}
@@ -203,7 +118,7 @@ def render_bench(
         "| when | bf16 matmul 8192³ (TFLOP/s) | device copy (TB/s) |",
         "|---|---|---|",
     ]
-    for when, c in _ceiling_rows(data["records"]):
+    for when, c in ceiling_rows(data["records"]):
         L.append(f"| {when} | {c['matmul_bf16_tflops']:.0f} | {c['copy_tbs']:.2f} |")
     L += [
         "",
@@ -237,7 +152,7 @@ def render_bench(
             + ", ".join(f"{_short_key(k)} {r:.2f}" for r, k in summ["goal"])
             + "."
         )
-    mem = _memory_verdict(data)
+    mem = memory_verdict(data)
     if mem:
         L.append(mem)
     if summ["triton_unscored"]:
@@ -250,7 +165,7 @@ def render_bench(
     for dt in ("bf16", "fp16"):
         for d in (64, 128, 256):
             for causal in (False, True):
-                keys = _keys(data, "grid", dtype=dt, d=d, causal=causal)
+                keys = shape_keys(data, "grid", dtype=dt, d=d, causal=causal)
                 if not keys:
                     continue
                 L += [f"## {dt}, d = {d}, {'causal' if causal else 'non-causal'}: TFLOP/s", ""]
@@ -261,7 +176,7 @@ def render_bench(
                 )
                 L.append("")
     wk = sorted(
-        _keys(data, "width"), key=lambda k: (data["meta"][k]["causal"], data["meta"][k]["h"])
+        shape_keys(data, "width"), key=lambda k: (data["meta"][k]["causal"], data["meta"][k]["h"])
     )
     if wk:
         L += ["## Model width sweep: bf16, N = 4096, d = 128, B = 4: TFLOP/s", ""]
@@ -275,7 +190,7 @@ def render_bench(
             ],
         )
         L.append("")
-    mk = _keys(data, "memory")
+    mk = shape_keys(data, "memory")
     if mk:
         provs = _providers(data, mk)
         L += [
@@ -309,7 +224,7 @@ def render_bench(
             )
         L.append("")
     fk = sorted(
-        _keys(data, "fp32"),
+        shape_keys(data, "fp32"),
         key=lambda k: (data["meta"][k]["d"], data["meta"][k]["causal"], data["meta"][k]["n"]),
     )
     if fk:
@@ -388,36 +303,6 @@ def render_bench(
     md.write_text("\n".join(L))
     _write_json(data, summ, out / "bench.json")
     return md
-
-
-def _ceiling_rows(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Each ceilings record with when it was taken: at the start or the end of session k
-    (a resumed benchmark has one session per invocation)."""
-    out, session, seen = [], 0, 0
-    for r in records:
-        if r.get("type") == "session":
-            session, seen = session + 1, 0
-        elif r.get("type") == "ceilings":
-            out.append((f"session {session}, {'start' if seen == 0 else 'end'}", r))
-            seen += 1
-    return out
-
-
-def _memory_verdict(data: dict[str, Any]) -> str | None:
-    """Peak extra memory of the Triton kernel at the largest N against O + LSE."""
-    keys = _keys(data, "memory")
-    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
-    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "peak_extra_bytes" in r]
-    if not recs:
-        return None
-    n, r = max(recs, key=lambda x: x[0])
-    floor = r["out_bytes"] + r["lse_bytes"]
-    ok = "met" if r["peak_extra_bytes"] <= floor else "**not met**"
-    return (
-        f"- **Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): {ok}; at "
-        f"N = {n}: {r['peak_extra_bytes'] / 2**20:,.1f} MiB against O + LSE "
-        f"{floor / 2**20:,.1f} MiB."
-    )
 
 
 def _short_key(key: str) -> str:

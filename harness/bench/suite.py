@@ -38,15 +38,7 @@ NS = (1024, 2048, 4096, 8192, 16384, 32768)
 HEAD_DIMS = (64, 128, 256)
 WIDTHS = (1024, 2048, 4096, 8192)
 MEMORY_HEADS = 8
-GRID_PROVIDERS = (
-    "triton",
-    "sdpa-flash",
-    "sdpa-cudnn",
-    "sdpa-efficient",
-    "sdpa-math",
-    "flex",
-    "naive",
-)
+GRID_PROVIDERS = tuple(p for p in PROVIDERS if p != "triton-tf32")  # tf32: fp32 inputs only
 FP32_PROVIDERS = ("triton", "triton-tf32", "sdpa-efficient", "sdpa-math", "flex", "naive")
 PARTS = ("grid", "width", "memory", "fp32")
 _ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}

@@ -1,0 +1,137 @@
+"""What a benchmark run measured, read back from its ``results.jsonl``: the records grouped by
+shape, and the verdicts the benchmark exists for (floor, goal, memory) with the correctness
+tally. :mod:`~harness.bench.render` and :mod:`~harness.bench.figures` draw from this.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from harness.bench.providers import PROVIDERS
+from harness.resultlog import read_records
+
+__all__ = [
+    "FLOOR", "GOAL", "ORDER", "STRETCH", "bench_summary", "ceiling_rows", "counts", "load_results",
+    "memory_verdict", "ratio", "shape_keys",
+]  # fmt: skip
+
+ORDER = tuple(PROVIDERS)  # column and legend order
+FLOOR = 1.0  # Triton / SDPA flash, every grid and width shape
+GOAL = 0.9  # Triton / SDPA cuDNN at d = 128, N >= 4096
+STRETCH = 1.0
+
+
+def counts(rec: dict[str, Any] | None) -> bool:
+    """A speed that counts: measured, and its output passed the oracle check."""
+    return bool(rec) and rec["status"] == "ok" and rec.get("check", {}).get("verdict") == "PASS"
+
+
+def ratio(a: dict | None, b: dict | None) -> float | None:
+    if counts(a) and counts(b):
+        return a["tflops"] / b["tflops"]
+    return None
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    recs = read_records(path)
+    shapes: dict[str, dict[str, dict]] = defaultdict(dict)
+    meta: dict[str, dict] = {}
+    for r in recs:
+        if r.get("type") == "speed":
+            shapes[r["key"]][r["provider"]] = r
+            meta[r["key"]] = r
+    return {
+        "header": recs[0],
+        "records": recs,
+        "shapes": shapes,
+        "meta": meta,
+        "ceilings": [r for r in recs if r.get("type") == "ceilings"],
+        "sessions": [r for r in recs if r.get("type") == "session"],
+        "complete": any(r.get("type") == "complete" for r in recs),
+    }
+
+
+def shape_keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
+    ks = [
+        k
+        for k, m in data["meta"].items()
+        if m["part"] == part and all(m[f] == v for f, v in match.items())
+    ]
+    return sorted(ks, key=lambda k: (data["meta"][k]["n"], data["meta"][k]["h"]))
+
+
+def _order(m: dict[str, Any]) -> tuple:
+    return (m["dtype"], m["n"], m["causal"])
+
+
+def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Floor, goal and stretch ratios of the Triton kernel, and the correctness tally."""
+    floor, goal = [], []
+    for key, provs in data["shapes"].items():
+        m = data["meta"][key]
+        if m["part"] not in ("grid", "width"):
+            continue
+        r = ratio(provs.get("triton"), provs.get("sdpa-flash"))
+        if r is not None:
+            floor.append((r, key))
+        if m["part"] == "grid" and m["d"] == 128 and m["n"] >= 4096:
+            g = ratio(provs.get("triton"), provs.get("sdpa-cudnn"))
+            if g is not None:
+                goal.append((g, key))
+    checks: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    failures = []
+    for key, provs in data["shapes"].items():
+        for p, rec in provs.items():
+            if rec["status"] != "ok":
+                continue
+            v = rec.get("check", {}).get("verdict", "unchecked")
+            checks[p][v] += 1
+            if v != "PASS":
+                failures.append((key, p, v, rec.get("check", {}).get("reasons", [])))
+    triton_unscored = [
+        k
+        for k, provs in data["shapes"].items()
+        if "triton" in provs and not counts(provs["triton"])
+    ]
+    return {
+        "floor_min": min(floor) if floor else None,
+        "floor_below": sorted(x for x in floor if x[0] < FLOOR),
+        "floor_shapes": len(floor),
+        "goal_min": min(goal) if goal else None,
+        "goal": sorted(goal, key=lambda x: _order(data["meta"][x[1]])),
+        "checks": {p: dict(v) for p, v in checks.items()},
+        "failures": failures,
+        "triton_unscored": triton_unscored,
+    }
+
+
+def ceiling_rows(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each ceilings record with when it was taken: at the start or the end of session k
+    (a resumed benchmark has one session per invocation)."""
+    out, session, seen = [], 0, 0
+    for r in records:
+        if r.get("type") == "session":
+            session, seen = session + 1, 0
+        elif r.get("type") == "ceilings":
+            out.append((f"session {session}, {'start' if seen == 0 else 'end'}", r))
+            seen += 1
+    return out
+
+
+def memory_verdict(data: dict[str, Any]) -> str | None:
+    """Peak extra memory of the Triton kernel at the largest N against O + LSE."""
+    keys = shape_keys(data, "memory")
+    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
+    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "peak_extra_bytes" in r]
+    if not recs:
+        return None
+    n, r = max(recs, key=lambda x: x[0])
+    floor = r["out_bytes"] + r["lse_bytes"]
+    ok = "met" if r["peak_extra_bytes"] <= floor else "**not met**"
+    return (
+        f"- **Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): {ok}; at "
+        f"N = {n}: {r['peak_extra_bytes'] / 2**20:,.1f} MiB against O + LSE "
+        f"{floor / 2**20:,.1f} MiB."
+    )
