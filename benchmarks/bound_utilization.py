@@ -15,12 +15,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from harness.adapters import score_magnitude
-from harness.bounds import error_bounds
-from harness.oracle import oracle
-from kernels.naive import naive_numpy
-from kernels.recurrence import PrecisionPolicy, online_attention
-from properties.strategies import FAMILIES, Recipe, make_case
+from flashcheck.harness.adapters.adapter import score_magnitude
+from flashcheck.harness.judging.bounds import error_bounds
+from flashcheck.harness.oracle.evaluate import oracle
+from flashcheck.kernels.naive import naive_numpy
+from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+from flashcheck.properties.strategies import FAMILIES, Recipe, make_case
 
 KINDS = {"flash": ("fa2", 16), "flash-fa1": ("fa1", 5), "naive": (None, None)}
 

@@ -23,13 +23,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.bench.timing import time_cuda
-from harness.cli import environment
-from harness.formats import BF16, FP16, FP32
-from harness.metrics import floored_ulp_error
-from harness.oracle import oracle
-from kernels.naive import naive_torch
-from kernels.triton_flash import flash_attention
+from flashcheck.harness.bench.timing import time_cuda
+from flashcheck.harness.cli import environment
+from flashcheck.harness.core.formats import BF16, FP16, FP32
+from flashcheck.harness.judging.metrics import floored_ulp_error
+from flashcheck.harness.oracle.evaluate import oracle
+from flashcheck.kernels.naive import naive_torch
+from flashcheck.kernels.triton_flash import flash_attention
 
 GRID = [
     # (B, Hq, Hk, Nq, Nk, d, dv, causal, window)
@@ -84,7 +84,7 @@ def check(seed: int = 0) -> list[tuple]:
 
 
 def timed(fn, warmup: int = 10, reps: int = 30) -> float:
-    """Median seconds of ``fn()`` (CUDA events; ``harness.bench.timing``)."""
+    """Median seconds of ``fn()`` (CUDA events; ``flashcheck.harness.bench.timing``)."""
     return time_cuda(fn, [()], warmup=warmup, reps=reps).median_ms / 1e3
 
 

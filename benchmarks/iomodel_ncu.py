@@ -13,7 +13,7 @@ every kernel launched in that window. Predictions (bf16, per head × heads):
 - naive ``P = softmax(Q·Kᵀ); O = P·V`` in torch: compulsory traffic ``(4N² + 4Nd)·2`` bytes
   (S written, read; P written, read; Q, K, V read; O written);
 - Triton kernel (Q-outer, ``BLOCK_M`` rows per program): Q read and O written once, K and V read
-  once per query block, plus the fp32 LSE (``harness.iomodel.analytic.flash_fa2_bytes``);
+  once per query block, plus the fp32 LSE (``flashcheck.harness.iomodel.analytic.flash_fa2_bytes``);
 - SDPA flash / cuDNN / efficient: the same formula with an assumed ``BLOCK_M = 128`` (their
   tiling is not visible from Python).
 """
@@ -46,7 +46,7 @@ def _forward(kernel: str, n: int, d: int, heads: int):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from kernels.triton_flash import flash_attention
+    from flashcheck.kernels.triton_flash import flash_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -78,25 +78,25 @@ def _run(kernel: str, n: int, d: int, heads: int) -> None:
 
 
 def _predict(kernel: str, n: int, d: int, heads: int) -> float:
-    from harness.iomodel.analytic import flash_fa2_bytes, naive_bytes
-    from kernels.triton_flash import _portable_config
+    from flashcheck.harness.iomodel.analytic import flash_fa2_bytes, naive_bytes
+    from flashcheck.kernels.triton_flash import portable_config
 
     if kernel == "naive":
         return heads * naive_bytes(n, d, bytes_per_element=2)
     # BLOCK_M = 128 at d <= 128 in the portable and the Hopper configurations alike
-    block_m = _portable_config(d, d, 2).block_m if kernel == "triton" else SDPA_BLOCK_M
+    block_m = portable_config(d, d, 2).block_m if kernel == "triton" else SDPA_BLOCK_M
     return heads * flash_fa2_bytes(n, d, block_m=block_m)
 
 
 def _median_ms(fn, reps: int = 30) -> float:
-    from harness.bench.timing import time_cuda
+    from flashcheck.harness.bench.timing import time_cuda
 
     return time_cuda(fn, [()], warmup=3, reps=reps, min_ms=0.0).median_ms
 
 
 def _ceilings() -> tuple[float, float]:
     """bf16 matmul 8192³ in TFLOP/s and a 1 GiB device copy in TB/s (read + write)."""
-    from harness.bench.ceilings import measure_ceilings
+    from flashcheck.harness.bench.ceilings import measure_ceilings
 
     c = measure_ceilings()
     return c["matmul_bf16_tflops"], c["copy_tbs"]

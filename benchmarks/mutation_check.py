@@ -180,8 +180,8 @@ def run_mutant(name: str, timeout: int) -> dict:
         if saved:
             rec = json.loads(saved[0].read_text())
             rep = subprocess.run(
-                [sys.executable, "-m", "harness.cli", "replay", saved[0].stem, "--dir", str(cases)],
-                cwd=tree, env=env, capture_output=True, text=True, timeout=600,
+                [sys.executable, "-m", "flashcheck.harness.cli", "replay", saved[0].stem, "--dir",
+                str(cases)], cwd=tree, env=env, capture_output=True, text=True, timeout=600,
             )  # fmt: skip
             recorded = (rec.get("verdict") or {}).get("verdict")
             same = "(same verdict)" in rep.stdout

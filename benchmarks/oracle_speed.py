@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cli import environment
-from harness.oracle import oracle
+from flashcheck.harness.cli import environment
+from flashcheck.harness.oracle.evaluate import oracle
 
 CASES = [
     # (label, Nq, Nk, d, sampled rows or None, goal seconds for fast)

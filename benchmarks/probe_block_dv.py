@@ -13,10 +13,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.formats import FP16
-from harness.metrics import floored_ulp_error
-from harness.oracle import oracle
-from kernels.triton_flash import _Config, _launch
+from flashcheck.harness.core.formats import FP16
+from flashcheck.harness.judging.metrics import floored_ulp_error
+from flashcheck.harness.oracle.evaluate import oracle
+from flashcheck.kernels.triton_flash import LaunchConfig, launch
 
 g = torch.Generator().manual_seed(0)
 q = torch.randn(1, 2, 40, 72, generator=g).half()
@@ -37,7 +37,7 @@ for cfg in [
 ]:
     outs = []
     for _ in range(5):
-        o, _ = _launch(
+        o, _ = launch(
             q.cuda(),
             k.cuda(),
             v.cuda(),
@@ -45,7 +45,7 @@ for cfg in [
             window=None,
             scale=72**-0.5,
             allow_tf32=False,
-            config=_Config(*cfg[:4], dv_floor=cfg[4]),
+            config=LaunchConfig(*cfg[:4], dv_floor=cfg[4]),
         )
         outs.append(o.cpu())
     errs = [

@@ -7,14 +7,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.triton_flash import _launch
+from flashcheck.kernels.triton_flash import launch
 
 cfg = tuple(int(x) for x in sys.argv[1].split(","))
 g = torch.Generator().manual_seed(0)
 q = torch.randn(1, 2, 40, 72, generator=g).half().cuda()
 k = torch.randn(1, 1, 17, 72, generator=g).half().cuda()
 v = torch.randn(1, 1, 17, 24, generator=g).half().cuda()
-o, _ = _launch(q, k, v, causal=True, window=None, scale=72**-0.5, allow_tf32=False, config=cfg)
+o, _ = launch(q, k, v, causal=True, window=None, scale=72**-0.5, allow_tf32=False, config=cfg)
 torch.cuda.synchronize()
 kk, vv = k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1)
 s = (q.double() @ kk.transpose(-1, -2)) * 72**-0.5

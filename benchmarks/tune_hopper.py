@@ -3,9 +3,9 @@
     python benchmarks/tune_hopper.py [--d 64 128 256] [--n 4096 16384] [--dtype bf16]
 
 For each head dim, causal flag and N (``B·N = 16384`` tokens, ``H·d = 2048``), times every
-candidate configuration of ``kernels.triton_flash`` and SDPA's flash and cuDNN backends in the
-same process (CUDA events, warm-up, median; ``harness.bench.timing``), checks each candidate's
-output against SDPA flash (max abs difference, a coarse guard: the oracle check is
+candidate configuration of ``flashcheck.kernels.triton_flash`` and SDPA's flash and cuDNN backends
+in the same process (CUDA events, warm-up, median; ``flashcheck.harness.bench.timing``), checks each
+candidate's output against SDPA flash (max abs difference, a coarse guard: the oracle check is
 ``flashcheck bench``'s job), and prints one markdown table: TFLOP/s and the ratio to SDPA
 flash and cuDNN. Candidates that fail to compile or run are listed with their error.
 """
@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from harness.bench.providers import PROVIDERS
-from harness.bench.timing import copies_for_l2, time_cuda
-from kernels.triton_flash import _LAST_COMPILED, _Config, _launch
+from flashcheck.harness.bench.providers import PROVIDERS
+from flashcheck.harness.bench.timing import copies_for_l2, time_cuda
+from flashcheck.kernels.triton_flash import LaunchConfig, last_compiled, launch
 
-C = _Config
+C = LaunchConfig
 CANDIDATES = {
     64: [
         ("128x64 w8 s3", C(128, 64, 8, 3)),
@@ -121,7 +121,7 @@ def main() -> int:
                     sc = d**-0.5
 
                     def fn(q, k, v, cfg=cfg, sc=sc, causal=causal):
-                        return _launch(
+                        return launch(
                             q,
                             k,
                             v,
@@ -140,7 +140,7 @@ def main() -> int:
                         err = (out - ref).abs().max().item() if ref is not None else float("nan")
                         t = time_cuda(fn, sets)
                         tf = f / t.median_ms / 1e9
-                        kern = _LAST_COMPILED.get("kernel")
+                        kern = last_compiled()
                         meta = getattr(kern, "metadata", None)
                         info = (
                             f"regs {getattr(kern, 'n_regs', '?')}, spills "

@@ -1,3 +1,2 @@
-"""flashcheck harness: formats, oracle, metrics (and, as the project grows, bounds and reports)."""
-
-__version__ = "0.1.0"
+"""flashcheck's internals: oracle, judging, cases, kernel adapters, campaigns and reports, GPU
+benchmark, IO model, and the command line. Not a stable API: use ``import flashcheck``."""

@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import platform
 import sys
 from pathlib import Path
 
-from harness import __version__
-from harness.formats import FORMATS
-
-
-def environment() -> dict[str, str]:
-    """Versions of everything that can change a numerical result, for reports and case files."""
-    env = {"flashcheck": __version__, "python": platform.python_version()}
-    for mod in ("numpy", "mpmath", "gmpy2", "ml_dtypes", "hypothesis", "torch", "triton"):
-        try:
-            env[mod] = getattr(importlib.import_module(mod), "__version__", "?")
-        except ImportError:
-            env[mod] = "not installed"
-    import mpmath.libmp
-
-    env["mpmath backend"] = mpmath.libmp.BACKEND
-    env["machine"] = f"{platform.system()} {platform.machine()}"
-    return env
+from flashcheck.harness.core.environment import __version__, environment
+from flashcheck.harness.core.formats import FORMATS
 
 
 def _positive(text: str) -> int:
@@ -55,8 +38,8 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from harness.casestore import CaseFileError
-    from harness.replay import replay
+    from flashcheck.harness.cases.store import CaseFileError
+    from flashcheck.harness.judging.replay import replay
 
     try:
         _, verdict, _ = replay(
@@ -69,7 +52,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_iomodel(args: argparse.Namespace) -> int:
-    from harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+    from flashcheck.harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
 
     presets = {"v100": GPUSpec.sim_v100, "a100": GPUSpec.sim_a100, "h100": GPUSpec.sim_h100,
                "h100-real": GPUSpec.h100_sxm, "h200-real": GPUSpec.h200}  # fmt: skip
@@ -92,8 +75,8 @@ def _cmd_iomodel(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from harness.report import ReportOptions, run_report
-    from harness.resultlog import ResultLogError
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.core.resultlog import ResultLogError
 
     opts = ReportOptions(
         name=args.name, preset=args.preset, seed=args.seed, kernels=tuple(args.kernel or ()),
@@ -109,8 +92,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from harness.render import render_report
-    from harness.resultlog import ResultLogError
+    from flashcheck.harness.campaign.render import render_report
+    from flashcheck.harness.core.resultlog import ResultLogError
 
     try:
         path = render_report(args.results, args.out, figures=not args.no_figures)
@@ -122,9 +105,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from harness.bench.render import render_bench, summary_text
-    from harness.bench.suite import PARTS, BenchOptions, run_bench
-    from harness.resultlog import ResultLogError
+    from flashcheck.harness.bench.render import render_bench, summary_text
+    from flashcheck.harness.bench.suite import PARTS, BenchOptions, run_bench
+    from flashcheck.harness.core.resultlog import ResultLogError
 
     if args.render_only:
         if not args.name:
@@ -159,8 +142,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub) -> None:
-    from harness.bench.providers import PROVIDERS
-    from harness.bench.suite import PARTS
+    from flashcheck.harness.bench.providers import PROVIDERS
+    from flashcheck.harness.bench.suite import PARTS
 
     b = sub.add_parser(
         "bench",
@@ -192,10 +175,72 @@ def _add_bench(sub) -> None:
     b.set_defaults(func=_cmd_bench)
 
 
-def _cmd_kernels(args: argparse.Namespace) -> int:
-    from harness.adapters import builtin_adapters, entry_point_kernels, resolve
+def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
+    import importlib.resources
 
-    table = dict(builtin_adapters())
+    import pytest
+
+    from flashcheck.harness.adapters.registry import resolve
+
+    if args.spec != "builtin":
+        try:
+            resolve(args.spec)
+        except ValueError as err:
+            print(f"flashcheck test: error: {err}", file=sys.stderr)
+            return 2
+    suite = importlib.resources.files("flashcheck.properties")
+    argv = ["--pyargs", "flashcheck.properties", "-c", str(suite / "suite.ini"),
+            "--rootdir", str(Path.cwd()), "--flashcheck-profile", args.profile,
+            "--flashcheck-kernel", args.spec]  # fmt: skip
+    for dt in args.dtype or ():
+        argv += ["--flashcheck-dtype", dt]
+    if args.device:
+        argv += ["--flashcheck-device", args.device]
+    code = int(pytest.main([*argv, *(extra[1:] if extra[:1] == ["--"] else extra)]))
+    # pytest's own codes, except a usage error, which is 2 here as in every flashcheck command.
+    return 2 if code == pytest.ExitCode.USAGE_ERROR else code
+
+
+def _add_test(sub) -> None:
+    t = sub.add_parser(
+        "test",
+        help="run the property suite on a kernel (pytest with flashcheck's plugin)",
+        usage="flashcheck test SPEC [--profile P] [--dtype D] [--device D] [pytest options]",
+        description="Run flashcheck's Hypothesis property suite against SPEC: accuracy against "
+        "the mpmath oracle with a-priori error bounds and the empirical rule, batch/head "
+        "independence, padded buffers, determinism, key permutation, the NaN rule and the "
+        "pinned regression cases, every input drawn inside the kernel's contract (declared "
+        "with flashcheck.kernel(...), or probed). SPEC is a built-in name, 'builtin' (the "
+        "project's own kernels), an entry point of group flashcheck.kernels, or "
+        "package.module:function (the current directory is searched first). Options it does "
+        "not know go to pytest (e.g. -x, -k accuracy, --hypothesis-seed=N). A failing case is "
+        "saved to reports/cases/ and printed with its 'flashcheck replay' command. Exit "
+        "status: pytest's (0 all passed, 1 a test failed, 5 nothing ran), 2 usage error.",
+    )
+    t.add_argument("spec", metavar="SPEC", help="the kernel to test (first, before pytest options)")
+    t.add_argument("--profile", choices=("ci", "dev", "thorough", "sweep"), default="ci",
+                   help="Hypothesis profile: ci (default; the same examples every run, 40 per "
+                   "accuracy property), dev (random examples), thorough (1000), sweep "
+                   "(10000)")  # fmt: skip
+    t.add_argument(
+        "--dtype",
+        action="append",
+        choices=("fp16", "bf16", "fp32"),
+        help="only this input format; repeat for several (default: the kernel's)",
+    )
+    t.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="device (default: cuda if available and the kernel runs there)",
+    )
+    t.set_defaults(func=_cmd_test, passthrough=True)
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from flashcheck.harness.adapters.registry import builtin_kernels, entry_point_kernels, resolve
+
+    table = dict(builtin_kernels())
     for name in entry_point_kernels():
         try:
             table[name] = resolve(name)
@@ -225,8 +270,8 @@ def _positive_float(text: str) -> float:
 
 
 def _add_report(sub) -> None:
-    from harness.campaign import PRESETS
-    from harness.report import GATES
+    from flashcheck.harness.campaign.report import GATES
+    from flashcheck.harness.campaign.runner import PRESETS
 
     p = sub.add_parser(
         "report",
@@ -335,12 +380,17 @@ def main(argv: list[str] | None = None) -> int:
     p_io.add_argument("-d", type=_positive, default=64, help="head dimension (default 64)")
     p_io.add_argument("--block", type=_positive, default=64, help="flash block size (default 64)")
     p_io.set_defaults(func=_cmd_iomodel)
+    _add_test(sub)
     _add_report(sub)
     _add_bench(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "passthrough", False):
+        return args.func(args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.func(args)
 
 

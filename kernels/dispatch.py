@@ -1,9 +1,9 @@
 """Platform dispatch (seed 003's adaptation): Triton on CUDA, a PyTorch fallback elsewhere.
 
-``attention(q, k, v, ...)`` runs :func:`kernels.triton_flash.flash_attention` when the tensors
-are on CUDA, or on CPU when ``TRITON_INTERPRET=1`` is set and ``backend="triton"`` is asked
-for; otherwise (CPU, MPS) it runs :func:`kernels.naive.naive_torch`, which implements the same
-semantics (bottom-right causal, windows, GQA) with torch eager ops. Returns ``(O, LSE)``.
+``attention(q, k, v, ...)`` runs :func:`flashcheck.kernels.triton_flash.flash_attention` when the
+tensors are on CUDA, or on CPU when ``TRITON_INTERPRET=1`` is set and ``backend="triton"`` is asked
+for; otherwise (CPU, MPS) it runs :func:`flashcheck.kernels.naive.naive_torch`, which implements the
+same semantics (bottom-right causal, windows, GQA) with torch eager ops. Returns ``(O, LSE)``.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ def attention(
                 "backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 set before triton is "
                 "imported; use backend='auto' for the torch fallback"
             )
-        from kernels.triton_flash import flash_attention
+        from flashcheck.kernels.triton_flash import flash_attention
 
         return flash_attention(
             q, k, v, causal=causal, window=window, scale=scale, allow_tf32=allow_tf32
         )
-    from kernels.naive import naive_torch
+    from flashcheck.kernels.naive import naive_torch
 
     return naive_torch(q, k, v, causal=causal, window=window, scale=scale)

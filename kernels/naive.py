@@ -1,6 +1,6 @@
 """Standard attention that materialises S and P: the same-precision baselines.
 
-Algorithm (per batch and head; masks as in :mod:`kernels.recurrence`):
+Algorithm (per batch and head; masks as in :mod:`flashcheck.kernels.recurrence`):
 
     S = (scale·q) kᵀ,   P = softmax(S),   O = P V,   LSE = m + log Σ exp(S − m)
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.recurrence import _DTYPES, _dot, _keep
+from flashcheck.kernels.recurrence import FORMAT_DTYPES, keep_mask, sequential_dot
 
 __all__ = ["ARITHMETIC", "naive_numpy", "naive_torch"]
 
@@ -53,8 +53,8 @@ def naive_numpy(
     if precision not in ("same", "fp64"):
         raise ValueError("precision must be 'same' or 'fp64'")
     din = q.dtype
-    if din not in _DTYPES.values() or k.dtype != din or v.dtype != din:
-        raise ValueError(f"q, k, v must share one of {sorted(_DTYPES)}'s dtypes, got {din}")
+    if din not in FORMAT_DTYPES.values() or k.dtype != din or v.dtype != din:
+        raise ValueError(f"q, k, v must share one of {sorted(FORMAT_DTYPES)}'s dtypes, got {din}")
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
     if k.shape[:3] != v.shape[:3] or k.shape[3] != d or hq % hk:
@@ -70,9 +70,9 @@ def naive_numpy(
         for h in range(hq):
             kh, vh = k[b, h // (hq // hk)], v[b, h // (hq // hk)]
             mk = None if m_full is None else m_full[b, h]
-            keep = _keep(nq, nk, rows, cols, causal, window, mk)
+            keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
             qs = (q[b, h].astype(acc) * acc.type(sc)).astype(store)
-            s = _dot(qs, kh, acc).astype(store).astype(acc)
+            s = sequential_dot(qs, kh, acc).astype(store).astype(acc)
             s = np.where(keep, s, acc.type(-np.inf))
             m = s.max(axis=1)
             has = m != -np.inf  # NaN/+inf maxima propagate; only fully masked rows are 0
@@ -83,7 +83,7 @@ def naive_numpy(
                 total = total + e[:, j]
             safe_t = np.where(has, total, acc.type(1))
             p = (e / safe_t[:, None]).astype(store)
-            o = _dot(p, vh.T, acc).astype(store)
+            o = sequential_dot(p, vh.T, acc).astype(store)
             out[b, h] = np.where(has[:, None], o, store.type(0))
             with np.errstate(divide="ignore"):
                 lg = np.log(safe_t.astype(np.float64))
@@ -117,7 +117,7 @@ def naive_torch(
     if mask is not None:
         m = np.broadcast_to(torch.as_tensor(mask).cpu().numpy(), (bsz, hq, nq, nk))
     keep_np = np.stack([
-        np.stack([_keep(nq, nk, np.arange(nq), np.arange(nk), causal, window,
+        np.stack([keep_mask(nq, nk, np.arange(nq), np.arange(nk), causal, window,
                         None if m is None else m[b, h]) for h in range(hq)])
         for b in range(bsz)
     ])  # fmt: skip

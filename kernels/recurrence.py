@@ -33,9 +33,16 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["ARITHMETIC", "PrecisionPolicy", "online_attention"]
+__all__ = [
+    "ARITHMETIC",
+    "FORMAT_DTYPES",
+    "PrecisionPolicy",
+    "keep_mask",
+    "online_attention",
+    "sequential_dot",
+]
 
-_DTYPES = {
+FORMAT_DTYPES = {
     "fp16": np.dtype(np.float16),
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "fp32": np.dtype(np.float32),
@@ -62,10 +69,10 @@ class PrecisionPolicy:
 
     def __post_init__(self) -> None:
         for field in ("input", "score", "accum", "p"):
-            if getattr(self, field) not in _DTYPES:
-                raise ValueError(f"{field} format must be one of {sorted(_DTYPES)}")
-        if self.output is not None and self.output not in _DTYPES:
-            raise ValueError(f"output format must be one of {sorted(_DTYPES)}")
+            if getattr(self, field) not in FORMAT_DTYPES:
+                raise ValueError(f"{field} format must be one of {sorted(FORMAT_DTYPES)}")
+        if self.output is not None and self.output not in FORMAT_DTYPES:
+            raise ValueError(f"output format must be one of {sorted(FORMAT_DTYPES)}")
         if self.exp not in ("exp", "exp2"):
             raise ValueError("exp must be 'exp' or 'exp2'")
 
@@ -91,7 +98,7 @@ ARITHMETIC = {
 }
 
 
-def _dot(a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
+def sequential_dot(a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
     """``a @ bᵀ`` accumulated sequentially over the inner index in dtype ``dt``."""
     a = a.astype(dt)
     b = b.astype(dt)
@@ -115,7 +122,9 @@ def _rowsum(p: np.ndarray, dt: np.dtype) -> np.ndarray:
     return acc
 
 
-def _keep(nq: int, nk: int, rows: np.ndarray, cols: np.ndarray, causal, window, mask):
+def keep_mask(nq: int, nk: int, rows: np.ndarray, cols: np.ndarray, causal, window, mask):
+    """Which keys ``cols`` each query row ``rows`` keeps: causal (bottom-right aligned), the
+    window ``(left, right)`` and an explicit boolean ``mask`` combined (SPEC 3.1)."""
     i = rows[:, None]
     j = cols[None, :]
     off = nk - nq
@@ -160,7 +169,7 @@ def online_attention(
         raise ValueError(f"variant must be 'fa1' or 'fa2', got {variant!r}")
     if block_q < 1 or block_k < 1:
         raise ValueError("block_q and block_k must be >= 1 (block_k=1 is the scalar recurrence)")
-    din = _DTYPES[policy.input]
+    din = FORMAT_DTYPES[policy.input]
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.dtype != din or x.ndim != 4:
             raise ValueError(
@@ -174,8 +183,8 @@ def online_attention(
             f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}: need matching batch, "
             "head_dim of q and k, equal k/v lengths and Hq a multiple of Hk"
         )
-    ds, da, dp = _DTYPES[policy.score], _DTYPES[policy.accum], _DTYPES[policy.p]
-    dout = _DTYPES[policy.output or policy.input]
+    ds, da, dp = FORMAT_DTYPES[policy.score], FORMAT_DTYPES[policy.accum], FORMAT_DTYPES[policy.p]
+    dout = FORMAT_DTYPES[policy.output or policy.input]
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     c = ds.type(sc * LOG2E) if policy.exp == "exp2" else ds.type(sc)
     m_full = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
@@ -217,8 +226,8 @@ def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk,
     acc = np.zeros((r, dv), dtype=da)
     for c0 in range(0, nk, block_k):
         cols = np.arange(c0, min(c0 + block_k, nk))
-        keep = _keep(nq, nk, rows, cols, causal, window, mk)
-        s = _dot(qb, kh[cols], ds)
+        keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
+        s = sequential_dot(qb, kh[cols], ds)
         t = (s * c).astype(da)
         t = np.where(keep, t, da.type(-np.inf))
         m_new = np.maximum(m, t.max(axis=1))
@@ -230,7 +239,7 @@ def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk,
         p = np.where(keep, _exp((t - m_safe[:, None]).astype(da), policy.exp, da), da.type(0))
         l_old = l_sum
         l_sum = (alpha * l_sum + _rowsum(p, da)).astype(da)
-        pv = _dot(p.astype(dp), vh[cols].T, da)
+        pv = sequential_dot(p.astype(dp), vh[cols].T, da)
         if variant == "fa2":
             acc = (alpha[:, None] * acc + pv).astype(da)
         else:

@@ -43,7 +43,15 @@ from typing import Any, NamedTuple
 import triton
 import triton.language as tl
 
-__all__ = ["ARITHMETIC", "flash_attention"]
+__all__ = [
+    "ARITHMETIC",
+    "LaunchConfig",
+    "bf16_dot_supported",
+    "flash_attention",
+    "last_compiled",
+    "launch",
+    "portable_config",
+]
 
 ARITHMETIC = "flash"
 _LOG2E = 1.4426950408889634
@@ -234,14 +242,14 @@ def _interpreting() -> bool:
 _BF16_CANARY: dict[str, bool] = {}
 
 
-def _bf16_dot_works(torch: Any) -> bool:
+def bf16_dot_supported(torch: Any) -> bool:
     """Run a 16×16 bf16 dot through the kernel once and compare with torch (interpreter only)."""
     if "ok" not in _BF16_CANARY:
         g = torch.Generator().manual_seed(0)
         q = torch.randn(1, 1, 16, 16, generator=g).to(torch.bfloat16)
         k = torch.randn(1, 1, 16, 16, generator=g).to(torch.bfloat16)
         v = torch.randn(1, 1, 16, 16, generator=g).to(torch.bfloat16)
-        o, _ = _launch(q, k, v, causal=False, window=None, scale=0.25, allow_tf32=False)
+        o, _ = launch(q, k, v, causal=False, window=None, scale=0.25, allow_tf32=False)
         ref = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * 0.25, -1) @ v.float()
         # A correct bf16 result is within a few bf16 ulps (u = 2^-8, |O| < 3) of the fp32
         # reference, ~1e-2; the upstream bug returns values off by O(1). 0.05 separates the two.
@@ -249,7 +257,7 @@ def _bf16_dot_works(torch: Any) -> bool:
     return _BF16_CANARY["ok"]
 
 
-class _Config(NamedTuple):
+class LaunchConfig(NamedTuple):
     """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation."""
 
     block_m: int
@@ -262,27 +270,27 @@ class _Config(NamedTuple):
     split: bool = True  # False: every block through the masked path (for tests and tuning)
 
 
-def _portable_config(d: int, dv: int, dtype_bytes: int) -> _Config:
+def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
     """Defaults that fit 100 KiB of shared memory and run on any CUDA GPU Triton supports
     (fp32 at d = 256 needs 32×32 tiles and 2 stages)."""
     if _interpreting():
-        return _Config(16, 16, 4, 1)
+        return LaunchConfig(16, 16, 4, 1)
     if dtype_bytes == 4 and max(d, dv) > 128:
-        return _Config(32, 32, 4, 2)
+        return LaunchConfig(32, 32, 4, 2)
     if max(d, dv) > 128 or dtype_bytes == 4:
-        return _Config(64, 32, 4, 2)
-    return _Config(128, 64, 8, 3)
+        return LaunchConfig(64, 32, 4, 2)
+    return LaunchConfig(128, 64, 8, 3)
 
 
 # Hopper (sm_90), fp16 / bf16, by head-dim bucket and causality: measured on one H100 with
 # benchmarks/tune_hopper.py (the log with every candidate is in benchmarks/RESULTS.md).
-_HOPPER: dict[tuple[int, bool], _Config] = {
-    (64, False): _Config(128, 64, 8, 3),
-    (64, True): _Config(128, 64, 4, 3),
-    (128, False): _Config(128, 64, 8, 3),
-    (128, True): _Config(128, 64, 8, 3),
-    (256, False): _Config(128, 64, 8, 2, tma=True),
-    (256, True): _Config(128, 64, 8, 2, tma=True),
+_HOPPER: dict[tuple[int, bool], LaunchConfig] = {
+    (64, False): LaunchConfig(128, 64, 8, 3),
+    (64, True): LaunchConfig(128, 64, 4, 3),
+    (128, False): LaunchConfig(128, 64, 8, 3),
+    (128, True): LaunchConfig(128, 64, 8, 3),
+    (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
+    (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
 }
 
 
@@ -297,9 +305,9 @@ def _tma_ok(*tensors: Any) -> bool:
     return True
 
 
-def _config(q: Any, k: Any, v: Any, o: Any, causal: bool) -> _Config:
+def _config(q: Any, k: Any, v: Any, o: Any, causal: bool) -> LaunchConfig:
     d, dv = q.shape[3], v.shape[3]
-    cfg = _portable_config(d, dv, q.element_size())
+    cfg = portable_config(d, dv, q.element_size())
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return cfg
     import torch
@@ -314,6 +322,12 @@ def _config(q: Any, k: Any, v: Any, o: Any, causal: bool) -> _Config:
 
 
 _LAST_COMPILED: dict[str, Any] = {}
+
+
+def last_compiled() -> Any:
+    """The compiled kernel of the latest launch in this process (``None`` before any): its
+    ``n_regs``, ``n_spills`` and ``metadata.shared`` are what tuning and the benchmark report."""
+    return _LAST_COMPILED.get("kernel")
 
 
 def _alloc_scratch(size: int, alignment: int, stream: int | None) -> Any:
@@ -334,7 +348,10 @@ def _ensure_allocator() -> None:
         triton.set_allocator(_alloc_scratch)
 
 
-def _launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
+def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
+    """Launch the forward on tensors :func:`flash_attention` has already checked (``window``
+    normalised to ``(left, right)`` with -1 for unbounded, ``scale`` a float); ``config``
+    overrides the launch configuration (tuning and probe scripts). Returns ``(O, LSE)``."""
     import torch
 
     bsz, hq, nq, d = q.shape
@@ -434,9 +451,9 @@ def flash_attention(
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not math.isfinite(sc):
         raise ValueError(f"scale must be finite, got {scale}")
-    if q.dtype == torch.bfloat16 and _interpreting() and not _bf16_dot_works(torch):
+    if q.dtype == torch.bfloat16 and _interpreting() and not bf16_dot_supported(torch):
         raise NotImplementedError(
             "bf16 under TRITON_INTERPRET=1: the interpreter's bf16 tl.dot returns wrong values "
             "(triton-lang/triton#11584, detected by a canary); run bf16 on a GPU"
         )
-    return _launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)
+    return launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for adversarial attention inputs (SPEC 4).
+"""Hypothesis strategies for adversarial attention inputs (SPEC 4), drawn inside a kernel's
+contract.
 
 Hypothesis draws a small :class:`Recipe` (family, shapes, masks, scale, an RNG seed and a few
 family parameters); :func:`make_case` turns it into arrays with numpy's seeded generator and
@@ -8,25 +9,64 @@ example prints as ``make_case(Recipe(...))``: an expression that rebuilds exactl
 tested. The saved case file holds the bit patterns as well.
 
 The families themselves (and :class:`Recipe`, :func:`make_case`) live in
-:mod:`harness.families`, shared with the report campaign.
-Lengths are biased to block edges; ``Nq != Nk``, causal with ``Nq > Nk`` (fully masked rows),
-sliding windows, explicit masks and GQA/MQA come from the shared shape draw.
+:mod:`flashcheck.harness.cases.families`, shared with the report campaign. Lengths are biased
+to block edges (or are 1, 2 and 3 times a kernel's required multiple); ``Nq != Nk``, causal
+with ``Nq > Nk`` (fully masked rows), sliding windows, explicit masks and GQA/MQA come from the
+shared shape draw, each only where the kernel's contract takes it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
-from harness.cases import DTYPES, Case
-from harness.families import EDGES, FAMILIES, HEAD_DIMS, Recipe, magnitudes, make_case
+from flashcheck.harness.adapters.probe import resolved
+from flashcheck.harness.adapters.registry import as_kernel
+from flashcheck.harness.cases.case import DTYPES, Case
+from flashcheck.harness.cases.families import (
+    EDGES,
+    FAMILIES,
+    HEAD_DIMS,
+    Recipe,
+    magnitudes,
+    make_case,
+)
 
-__all__ = ["FAMILIES", "Recipe", "cases", "lengths", "make_case", "recipes"]
+__all__ = [
+    "FAMILIES",
+    "Recipe",
+    "attention_cases",
+    "cases",
+    "contract_limits",
+    "lengths",
+    "make_case",
+    "recipes",
+]
 
 
-def lengths(max_len: int) -> st.SearchStrategy[int]:
-    """Sequence lengths, mostly at block edges, never above ``max_len``."""
+def lengths(max_len: int, multiple: int = 1) -> st.SearchStrategy[int]:
+    """Sequence lengths, mostly at block edges, never above ``max_len``; with ``multiple > 1``,
+    1, 2 and 3 times the multiple."""
+    if multiple > 1:
+        return st.sampled_from([multiple * i for i in (1, 2, 3)])
     edges = [n for n in EDGES if n <= max_len]
     return st.one_of(st.sampled_from(edges), st.integers(1, max_len))
+
+
+def contract_limits(kernel: Any) -> dict[str, Any]:
+    """The :func:`recipes` keywords that keep every draw inside ``kernel``'s contract."""
+    return {
+        "masks": tuple(m for m in ("causal", "window", "mask") if m in kernel.masks),
+        "head_dims": kernel.head_dims,
+        "max_d": kernel.max_head_dim,
+        "gqa": kernel.gqa,
+        "unequal_lengths": kernel.unequal_lengths,
+        "distinct_dv": kernel.distinct_dv,
+        "batched": kernel.batched,
+        "seq_multiple": kernel.seq_multiple,
+        "explicit_scale": kernel.options is None or "scale" in kernel.options,
+    }
 
 
 @st.composite
@@ -41,25 +81,37 @@ def recipes(
     score_limit: float | None = None,
     max_work: int = 1 << 16,
     min_slices: int = 1,
+    head_dims: tuple[int, ...] | None = None,
+    gqa: bool = True,
+    unequal_lengths: bool = True,
+    distinct_dv: bool = True,
+    batched: bool = True,
+    seq_multiple: int = 1,
+    explicit_scale: bool = True,
 ) -> Recipe:
     """A :class:`Recipe` for ``dtype``. ``score_limit`` caps ``scale·Σ|q||k|`` (the kernel's
     specified range); ``max_work`` caps ``B·Hq·Nq·Nk`` so one example stays fast;
-    ``min_slices`` asks for at least that many (batch, head) slices."""
+    ``min_slices`` asks for at least that many (batch, head) slices. The remaining keywords
+    are a kernel's contract (:func:`contract_limits`)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     family = draw(st.sampled_from(families))
-    nq, nk = draw(lengths(max_len)), draw(lengths(max_len))
-    dims = [x for x in HEAD_DIMS if x <= max_d]
+    m = seq_multiple
+    nq = draw(lengths(max_len, m))
+    nk = draw(lengths(max_len, m)) if unequal_lengths else nq
+    pool = HEAD_DIMS if head_dims is None else head_dims
+    dims = [x for x in pool if x <= max_d] or [min(pool)]
     d = draw(st.sampled_from(dims))
-    dv = d if draw(st.booleans()) else draw(st.sampled_from(dims))
-    hk = draw(st.sampled_from([1, 2]))
-    hq = hk * draw(st.sampled_from([1, 2]))
-    b = draw(st.sampled_from([1, 2]))
+    dv = d if not distinct_dv or draw(st.booleans()) else draw(st.sampled_from(dims))
+    hk = draw(st.sampled_from([1, 2])) if batched else 1
+    hq = hk * draw(st.sampled_from([1, 2])) if (batched and gqa) else hk
+    b = draw(st.sampled_from([1, 2])) if batched else 1
     if b * hq * nq * nk > max_work:
         b, hq, hk = 1, 1, 1
-    if b * hq < min_slices:
+    if batched and b * hq < min_slices:
         b = 2
-        nq = max(1, min(nq, max_work // (b * hq * nk)))
+        fit = max_work // (b * hq * nk)
+        nq = max(m, min(nq, fit) // m * m) if unequal_lengths else nq
     causal = "causal" in masks and draw(st.booleans())
     window = None
     if "window" in masks and draw(st.integers(0, 3)) == 0:
@@ -70,7 +122,9 @@ def recipes(
     mask_density = None
     if "mask" in masks and draw(st.integers(0, 4)) == 0:
         mask_density = draw(st.sampled_from([0.0, 0.1, 0.5, 0.9]))
-    scale = draw(st.sampled_from([None, None, 1.0, 0.125, 0.5, 2.0, 0.3]))
+    scale = (
+        draw(st.sampled_from([None, None, 1.0, 0.125, 0.5, 2.0, 0.3])) if explicit_scale else None
+    )
     magnitude = draw(st.sampled_from(magnitudes(family, dtype, score_limit)))
     seed = draw(st.integers(0, 2**32 - 1))
     return Recipe(
@@ -82,3 +136,55 @@ def recipes(
 def cases(**kw) -> st.SearchStrategy[Case]:
     """Cases built by :func:`make_case` from :func:`recipes` (same keyword arguments)."""
     return recipes(**kw).map(make_case)
+
+
+def attention_cases(
+    kernel: Any = None,
+    *,
+    dtype: str | None = None,
+    families: tuple[str, ...] = FAMILIES,
+    max_len: int = 129,
+    max_work: int = 1 << 16,
+    min_slices: int = 1,
+) -> st.SearchStrategy[Case]:
+    """Adversarial attention inputs (SPEC 4) as :class:`~flashcheck.harness.cases.case.Case`
+    objects, inside ``kernel``'s contract when one is given.
+
+    ``kernel``: a function, a :func:`flashcheck.kernel` declaration or a spec string; its
+    contract (declared, or probed on first draw) decides the dtypes, head dims, masks, GQA,
+    ``Nq != Nk``, ``dv != d``, batch and sequence-length multiple drawn. ``dtype``: one input
+    format (default: any the kernel takes). ``families``: a subset of :data:`FAMILIES`.
+    ``max_len``: the longest sequence (lengths cluster at block edges 1, 15-17, 31-33, ...).
+    ``max_work``: a cap on ``B·Hq·Nq·Nk`` per example. ``min_slices``: at least that many
+    (batch, head) slices (to exercise batch and head indexing).
+    """
+    bad = [f for f in families if f not in FAMILIES]
+    if bad:
+        raise ValueError(f"unknown families {bad}: choose from {FAMILIES}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+
+    def build() -> st.SearchStrategy[Case]:
+        dtypes = [dtype] if dtype else list(DTYPES)
+        kern, limits, work = None, {}, max_work
+        if kernel is not None:
+            kern = resolved(as_kernel(kernel))
+            if not any(dt in kern.dtypes for dt in dtypes):
+                raise ValueError(
+                    f"{kern.name} takes none of the dtypes {dtypes} (its contract: "
+                    f"{'; '.join(kern.contract_lines())})"
+                )
+            dtypes = [dt for dt in dtypes if dt in kern.dtypes]
+            limits = contract_limits(kern)
+            # Room for several slices at the kernel's smallest accepted length.
+            work = max(max_work, 4 * kern.seq_multiple**2)
+
+        def for_dtype(dt: str) -> st.SearchStrategy[Case]:
+            score = None if kern is None else kern.score_limit.get(dt)
+            return cases(dtype=dt, families=families, max_len=max_len, max_work=work,
+                         min_slices=min_slices, score_limit=score, **limits)  # fmt: skip
+
+        return st.sampled_from(dtypes).flatmap(for_dtype)
+
+    # Deferred: a contract is probed on the first draw, not when the test module is imported.
+    return st.deferred(build)

@@ -1,63 +1,51 @@
-"""Shared parametrisation of the property suite: kernels, dtypes, device, sizes per profile."""
+"""Shared parametrisation of the property suite: case sizes per profile, draws inside a contract.
+
+The kernels and dtypes under test come from the pytest plugin
+(:mod:`flashcheck.properties.plugin`): every test takes the ``flashcheck_kernel``,
+``flashcheck_dtype`` and ``flashcheck_device`` fixtures.
+"""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
+
 from hypothesis import settings
 
-from harness.adapters import KernelAdapter, builtin_adapters
-from harness.cases import DTYPES
-from properties.strategies import cases
+from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.properties.plugin import profile_name
+from flashcheck.properties.strategies import cases, contract_limits
 
-try:
-    import torch
+__all__ = ["MAX_LEN", "MAX_WORK", "case_strategy", "family_outside_contract", "fewer"]
 
-    DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-except ImportError:  # pragma: no cover - torch is a dependency
-    DEVICE = "cpu"
-
-KERNELS = ("triton", "triton-tf32", "recurrence-fa2", "recurrence-fa1", "naive-numpy",
-           "naive-torch")  # fmt: skip
-ADAPTERS = builtin_adapters()
 # Lengths up to 129 cover the 16/32/64/128 block edges; the hand-run profiles reach 1025.
-_PROFILE = settings.get_current_profile_name()
-MAX_LEN = {"thorough": 1025, "sweep": 1025}.get(_PROFILE, 129)
+MAX_LEN = {"thorough": 1025, "sweep": 1025}
 # B·Hq·Nq·Nk per example: the Triton interpreter runs ~1 s per 40k score elements on CPU.
-MAX_WORK = {"thorough": 1 << 19, "sweep": 1 << 19}.get(_PROFILE, 1 << 14)
+MAX_WORK = {"thorough": 1 << 19, "sweep": 1 << 19}
 
 
-def kernel_dtype_params() -> list:
-    """``(kernel, dtype)`` pairs the kernel declares, as pytest params with readable ids."""
-    return [
-        pytest.param(k, dt, id=f"{k}-{dt}")
-        for k in KERNELS
-        for dt in DTYPES
-        if dt in ADAPTERS[k].dtypes
-    ]
-
-
-def device_for(adapter: KernelAdapter) -> str:
-    return DEVICE if DEVICE in adapter.devices else adapter.devices[0]
-
-
-def adapter_or_skip(kernel: str, dtype: str) -> tuple[KernelAdapter, str]:
-    """The adapter and its device, or a pytest skip that names why it cannot run here."""
-    adapter = ADAPTERS[kernel]
-    dev = device_for(adapter)
-    why = adapter.unavailable(dtype, dev)
-    if why:
-        pytest.skip(why)
-    return adapter, dev
-
-
-def case_strategy(adapter: KernelAdapter, dtype: str, **kw):
-    masks = tuple(m for m in ("causal", "window", "mask") if m in adapter.masks)
-    kw["masks"] = tuple(m for m in kw.get("masks", masks) if m in masks)
-    kw.setdefault("max_len", MAX_LEN)
-    kw.setdefault("max_work", MAX_WORK)
-    return cases(dtype=dtype, score_limit=adapter.score_limit.get(dtype), **kw)
+def case_strategy(kernel: Any, dtype: str, **kw: Any):
+    """Cases for ``kernel`` in ``dtype``, inside its contract; ``kw`` narrows further
+    (``masks=()`` drops every mask, ``families=...``, ``max_len=...``, ``min_slices=...``)."""
+    limits = contract_limits(kernel)
+    if "masks" in kw:
+        kw["masks"] = tuple(m for m in kw["masks"] if m in limits["masks"])
+    profile = profile_name()
+    kw.setdefault("max_len", MAX_LEN.get(profile, 129))
+    # Room for two slices at the kernel's smallest accepted length.
+    kw.setdefault("max_work", max(MAX_WORK.get(profile, 1 << 14), 4 * kernel.seq_multiple**2))
+    return cases(dtype=dtype, score_limit=kernel.score_limit.get(dtype), **{**limits, **kw})
 
 
 def fewer(n: int) -> settings:
     """A quarter of the profile's examples (at least ``n``): the structural properties."""
     return settings(max_examples=max(n, settings.default.max_examples // 4))
+
+
+def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -> str | None:
+    """Why a whole input family lies outside ``kernel``'s contract on ``device`` (e.g. a
+    library GEMM that breaks the NaN rule there), judged on one small case; else ``None``."""
+    m = kernel.seq_multiple
+    d = 16 if kernel.head_dims is None else kernel.head_dims[0]
+    case = make_case(Recipe(dtype, family, 1, 1, 1, max(m, 17), max(m, 17), d, d, seed=0))
+    why = kernel.supports(case, device)
+    return None if why is None else f"{family} inputs are outside the contract here: {why}"

@@ -9,14 +9,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 # E402 below: the imports need torch, so they follow the importorskip above.
 
-from harness.bench.check import judge_rows, reference, sample_rows, sampled_output  # noqa: E402
-from harness.bench.providers import PROVIDERS  # noqa: E402
-from harness.bench.render import render_bench, summary_text  # noqa: E402
-from harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
-from harness.bench.summary import bench_summary, load_results  # noqa: E402
-from harness.bench.timing import MAX_COPIES, ROTATE_BYTES, Timing, copies_for_l2  # noqa: E402
-from harness.cli import main  # noqa: E402
-from harness.resultlog import ResultLog  # noqa: E402
+from flashcheck.harness.bench.check import judge_rows, reference, sample_rows, sampled_output  # noqa: E402
+from flashcheck.harness.bench.providers import PROVIDERS  # noqa: E402
+from flashcheck.harness.bench.render import render_bench, summary_text  # noqa: E402
+from flashcheck.harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
+from flashcheck.harness.bench.summary import bench_summary, load_results  # noqa: E402
+from flashcheck.harness.bench.timing import MAX_COPIES, ROTATE_BYTES, Timing, copies_for_l2  # noqa: E402
+from flashcheck.harness.cli import main  # noqa: E402
+from flashcheck.harness.core.resultlog import ResultLog  # noqa: E402
 
 
 def test_grid_follows_the_flashattention_convention():

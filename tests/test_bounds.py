@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.bounds import error_bounds, gamma
-from harness.oracle import oracle
-from kernels.naive import naive_numpy
-from kernels.recurrence import PrecisionPolicy, online_attention
-from properties.strategies import make_case, recipes
+from flashcheck.harness.judging.bounds import error_bounds, gamma
+from flashcheck.harness.oracle.evaluate import oracle
+from flashcheck.kernels.naive import naive_numpy
+from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+from flashcheck.properties.strategies import make_case, recipes
 
 
 def _err(o, ref):
@@ -55,7 +55,7 @@ def test_deterministic_bound_dominates_emulated_error(rec, kind, block):
     case = make_case(rec)
     if kind == "naive":
         # naive fp16 stores S in fp16: beyond 65504 the kernel overflows by contract.
-        from harness.adapters import score_magnitude
+        from flashcheck.harness.adapters.adapter import score_magnitude
 
         if case.dtype == "fp16" and score_magnitude(case) >= 65504:
             return
@@ -76,7 +76,7 @@ def test_bounds_are_not_absurdly_loose(dtype):
     # randn inputs: the flash bound's utilization must be a sizeable fraction (the store
     # rounding makes ~0.5 reachable in fp16/bf16; fp32 is dominated by worst-case dot terms).
     rng = np.random.default_rng(7)
-    from harness.cases import DTYPES
+    from flashcheck.harness.cases.case import DTYPES
 
     q, k, v = (rng.standard_normal((1, 2, 64, 32)).astype(np.float32).astype(DTYPES[dtype])
                for _ in range(3))  # fmt: skip
@@ -98,7 +98,22 @@ def test_gamma_and_argument_checks():
         error_bounds(q, q, q, arithmetic="flash", key_block=0)
     with pytest.raises(ValueError, match="tf32"):
         error_bounds(q, q, q, arithmetic="tf32")
-    assert error_bounds(q, q, q, arithmetic="unknown") is None
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_unknown_class_bound_is_the_loosest_known_bound(dtype):
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 9, 16)).astype(dtype) for _ in range(3))
+    loose = error_bounds(q, k, v, arithmetic="unknown", causal=True)
+    assert loose.arithmetic == "unknown"
+    classes = ["naive", "flash", "flash-fa1"] + (["tf32"] if dtype == np.float32 else [])
+    for cls in classes:
+        b = error_bounds(q, k, v, arithmetic=cls, causal=True)
+        assert np.all(loose.o_det >= b.o_det) and np.all(loose.o_prob >= b.o_prob), cls
+        assert np.all(loose.lse_det >= b.lse_det), cls
+    # ...and it is one of them, elementwise: no bound of its own
+    each = [error_bounds(q, k, v, arithmetic=c, causal=True).o_det for c in classes]
+    assert np.array_equal(loose.o_det, np.maximum.reduce(each))
 
 
 def test_masked_rows_have_zero_bound_and_rescales_counted():

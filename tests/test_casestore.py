@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from harness.cases import Case
-from harness.casestore import CaseFileError, case_id, load_case, save_case
-from properties.strategies import Recipe, make_case
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.store import CaseFileError, case_id, load_case, save_case
+from flashcheck.properties.strategies import Recipe, make_case
 
 
 def _case(dtype="bf16"):

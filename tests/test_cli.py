@@ -1,6 +1,6 @@
 import pytest
 
-from harness.cli import environment, main
+from flashcheck.harness.cli import environment, main
 
 
 def test_formats_table(capsys):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import exact as ex
+from flashcheck.harness.oracle import exact as ex
 
 finite = st.floats(min_value=-1e150, max_value=1e150, allow_nan=False, allow_subnormal=False)
 

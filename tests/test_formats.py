@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.formats import (
+from flashcheck.harness.core.formats import (
     BF16,
     FP16,
     FP32,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+from flashcheck.harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
 
 
 def _run(fn, n, d, **kw):
@@ -66,7 +66,7 @@ def test_presets_tiles_and_argument_checks():
 
 
 def test_analytic_counts_and_roofline():
-    from harness.iomodel import Roofline, attention_flops, flash_bytes, naive_bytes
+    from flashcheck.harness.iomodel import Roofline, attention_flops, flash_bytes, naive_bytes
 
     assert attention_flops(2048, 64) == 4 * 2048**2 * 64
     assert attention_flops(2048, 64, causal=True) == 2 * 2048**2 * 64
@@ -84,7 +84,7 @@ def test_analytic_counts_and_roofline():
 
 
 def test_cli_prints_the_comparison(capsys):
-    from harness.cli import main
+    from flashcheck.harness.cli import main
 
     assert main(["iomodel", "--gpu", "a100", "-n", "4096", "-d", "64"]) == 0
     out = capsys.readouterr().out

@@ -1,8 +1,13 @@
 import numpy as np
 
-from harness.formats import FP16, FP32
-from harness.metrics import floored_ulp_error, nonfinite_mismatch, summarize, ulp_error_int
-from harness.oracle import oracle
+from flashcheck.harness.core.formats import FP16, FP32
+from flashcheck.harness.judging.metrics import (
+    floored_ulp_error,
+    nonfinite_mismatch,
+    summarize,
+    ulp_error_int,
+)
+from flashcheck.harness.oracle.evaluate import oracle
 
 
 def test_correctly_rounded_output_scores_at_most_half_an_ulp():

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from harness.formats import BF16, FP16, FP32, round_to_format, ulp
-from harness.oracle import oracle
+from flashcheck.harness.core.formats import BF16, FP16, FP32, round_to_format, ulp
+from flashcheck.harness.oracle.evaluate import oracle
 
 FMTS = {"fp16": (FP16, np.float16), "bf16": (BF16, ml_dtypes.bfloat16), "fp32": (FP32, np.float32)}
 

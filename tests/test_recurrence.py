@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from harness.formats import BF16, FP16, FP32
-from harness.metrics import floored_ulp_error
-from harness.oracle import oracle
-from kernels.naive import naive_numpy, naive_torch
-from kernels.recurrence import PrecisionPolicy, online_attention
+from flashcheck.harness.core.formats import BF16, FP16, FP32
+from flashcheck.harness.judging.metrics import floored_ulp_error
+from flashcheck.harness.oracle.evaluate import oracle
+from flashcheck.kernels.naive import naive_numpy, naive_torch
+from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
 
 DT = {"fp16": (np.float16, FP16), "bf16": (ml_dtypes.bfloat16, BF16), "fp32": (np.float32, FP32)}
 

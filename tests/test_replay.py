@@ -9,25 +9,23 @@ import textwrap
 
 import pytest
 
-from harness.assertions import KernelCheckFailure, assert_kernel_passes
-from harness.casestore import load_case
-from properties.strategies import Recipe, make_case
+from flashcheck import AttentionMismatch, assert_attention
+from flashcheck.harness.cases.store import load_case
+from flashcheck.properties.strategies import Recipe, make_case
 
 PLANTED = textwrap.dedent(
     """
-    import numpy as np
-    from harness.adapters import KernelAdapter
-    from kernels.recurrence import PrecisionPolicy, online_attention
+    import flashcheck
+    from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
 
-    def _wrong_scale(q, k, v, *, causal, window, scale, mask=None):
+    @flashcheck.kernel(arithmetic="flash", api="numpy", dtypes=("fp16",), devices=("cpu",),
+                       key_block=16)
+    def wrong_scale(q, k, v, *, causal, window, scale, mask=None):
         # planted bug: the softmax scale is 1.25x too large
         d = q.shape[-1]
         s = (scale if scale is not None else d ** -0.5) * 1.25
         return online_attention(q, k, v, policy=PrecisionPolicy.flash("fp16"), causal=causal,
                                 window=window, mask=mask, scale=s)
-
-    wrong_scale = KernelAdapter("planted_kernel:wrong_scale", _wrong_scale, "flash",
-                                api="numpy", dtypes=("fp16",), devices=("cpu",), key_block=16)
     """
 )
 
@@ -35,7 +33,7 @@ PLANTED = textwrap.dedent(
 def _cli(args, cwd, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "flashcheck.harness.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
@@ -45,8 +43,8 @@ def test_planted_bug_is_saved_and_replays_with_the_same_verdict(tmp_path, monkey
     cases_dir = tmp_path / "cases"
     monkeypatch.setenv("FLASHCHECK_CASE_DIR", str(cases_dir))
     case = make_case(Recipe("fp16", "randn", 1, 1, 1, 9, 20, 16, 4, seed=5))
-    with pytest.raises(KernelCheckFailure) as info:
-        assert_kernel_passes("planted_kernel:wrong_scale", case)
+    with pytest.raises(AttentionMismatch) as info:
+        assert_attention("planted_kernel:wrong_scale", case, device="cpu")
     cid = info.value.case_id
     assert cid and f"flashcheck replay {cid}" in str(info.value)
     _, record = load_case(cid, cases_dir)

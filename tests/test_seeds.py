@@ -1,5 +1,5 @@
-"""`pytest --hypothesis-seed=N` reproduces a run's failing example, and every run prints its
-seed in the header (the root conftest)."""
+"""`pytest --hypothesis-seed=N` reproduces a run's failing example, and every flashcheck run
+prints its seed in the header (the pytest plugin, flashcheck.properties.plugin)."""
 
 import re
 from pathlib import Path
@@ -28,9 +28,8 @@ def _falsifying(result) -> str:
 
 
 def test_same_seed_same_failing_example(pytester):
-    pytester.makeconftest((ROOT / "conftest.py").read_text())
     pytester.makepyfile(test_planted=FAILING)
-    env = {"HYPOTHESIS_PROFILE": "dev"}
+    env = {"FLASHCHECK_PROFILE": "dev"}
     for key, val in env.items():
         pytester._monkeypatch.setenv(key, val)
     first = pytester.runpytest_subprocess("--hypothesis-seed=12345", "-p", "no:cacheprovider")

@@ -2,8 +2,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.adapters import score_magnitude
-from properties.strategies import FAMILIES, Recipe, make_case, recipes
+from flashcheck.harness.adapters.adapter import score_magnitude
+from flashcheck.properties.strategies import FAMILIES, Recipe, make_case, recipes
 
 
 @settings(max_examples=80)

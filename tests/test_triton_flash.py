@@ -10,12 +10,12 @@ pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may 
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
     pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
 
-from harness.formats import FP16, FP32  # noqa: E402
-from harness.metrics import floored_ulp_error  # noqa: E402
-from harness.oracle import oracle  # noqa: E402
-from kernels.dispatch import attention  # noqa: E402
-from kernels.naive import naive_numpy  # noqa: E402
-from kernels.triton_flash import flash_attention  # noqa: E402
+from flashcheck.harness.core.formats import FP16, FP32  # noqa: E402
+from flashcheck.harness.judging.metrics import floored_ulp_error  # noqa: E402
+from flashcheck.harness.oracle.evaluate import oracle  # noqa: E402
+from flashcheck.kernels.dispatch import attention  # noqa: E402
+from flashcheck.kernels.naive import naive_numpy  # noqa: E402
+from flashcheck.kernels.triton_flash import flash_attention  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 FMT = {torch.float16: FP16, torch.float32: FP32}
@@ -139,7 +139,7 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
     """The mask-free loop and the TMA loads are optimizations: for the same tiles the kernel
     must return exactly what the all-masked pointer path returns (a block wrongly taken as
     mask-free, skipped or visited twice changes bits), and that must pass the oracle check."""
-    from kernels.triton_flash import _Config, _launch
+    from flashcheck.kernels.triton_flash import LaunchConfig, launch
 
     q, k, v, causal, window = _run(torch.float16, shape, seed=sum(shape[:7]))
     q, k, v = q.to(DEV), k.to(DEV), v.to(DEV)
@@ -149,8 +149,8 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
         outs = {}
         for tma in (False, True):
             for split in (False, True):
-                cfg = _Config(bm, bn, 4, 1, tma=tma, split=split)
-                outs[tma, split] = _launch(q, k, v, causal=causal, window=win, scale=sc,
+                cfg = LaunchConfig(bm, bn, 4, 1, tma=tma, split=split)
+                outs[tma, split] = launch(q, k, v, causal=causal, window=win, scale=sc,
                                            allow_tf32=False, config=cfg)  # fmt: skip
         base_o, base_l = outs[False, False]
         for key, (o, lse) in outs.items():

@@ -1,9 +1,13 @@
 """``flashcheck bench``: GPU speed and memory of attention forwards, side by side, checked.
 
-:mod:`~harness.bench.timing` (CUDA-event timing), :mod:`~harness.bench.providers` (the
-forwards compared), :mod:`~harness.bench.ceilings` (matmul and copy rates of the machine),
-:mod:`~harness.bench.check` (oracle check of sampled outputs), :mod:`~harness.bench.suite`
-(the plan and the resumable run), :mod:`~harness.bench.summary` (results read back,
-verdicts), :mod:`~harness.bench.render` and
-:mod:`~harness.bench.figures` (bench.md, bench.json, PNGs). docs/bench.md is the user guide.
+:mod:`~flashcheck.harness.bench.timing` (CUDA-event timing),
+:mod:`~flashcheck.harness.bench.providers` (the forwards compared),
+:mod:`~flashcheck.harness.bench.ceilings` (matmul and copy rates of the
+machine),
+:mod:`~flashcheck.harness.bench.check` (oracle check of sampled outputs),
+:mod:`~flashcheck.harness.bench.suite` (the plan and the resumable run),
+:mod:`~flashcheck.harness.bench.summary` (results read back,
+verdicts), :mod:`~flashcheck.harness.bench.render` and
+:mod:`~flashcheck.harness.bench.figures` (bench.md, bench.json, PNGs). docs/bench.md is the user
+guide.
 """

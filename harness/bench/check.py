@@ -2,9 +2,10 @@
 
 For each benchmarked configuration the exact answer is computed once, on a sample of rows of
 two heads (the first and the last) of the last batch entry — the entries a wrong stride or
-offset reaches last — by the mpmath oracle (:func:`harness.oracle.oracle`). Every provider's
-output on the same inputs is then judged like any report result (:func:`harness.verdict.judge`):
-against the a-priori bounds of its arithmetic class where it has one, and against
+offset reaches last — by the mpmath oracle (:func:`flashcheck.harness.oracle.evaluate.oracle`).
+Every provider's output on the same inputs is then judged like any report result
+(:func:`flashcheck.harness.judging.verdict.judge`): against the a-priori bounds of its arithmetic
+class where it has one, and against
 ``2 × naive + 1 ulp``, where naive is the same-precision numpy baseline on the same rows.
 """
 
@@ -15,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.bounds import Bounds, error_bounds
-from harness.oracle import OracleResult, oracle
-from harness.semantics import as_exact_array
-from harness.verdict import judge, naive_error
+from flashcheck.harness.core.semantics import as_exact_array
+from flashcheck.harness.judging.bounds import Bounds, error_bounds
+from flashcheck.harness.judging.verdict import judge, naive_error
+from flashcheck.harness.oracle.evaluate import OracleResult, oracle
 
 __all__ = ["Reference", "judge_rows", "reference", "sample_rows", "sampled_output"]
 
@@ -85,15 +86,15 @@ class Reference:
 
 def reference(q: Any, k: Any, v: Any, *, causal: bool, rows: np.ndarray) -> Reference:
     """Oracle and same-precision naive error on ``rows`` of :func:`sampled_output`'s heads."""
-    from kernels.naive import naive_numpy
-    from kernels.recurrence import _keep
+    from flashcheck.kernels.naive import naive_numpy
+    from flashcheck.kernels.recurrence import keep_mask
 
     b = q.shape[0] - 1
     hs = _heads(q.shape[1])
     qs, ks, vs = (_host(x[b : b + 1, hs]) for x in (q, k, v))
     ref = oracle(qs, ks, vs, causal=causal, rows=rows)
     nq, nk = qs.shape[2], ks.shape[2]
-    keep = _keep(nq, nk, rows, np.arange(nk), causal, None, None)
+    keep = keep_mask(nq, nk, rows, np.arange(nk), causal, None, None)
     o_naive, _ = naive_numpy(qs[:, :, rows], ks, vs, mask=keep[None, None])
     return Reference(rows, causal, ref, naive_error(o_naive.astype(np.float64), ref), (qs, ks, vs))
 

@@ -5,7 +5,8 @@ and a causal flag into a zero-state callable ``fn(q, k, v) -> O``; everything a 
 once per shape (building a block mask, compiling) happens in :meth:`Provider.make` or in the
 warm-up runs, never in the timed ones.
 
-- ``triton``: this project's kernel (:mod:`kernels.triton_flash`); ``triton-tf32`` is the same
+- ``triton``: this project's kernel (:mod:`flashcheck.kernels.triton_flash`); ``triton-tf32`` is the
+same
   kernel with tf32 dots, fp32 inputs only.
 - ``sdpa-flash``, ``sdpa-cudnn``, ``sdpa-efficient``, ``sdpa-math``: one backend of
   ``torch.nn.functional.scaled_dot_product_attention`` each, forced with ``sdpa_kernel`` so
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.torch_adapters import SDPA_BACKENDS as _SDPA
+from flashcheck.harness.adapters.library import SDPA_BACKENDS as _SDPA
 
 __all__ = ["PROVIDERS", "Provider", "provider_names"]
 
@@ -65,7 +66,7 @@ class Provider:
 
 def _triton(tf32: bool):
     def build(q, k, v, causal):
-        from kernels.triton_flash import flash_attention
+        from flashcheck.kernels.triton_flash import flash_attention
 
         def fn(q, k, v):
             return flash_attention(q, k, v, causal=causal, allow_tf32=tf32)[0]
@@ -99,7 +100,7 @@ def _flex(q, k, v, causal):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _FLEX_COMPILED:
-        from harness.torch_adapters import raise_recompile_limits
+        from flashcheck.harness.adapters.library import raise_recompile_limits
 
         raise_recompile_limits()
         _FLEX_COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)

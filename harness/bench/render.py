@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.bench.summary import (
+from flashcheck.harness.bench.summary import (
     FLOOR,
     GOAL,
     ORDER,
@@ -294,7 +294,7 @@ def render_bench(
             L.append(f"| {k} | {v} |")
     L.append("")
     if figures and data["shapes"]:
-        from harness.bench.figures import make_bench_figures
+        from flashcheck.harness.bench.figures import make_bench_figures
 
         made = make_bench_figures(data, out)
         if made:

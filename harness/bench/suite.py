@@ -10,9 +10,10 @@ Parts (each a list of shapes; every provider runs on the same inputs of a shape)
 - ``fp32``: fp32 inputs, IEEE fp32 dots against tf32 dots (``triton`` vs ``triton-tf32``).
 
 TFLOP/s count ``4·N²·d`` FLOPs per head (two GEMMs), halved for causal; timing is
-:func:`harness.bench.timing.time_cuda`. Each provider's output is checked against the oracle on
-sampled rows (:mod:`harness.bench.check`) before its speed counts. Results go to a JSONL file
-one record per (shape, provider) as they are measured; an interrupted run resumes.
+:func:`flashcheck.harness.bench.timing.time_cuda`. Each provider's output is checked against the
+oracle on sampled rows (:mod:`flashcheck.harness.bench.check`) before its speed counts. Results go
+to a JSONL
+file one record per (shape, provider) as they are measured; an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.bench.check import judge_rows, reference, sample_rows, sampled_output
-from harness.bench.providers import PROVIDERS
-from harness.bench.timing import copies_for_l2, time_cuda
-from harness.progress import Progress
-from harness.resultlog import ResultLog
+from flashcheck.harness.bench.check import judge_rows, reference, sample_rows, sampled_output
+from flashcheck.harness.bench.providers import PROVIDERS
+from flashcheck.harness.bench.timing import copies_for_l2, time_cuda
+from flashcheck.harness.core.progress import Progress
+from flashcheck.harness.core.resultlog import ResultLog
 
 __all__ = ["PARTS", "BenchOptions", "Shape", "plan", "run_bench"]
 
@@ -168,9 +169,9 @@ def _short(exc: BaseException, caught: list) -> str:
 
 
 def _triton_info() -> dict[str, Any]:
-    from kernels.triton_flash import _LAST_COMPILED
+    from flashcheck.kernels.triton_flash import last_compiled
 
-    kern = _LAST_COMPILED.get("kernel")
+    kern = last_compiled()
     meta = getattr(kern, "metadata", None)
     return {
         "registers": getattr(kern, "n_regs", None),
@@ -266,8 +267,8 @@ def run_bench(opts: BenchOptions) -> int:
     """Run (or resume) the benchmark and render it; the exit status of ``flashcheck bench``."""
     import torch
 
-    from harness.bench.ceilings import measure_ceilings
-    from harness.campaign import environment_record
+    from flashcheck.harness.bench.ceilings import measure_ceilings
+    from flashcheck.harness.core.environment import environment_record
 
     stream = opts.stream if opts.stream is not None else sys.stderr
     if not torch.cuda.is_available():
@@ -327,7 +328,7 @@ def run_bench(opts: BenchOptions) -> int:
         prog.finish()
         log.append({"type": "complete"})
     if opts.render:
-        from harness.bench.render import render_bench, summary_text
+        from flashcheck.harness.bench.render import render_bench, summary_text
 
         md = render_bench(path, out_dir)
         print(f"bench report: {md}", file=stream)

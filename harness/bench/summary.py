@@ -1,6 +1,7 @@
 """What a benchmark run measured, read back from its ``results.jsonl``: the records grouped by
 shape, and the verdicts the benchmark exists for (floor, goal, memory) with the correctness
-tally. :mod:`~harness.bench.render` and :mod:`~harness.bench.figures` draw from this.
+tally. :mod:`~flashcheck.harness.bench.render` and :mod:`~flashcheck.harness.bench.figures` draw
+from this.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.bench.providers import PROVIDERS
-from harness.resultlog import read_records
+from flashcheck.harness.bench.providers import PROVIDERS
+from flashcheck.harness.core.resultlog import read_records
 
 __all__ = [
     "FLOOR", "GOAL", "ORDER", "STRETCH", "bench_summary", "ceiling_rows", "counts", "load_results",

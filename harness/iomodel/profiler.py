@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.iomodel.gpu import GPUSpec
+from flashcheck.harness.iomodel.gpu import GPUSpec
 
 __all__ = ["Profiler"]
 

@@ -1,6 +1,6 @@
 """A traced 2-D tensor: PyTorch-like syntax whose every HBM and SRAM movement is charged to a
-:class:`~harness.iomodel.profiler.Profiler` (seed 000's first version: loads and stores are
-implicit in ``@`` and ``softmax``).
+:class:`~flashcheck.harness.iomodel.profiler.Profiler` (seed 000's first version: loads and stores
+are implicit in ``@`` and ``softmax``).
 
 - A tensor lives in HBM from its creation until :meth:`free`; ``.T`` is a free view.
 - ``A @ B``: if both operands fit in SRAM, load both, multiply, store the result. Otherwise tile
@@ -13,7 +13,7 @@ implicit in ``@`` and ``softmax``).
 
 from __future__ import annotations
 
-from harness.iomodel.profiler import Profiler
+from flashcheck.harness.iomodel.profiler import Profiler
 
 __all__ = ["SOFTMAX_OPS", "Tensor"]
 

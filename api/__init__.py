@@ -1,0 +1,72 @@
+"""flashcheck: numerics and property testing for softmax attention kernels.
+
+The public API (docs/api.md); everything under ``flashcheck.harness``, ``flashcheck.kernels``
+and ``flashcheck.properties`` is internal and may change.
+
+- :func:`oracle`: the exact ``softmax(scale·QKᵀ + mask)·V`` and its log-sum-exp, with
+  certified error bounds and correctly rounded values in the input format;
+- :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
+- :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
+- :func:`kernel`: declare a function's contract (arithmetic class, dtypes, head dims, masks, GQA,
+  ``Nq != Nk``, sequence-length multiple, ...); undeclared parts are probed;
+- :mod:`flashcheck.strategies`: Hypothesis strategies of the adversarial input families, inside
+  a kernel's contract.
+
+Names load on first use, so ``import flashcheck`` costs nothing until one is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from flashcheck.harness.core.environment import __version__
+
+if TYPE_CHECKING:
+    from flashcheck import strategies
+    from flashcheck.harness.adapters.adapter import Kernel
+    from flashcheck.harness.adapters.registry import kernel
+    from flashcheck.harness.cases.case import Case
+    from flashcheck.harness.judging.check import CheckResult, check
+    from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+    from flashcheck.properties.assertions import AttentionMismatch, assert_attention
+
+__all__ = [
+    "AttentionMismatch",
+    "Case",
+    "CheckResult",
+    "Kernel",
+    "OracleResult",
+    "__version__",
+    "assert_attention",
+    "check",
+    "kernel",
+    "oracle",
+    "strategies",
+]
+
+_WHERE = {
+    "oracle": "flashcheck.harness.oracle.evaluate",
+    "OracleResult": "flashcheck.harness.oracle.evaluate",
+    "check": "flashcheck.harness.judging.check",
+    "CheckResult": "flashcheck.harness.judging.check",
+    "kernel": "flashcheck.harness.adapters.registry",
+    "Kernel": "flashcheck.harness.adapters.adapter",
+    "Case": "flashcheck.harness.cases.case",
+    "assert_attention": "flashcheck.properties.assertions",
+    "AttentionMismatch": "flashcheck.properties.assertions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "strategies":
+        return importlib.import_module("flashcheck.strategies")
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'flashcheck' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

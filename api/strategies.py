@@ -1,0 +1,15 @@
+"""Hypothesis strategies of flashcheck's adversarial attention inputs (SPEC 4).
+
+``attention_cases(kernel, dtype=...)`` draws :class:`flashcheck.Case` objects from the input
+families below, inside the kernel's contract (its dtypes, head dims, masks, GQA, ``Nq != Nk``,
+batch and sequence-length multiple). Pass a drawn case to :func:`flashcheck.assert_attention`.
+
+Families: ``randn``, ``huge_logits`` (scores near and past the format's and exp's overflow),
+``near_ties`` and ``exact_ties`` of the row max, ``subnormal``, ``tiny``, ``spike``,
+``fa3_outliers``, ``sink``, ``monotone`` (the running max grows at every key), ``cancel_v``
+(outputs near 0), ``uniform``, ``one_hot`` and ``nonfinite`` (NaN/±Inf inputs).
+"""
+
+from flashcheck.properties.strategies import FAMILIES, attention_cases
+
+__all__ = ["FAMILIES", "attention_cases"]

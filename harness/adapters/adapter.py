@@ -1,0 +1,249 @@
+"""The kernel contract: how the harness calls a kernel and what the kernel promises.
+
+A :class:`Kernel` wraps a function ``fn(q, k, v, *, causal, window, mask, scale)`` that returns
+``O`` or ``(O, LSE)`` and states its contract: the arithmetic class (which error bound applies,
+:mod:`flashcheck.harness.judging.bounds`), the dtypes, devices, head dims, masks and options it
+accepts, whether it takes grouped-query heads, ``Nq != Nk``, ``dv != d``, several (batch, head)
+slices, and which multiple every sequence length must be. Cases outside the contract are never
+generated for it; a failure inside the contract is the kernel's.
+
+A contract is declared (the built-in kernels, :func:`flashcheck.kernel`) or discovered by
+probing a plain function on tiny inputs (:mod:`flashcheck.harness.adapters.probe`); the kernels
+the harness knows and ``package.module:function`` specs are looked up in
+:mod:`flashcheck.harness.adapters.registry`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.core.semantics import as_exact_array
+
+__all__ = [
+    "ALL_DTYPES",
+    "CONTRACT_FIELDS",
+    "Kernel",
+    "KernelOutput",
+    "KernelOutputError",
+    "KernelUnsupported",
+    "score_magnitude",
+]
+
+ALL_DTYPES = ("fp16", "bf16", "fp32")
+ALL_MASKS = frozenset({"causal", "window", "mask"})
+FP32_SCORES = 1e37  # fp32 score accumulators: |scale·q·k| and its partial sums stay finite
+# The contract fields a probe can discover (everything else is declared or defaulted).
+CONTRACT_FIELDS = (
+    "dtypes", "head_dims", "masks", "options", "gqa", "unequal_lengths", "distinct_dv",
+    "seq_multiple", "batched",
+)  # fmt: skip
+
+
+class KernelOutputError(ValueError):
+    """A kernel returned something that is not an attention output (wrong shape or type)."""
+
+
+class KernelUnsupported(RuntimeError):
+    """The kernel itself declined the input, saying why (a library backend's own constraints,
+    found at run time): the case is outside its contract, not a failure."""
+
+
+@dataclass(frozen=True)
+class KernelOutput:
+    """A kernel's result as exact float64 copies (``lse`` is ``None`` if it returns none)."""
+
+    o: np.ndarray
+    lse: np.ndarray | None
+    o_dtype: str
+
+
+@dataclass(frozen=True, repr=False)
+class Kernel:
+    """A kernel and its contract.
+
+    ``api``: ``"numpy"`` (inputs as numpy arrays) or ``"torch"`` (tensors on the device).
+    ``arithmetic``: a class of :data:`flashcheck.harness.judging.bounds.ARITHMETIC_CLASSES`
+    (``"unknown"``: judged against the loosest bound of every known class, docs/error-bounds.md).
+    ``dtypes``, ``devices``: what it runs. ``head_dims``: the head dims it accepts (``None``:
+    any up to ``max_head_dim``). ``masks``: among ``causal``, ``window``, ``mask``.
+    ``options``: the keyword options ``fn`` takes among ``causal``, ``window``, ``mask``,
+    ``scale`` (``None``: all four); options it lacks are not passed, and a case that needs one
+    is outside its contract.
+    ``gqa``: accepts fewer key/value heads than query heads; ``unequal_lengths``: ``Nq != Nk``;
+    ``distinct_dv``: a value head dim other than ``d``; ``batched``: several (batch, head)
+    slices in one call; ``seq_multiple``: every sequence length must be a multiple of it.
+    ``score_limit``: per dtype, the largest ``scale·Σ|q||k|`` the kernel is specified for.
+    ``deterministic``: repeated calls are bitwise identical. ``batch_invariant``: a (batch,
+    head) slice computed alone is bitwise identical to the same slice of a batched call. Kernels
+    that do not promise these are compared with themselves within their error bound instead.
+    ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
+    ``pending``: contract fields not declared and not yet probed
+    (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    arithmetic: str = "unknown"
+    api: str = "torch"
+    dtypes: tuple[str, ...] = ALL_DTYPES
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    masks: frozenset[str] = ALL_MASKS
+    max_head_dim: int = 256
+    head_dims: tuple[int, ...] | None = None
+    options: frozenset[str] | None = None
+    gqa: bool = True
+    unequal_lengths: bool = True
+    distinct_dv: bool = True
+    batched: bool = True
+    seq_multiple: int = 1
+    key_block: int | None = None
+    deterministic: bool = True
+    batch_invariant: bool = True
+    score_limit: dict[str, float] = field(default_factory=dict)
+    check_available: Callable[[str, str], str | None] | None = None
+    check_case: Callable[[Case, str | None], str | None] | None = None
+    unsupported: tuple[tuple[str, str], ...] = ()
+    pending: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name!r}: {'; '.join(self.contract_lines()[:3])}>"
+
+    def unavailable(self, dtype: str, device: str) -> str | None:
+        """Why this kernel cannot run ``dtype`` on ``device`` here, or ``None`` if it can."""
+        if dtype not in self.dtypes:
+            why = dict(self.unsupported).get(dtype)
+            return f"{self.name} does not support {dtype}" + (f" ({why})" if why else "")
+        if device not in self.devices:
+            return f"{self.name} does not run on {device}"
+        if self.check_available is not None:
+            return self.check_available(dtype, device)
+        return None
+
+    def supports(self, case: Case, device: str | None = None) -> str | None:
+        """Why ``case`` is outside this kernel's contract (on ``device``, if given), or ``None``
+        if it is inside."""
+        b, hq, hk, nq, nk, d, dv = case.shape
+        if case.causal and "causal" not in self.masks:
+            return "causal masks unsupported"
+        if case.window is not None and "window" not in self.masks:
+            return "windows unsupported"
+        if case.mask is not None and "mask" not in self.masks:
+            return "explicit masks unsupported"
+        if max(d, dv) > self.max_head_dim:
+            return f"head dim > {self.max_head_dim}"
+        if self.head_dims is not None and not {d, dv} <= set(self.head_dims):
+            return f"head dims ({d}, {dv}) not among {self.head_dims}"
+        if dv != d and not self.distinct_dv:
+            return "dv != d unsupported"
+        if hq != hk and not self.gqa:
+            return "grouped-query heads (Hq != Hk) unsupported"
+        if nq != nk and not self.unequal_lengths:
+            return "Nq != Nk unsupported"
+        if b * hq > 1 and not self.batched:
+            return "more than one (batch, head) slice unsupported"
+        m = self.seq_multiple
+        if m > 1 and (nq % m or nk % m):
+            return f"sequence lengths ({nq}, {nk}) not multiples of {m}"
+        if case.scale is not None and self.options is not None and "scale" not in self.options:
+            return "an explicit scale is unsupported"
+        limit = self.score_limit.get(case.dtype, FP32_SCORES)
+        if score_magnitude(case) >= limit:
+            return f"scores reach {score_magnitude(case):.3g} >= the kernel's limit {limit:.3g}"
+        if self.check_case is not None:
+            return self.check_case(case, device)
+        return None
+
+    def contract_lines(self) -> list[str]:
+        """The contract in words, one item a line (for terminal headers and reports)."""
+        dims = (
+            ", ".join(map(str, self.head_dims))
+            if self.head_dims is not None
+            else f"any <= {self.max_head_dim}"
+        )
+        yes = {True: "yes", False: "no"}
+        lines = [
+            f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
+            f"devices {', '.join(self.devices)}",
+            f"head dims {dims}; masks {', '.join(sorted(self.masks)) or 'none'}; "
+            f"sequence lengths multiple of {self.seq_multiple}",
+            f"GQA {yes[self.gqa]}; Nq != Nk {yes[self.unequal_lengths]}; dv != d "
+            f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
+            f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",
+        ]
+        lines += [f"unsupported: {what} ({why})" for what, why in self.unsupported]
+        return lines
+
+    def run(self, case: Case, device: str = "cpu", inputs: tuple | None = None) -> KernelOutput:
+        """Call the kernel on ``case`` and copy its outputs exactly to float64.
+
+        ``inputs``: ``(q, k, v)`` to pass instead of the case's own arrays (same values, e.g.
+        views into padded buffers); numpy arrays or tensors on ``device`` according to ``api``.
+        """
+        opts = {"causal": case.causal, "window": case.window, "scale": case.scale}
+        if case.mask is not None:
+            opts["mask"] = case.mask
+        if self.options is not None:
+            opts = {key: val for key, val in opts.items() if key in self.options}
+        if self.api == "numpy":
+            q, k, v = inputs if inputs is not None else (case.q, case.k, case.v)
+            # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
+            # (the NaN-rule and bound properties look at them), not warnings to raise.
+            with _ieee_quiet():
+                res = self.fn(q, k, v, **opts)
+        else:
+            import torch
+
+            q, k, v = inputs if inputs is not None else case.to_torch(device)
+            if "mask" in opts:
+                opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
+            with torch.no_grad(), _ieee_quiet():  # the Triton interpreter runs numpy
+                res = self.fn(q, k, v, **opts)
+        o, lse = (res if isinstance(res, tuple | list) else (res, None))[:2]
+        try:
+            o64, fmt = as_exact_array(o, "kernel output")
+        except (TypeError, ValueError) as err:
+            raise KernelOutputError(f"{self.name} returned an unusable O: {err}") from None
+        want = (*case.q.shape[:3], case.v.shape[3])
+        if o64.shape != want:
+            raise KernelOutputError(f"{self.name} returned O of shape {o64.shape}, expected {want}")
+        lse64 = None if lse is None else _lse_to_f64(lse)
+        if lse64 is not None and lse64.shape != want[:3]:
+            raise KernelOutputError(
+                f"{self.name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
+            )
+        return KernelOutput(o64, lse64, fmt.name)
+
+
+@contextlib.contextmanager
+def _ieee_quiet():
+    """numpy's floating-point warnings off while a kernel runs: overflow and NaN are results to
+    be judged (by the bound and NaN-rule properties), not errors. Only RuntimeWarning is
+    silenced (numpy's "invalid value", "All-NaN slice"), and only inside the kernel call."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def score_magnitude(case: Case) -> float:
+    """``max scale·Σ_t |q_t||k_t|`` over finite inputs: bounds every score and partial sum."""
+    *_, d, _ = case.shape
+    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(d)
+    q = np.nan_to_num(np.abs(case.q.astype(np.float64)), nan=0, posinf=0)
+    k = np.nan_to_num(np.abs(case.k.astype(np.float64)), nan=0, posinf=0)
+    rep = q.shape[1] // k.shape[1]
+    k = np.repeat(k, rep, axis=1)
+    return float(tau * (q @ np.swapaxes(k, -1, -2)).max(initial=0.0))
+
+
+def _lse_to_f64(lse: Any) -> np.ndarray:
+    if type(lse).__module__.startswith("torch"):
+        return lse.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(lse, dtype=np.float64)

@@ -1,0 +1,196 @@
+"""The project's own kernels with their declared contracts (SPEC 3.5).
+
+``recurrence-fa2`` / ``recurrence-fa1``: the numpy online-softmax recurrence (flash arithmetic,
+16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
+precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward (IEEE fp32 or tf32
+dots for fp32 inputs). docs/kernels.md describes each.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.cases.case import Case
+
+__all__ = [
+    "gemm_flushes_subnormals",
+    "gemm_leaks_nan",
+    "project_kernels",
+    "torch_device_ok",
+]
+
+
+def _recurrence(variant: str, block_k: int):
+    def fn(q, k, v, *, causal, window, scale, mask=None):
+        from flashcheck.harness.core.formats import format_of
+        from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+
+        policy = PrecisionPolicy.flash(format_of(q.dtype).name)
+        return online_attention(
+            q, k, v, policy=policy, variant=variant, block_q=16, block_k=block_k,
+            causal=causal, window=window, mask=mask, scale=scale,
+        )  # fmt: skip
+
+    return fn
+
+
+def _naive_numpy(q, k, v, *, causal, window, scale, mask=None):
+    from flashcheck.kernels.naive import naive_numpy
+
+    return naive_numpy(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+
+
+def _naive_torch(q, k, v, *, causal, window, scale, mask=None):
+    from flashcheck.kernels.naive import naive_torch
+
+    return naive_torch(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+
+
+def _triton(q, k, v, *, causal, window, scale, mask=None):
+    from flashcheck.kernels.triton_flash import flash_attention
+
+    return flash_attention(q, k, v, causal=causal, window=window, scale=scale)
+
+
+def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
+    from flashcheck.kernels.triton_flash import flash_attention
+
+    return flash_attention(q, k, v, causal=causal, window=window, scale=scale, allow_tf32=True)
+
+
+def _triton_available(dtype: str, device: str) -> str | None:
+    if device == "cuda":
+        return torch_device_ok(dtype, device)
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if device == "cpu" and not interp:
+        return "the Triton kernel runs on CPU only under TRITON_INTERPRET=1"
+    if device == "cpu" and dtype == "bf16":
+        import torch
+
+        from flashcheck.kernels import triton_flash
+
+        if not triton_flash.bf16_dot_supported(torch):
+            return (
+                "bf16 tl.dot is broken in the Triton interpreter (triton-lang/triton#11584; "
+                "detected at run time by the kernel's canary)"
+            )
+    return None
+
+
+_FLUSH_CACHE: dict[tuple[str, str], bool] = {}
+
+
+def gemm_flushes_subnormals(dtype: str, device: str) -> bool:
+    """Whether torch's GEMM in ``dtype`` on ``device`` flushes subnormal operands to zero.
+
+    Found by the report campaign: torch 2.13's CPU bf16 matmul (the oneDNN path taken from
+    16×16 operands up) returns 0 for P·V with subnormal V, where IEEE arithmetic keeps them
+    (fp32 accumulation holds bf16 subnormal products exactly). Checked once per dtype and
+    device with a small canary GEMM, so the answer is the installed library's, not a list.
+    """
+    key = (dtype, device)
+    if key not in _FLUSH_CACHE:
+        import torch
+
+        from flashcheck.harness.core.formats import FORMATS
+
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        tiny = float(FORMATS[dtype].min_normal) / 4  # exactly representable: a power of two
+        p = torch.full((16, 16), 1 / 16, dtype=tdt, device=device)
+        v = torch.full((16, 64), tiny, dtype=tdt, device=device)
+        _FLUSH_CACHE[key] = bool((p @ v).float().abs().max().item() == 0.0)
+    return _FLUSH_CACHE[key]
+
+
+_LEAK_CACHE: dict[tuple[str, str], bool] = {}
+
+
+def gemm_leaks_nan(dtype: str, device: str) -> bool:
+    """Whether torch's GEMM in ``dtype`` on ``device`` lets a NaN in one row of A reach other
+    rows of ``A @ B``.
+
+    Found by the property suite: torch 2.13's CPU bf16 matmul on AMX machines (oneDNN's
+    brgemm kernel when K is not a multiple of 32, uxlfoundation/oneDNN#5717) turns the
+    neighbouring row of a NaN row into NaN, so the naive baseline breaks the NaN rule for a
+    reason outside this project. Checked once per dtype and device with a canary GEMM
+    (64×19 @ 19×64, a shape that takes that kernel), so the answer is the installed library's.
+    """
+    key = (dtype, device)
+    if key not in _LEAK_CACHE:
+        import torch
+
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        a = torch.full((64, 19), 0.5, dtype=tdt, device=device)
+        a[1] = float("nan")
+        b = torch.full((19, 64), 0.25, dtype=tdt, device=device)
+        out = (a @ b).float()
+        _LEAK_CACHE[key] = bool(torch.isnan(out[0]).any() or torch.isnan(out[2:]).any())
+    return _LEAK_CACHE[key]
+
+
+def _naive_torch_case(case: Case, device: str | None) -> str | None:
+    if device is None:
+        return None
+    nonfinite = any(not np.all(np.isfinite(x.astype(np.float32))) for x in (case.q, case.k, case.v))
+    if nonfinite and gemm_leaks_nan(case.dtype, device):
+        return (
+            f"non-finite inputs: torch's {case.dtype} GEMM on {device} leaks NaN across rows "
+            "(uxlfoundation/oneDNN#5717; detected at run time by a canary GEMM)"
+        )
+    fmt = case.fmt
+    sub = any(
+        bool(np.any((x != 0) & (np.abs(x.astype(np.float32)) < fmt.min_normal)))
+        for x in (case.q, case.k, case.v)
+    )
+    if sub and gemm_flushes_subnormals(case.dtype, device):
+        return (
+            f"subnormal inputs: torch's {case.dtype} GEMM on {device} flushes them to zero "
+            "(detected at run time by a canary GEMM; IEEE bounds do not apply)"
+        )
+    return None
+
+
+def torch_device_ok(dtype: str, device: str) -> str | None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+    return None
+
+
+def project_kernels() -> dict[str, Kernel]:
+    """The project's own kernels, by name."""
+    # Naive fp16 stores S in fp16: scores must stay below its largest finite value, 65504.
+    naive_limit = {"fp16": 65504.0}
+    return {
+        "recurrence-fa2": Kernel(
+            "recurrence-fa2", _recurrence("fa2", 16), "flash", api="numpy", devices=("cpu",),
+            key_block=16,
+        ),
+        "recurrence-fa1": Kernel(
+            "recurrence-fa1", _recurrence("fa1", 5), "flash-fa1", api="numpy", devices=("cpu",),
+            key_block=5,
+        ),
+        "naive-numpy": Kernel(
+            "naive-numpy", _naive_numpy, "naive", api="numpy", devices=("cpu",),
+            score_limit=naive_limit,
+        ),
+        "naive-torch": Kernel(
+            "naive-torch", _naive_torch, "naive", api="torch", batch_invariant=False,
+            score_limit=naive_limit, check_available=torch_device_ok,
+            check_case=_naive_torch_case,
+        ),
+        "triton": Kernel(
+            "triton", _triton, "flash", api="torch", masks=frozenset({"causal", "window"}),
+            check_available=_triton_available,
+        ),
+        "triton-tf32": Kernel(
+            "triton-tf32", _triton_tf32, "tf32", api="torch", dtypes=("fp32",),
+            devices=("cuda",), masks=frozenset({"causal", "window"}),
+            check_available=_triton_available,
+        ),
+    }  # fmt: skip

@@ -1,0 +1,175 @@
+"""Discovering a plain function's contract by running it on tiny inputs.
+
+A kernel that only takes some shapes (no grouped-query heads, ``Nq == Nk``, lengths a multiple
+of 128, power-of-two head dims, fp16 only...) would otherwise turn most generated cases into
+errors, and the shapes it does take would be tested less. :func:`probe` calls the kernel on
+small N(0, 1) inputs, one input class at a time, starting from the first shape it accepts:
+
+1. a base shape: the smallest sequence length of (16, 32, 64, 128, 256), head dim of
+   (64, 128, 32, 16) and dtype the kernel runs without raising;
+2. from there, each dtype; ragged lengths (17 and 33) or else the smallest power-of-two
+   multiple that works; every head dim of the input families; ``dv != d``; ``Nq != Nk``;
+   grouped-query heads; several (batch, head) slices; each mask and an explicit scale its
+   signature takes.
+
+An exception marks that class unsupported and keeps its message (reported with the contract);
+an output of the wrong shape counts as running (it is judged, as BAD-OUTPUT, later). Only
+classes the contract left undeclared are probed, once per kernel, device and process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.adapters.adapter import ALL_DTYPES, Kernel, KernelOutputError
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.families import HEAD_DIMS, Recipe, make_case
+
+__all__ = ["default_probe_device", "probe", "resolved"]
+
+BASE_LENGTHS = (16, 32, 64, 128, 256)
+BASE_DIMS = (64, 128, 32, 16)
+RAGGED = (17, 33)
+_CACHE: dict[tuple[Any, ...], Kernel] = {}
+
+
+def default_probe_device(kernel: Kernel) -> str:
+    """CUDA when the kernel runs there and torch sees a GPU, else the CPU."""
+    if kernel.api == "torch" and "cuda" in kernel.devices:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return "cuda"
+        except ImportError:
+            pass
+    return "cpu" if "cpu" in kernel.devices else kernel.devices[0]
+
+
+def _message(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".strip().replace("\n", " ")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class _Prober:
+    def __init__(self, kernel: Kernel, device: str):
+        self.kernel, self.device = kernel, device
+
+    def attempt(self, dtype: str, b=1, hq=1, hk=1, nq=16, nk=16, d=64, dv=None, **opts) -> str:
+        """'' if the kernel runs on this input, else why not."""
+        rec = Recipe(dtype, "randn", b, hq, hk, nq, nk, d, d if dv is None else dv, seed=0)
+        case = make_case(rec)
+        if opts:
+            case = Case(case.q, case.k, case.v, family="probe", seed=0, **opts)
+        try:
+            self.kernel.run(case, self.device)
+        except KernelOutputError:
+            return ""  # it ran; the wrong output is judged later, as BAD-OUTPUT
+        except Exception as err:  # any exception marks the input class unsupported
+            return _message(err) or type(err).__name__
+        return ""
+
+
+def resolved(kernel: Kernel, device: str | None = None) -> Kernel:
+    """``kernel`` with every contract field known: itself if nothing is pending, else probed
+    on ``device`` (default: CUDA if the kernel and the machine have it, else the CPU)."""
+    return probe(kernel, device) if kernel.pending else kernel
+
+
+def probe(kernel: Kernel, device: str | None = None) -> Kernel:
+    """``kernel`` with its pending contract fields discovered on ``device`` (see the module
+    docstring); a kernel that runs on no probe input gets no dtypes, and the reason."""
+    device = device or default_probe_device(kernel)
+    key = (kernel.name, id(kernel.fn), device, kernel.pending, kernel.dtypes, kernel.head_dims)
+    if key not in _CACHE:
+        _CACHE[key] = _probe(kernel, device)
+    return _CACHE[key]
+
+
+def _probe(kernel: Kernel, device: str) -> Kernel:
+    p = _Prober(kernel, device)
+    todo = kernel.pending
+    notes: list[tuple[str, str]] = []
+    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
+    base, first_error = None, ""
+    lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
+    dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
+    for n in lengths:
+        for d in dims:
+            for dt in dtypes:
+                why = p.attempt(dt, nq=n, nk=n, d=d)
+                if not why:
+                    base = (dt, n, d)
+                    break
+                first_error = first_error or why
+            if base:
+                break
+        if base:
+            break
+    if base is None:
+        return replace(kernel, dtypes=(), pending=frozenset(),
+                       unsupported=(("every probe input", first_error),))  # fmt: skip
+    dt0, n0, d0 = base
+    out: dict[str, Any] = {}
+
+    def check(what: str, **shape) -> bool:
+        why = p.attempt(shape.pop("dtype", dt0), **shape)
+        if why:
+            notes.append((what, why))
+        return not why
+
+    if "dtypes" in todo:
+        out["dtypes"] = tuple(
+            dt for dt in ALL_DTYPES if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
+        )
+    m = kernel.seq_multiple
+    if "seq_multiple" in todo:
+        if all(check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED):
+            m = 1
+        else:
+            # The smaller base lengths failed with every head dim and dtype: n0 is the multiple.
+            notes.pop()
+            m = n0
+        out["seq_multiple"] = m
+    if "head_dims" in todo:
+        found = [x for x in HEAD_DIMS if x == d0 or not p.attempt(dt0, nq=m, nk=m, d=x)]
+        rejected = [x for x in HEAD_DIMS if x not in found]
+        if rejected:
+            notes.append((f"head dims {rejected}", p.attempt(dt0, nq=m, nk=m, d=rejected[0])))
+        out["head_dims"] = tuple(found) if rejected else None
+    dims_ok = out.get("head_dims", kernel.head_dims) or HEAD_DIMS
+    if "distinct_dv" in todo:
+        other = next((x for x in sorted(dims_ok, key=lambda x: abs(x - d0)) if x != d0), None)
+        out["distinct_dv"] = other is not None and check("dv != d", nq=m, nk=m, d=d0, dv=other)
+    if "unequal_lengths" in todo:
+        out["unequal_lengths"] = check("Nq != Nk", nq=m, nk=2 * m, d=d0) and check(
+            "Nq != Nk", nq=2 * m, nk=m, d=d0
+        )
+    if "gqa" in todo:
+        out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=m, nk=m, d=d0)
+    if "batched" in todo:
+        out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=m, nk=m, d=d0)
+    if "masks" in todo or "options" in todo:
+        offered = (
+            kernel.options
+            if kernel.options is not None
+            else frozenset({"causal", "window", "mask", "scale"})
+        )
+        rng = np.random.default_rng(0)
+        keep = rng.random((1, 1, m, m)) < 0.7
+        keep[..., 0] = True
+        trials = {
+            "causal": {"causal": True},
+            "window": {"window": (min(4, m), 0)},
+            "mask": {"mask": keep},
+            "scale": {"scale": 0.5},
+        }
+        ok = {opt for opt in offered if check(opt, nq=m, nk=m, d=d0, **trials[opt])}
+        if "masks" in todo:
+            out["masks"] = frozenset(ok - {"scale"})
+        if "options" in todo:
+            out["options"] = frozenset(ok)
+    return replace(kernel, **out, unsupported=tuple(notes), pending=frozenset())

@@ -1,0 +1,249 @@
+"""Finding kernels: built-in names, entry points, ``package.module:function`` specs, and
+:func:`kernel`, the declaration of a plain function's contract.
+
+``resolve(spec)`` accepts a built-in name (:data:`BUILTIN`), a name registered under the
+``flashcheck.kernels`` entry-point group, or ``"package.module:attribute"`` where the attribute
+is a :class:`~flashcheck.harness.adapters.adapter.Kernel` or a plain function taking torch
+tensors. A plain function's contract is whatever its signature and a probe on tiny inputs show
+(:mod:`flashcheck.harness.adapters.probe`); its arithmetic is ``"unknown"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from flashcheck.harness.adapters.adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, Kernel
+from flashcheck.harness.adapters.builtin import project_kernels
+from flashcheck.harness.adapters.library import library_kernels
+from flashcheck.harness.judging.bounds import ARITHMETIC_CLASSES
+
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "SUITE_KERNELS",
+    "as_kernel",
+    "builtin_kernels",
+    "entry_point_kernels",
+    "kernel",
+    "resolve",
+]
+
+ENTRY_POINT_GROUP = "flashcheck.kernels"
+OPTION_NAMES = frozenset({"causal", "window", "mask", "scale"})
+# The project's own kernels: what `flashcheck test builtin` and the repository's suite run.
+SUITE_KERNELS = ("triton", "triton-tf32", "recurrence-fa2", "recurrence-fa1", "naive-numpy",
+                 "naive-torch")  # fmt: skip
+
+
+def builtin_kernels() -> dict[str, Kernel]:
+    """The project's own kernels and the library ones of
+    :mod:`flashcheck.harness.adapters.library`, by name."""
+    return {**project_kernels(), **library_kernels()}
+
+
+BUILTIN = tuple(builtin_kernels())
+
+
+def entry_point_kernels() -> dict[str, Any]:
+    """Kernels other packages register under the ``flashcheck.kernels`` entry-point group.
+
+    In the registering package's ``pyproject.toml``::
+
+        [project.entry-points."flashcheck.kernels"]
+        mykernel = "mypkg.attention:forward"
+
+    The object may be a :class:`Kernel` (e.g. made by :func:`kernel`) or a plain function (see
+    :func:`resolve`). Returns name → entry point (loaded only when used).
+    """
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def accepted_options(fn: Callable[..., Any]) -> frozenset[str]:
+    """The options among causal/window/mask/scale that ``fn`` takes as keywords."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: assume everything
+        return OPTION_NAMES
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return OPTION_NAMES
+    return frozenset(
+        p.name for p in params if p.name in OPTION_NAMES and p.kind is not p.POSITIONAL_ONLY
+    )
+
+
+def _names(value: Iterable[str] | str, allowed: Iterable[str], what: str) -> tuple[str, ...]:
+    items = (value,) if isinstance(value, str) else tuple(value)
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise ValueError(f"unknown {what} {bad}: choose from {sorted(allowed)}")
+    return tuple(dict.fromkeys(items))
+
+
+def kernel(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    arithmetic: str = "unknown",
+    api: str = "torch",
+    dtypes: Iterable[str] | None = None,
+    devices: Iterable[str] = ("cpu", "cuda"),
+    head_dims: Iterable[int] | None = None,
+    max_head_dim: int = 256,
+    masks: Iterable[str] | None = None,
+    gqa: bool | None = None,
+    unequal_lengths: bool | None = None,
+    distinct_dv: bool | None = None,
+    batched: bool | None = None,
+    seq_multiple: int | None = None,
+    key_block: int | None = None,
+    deterministic: bool = False,
+    batch_invariant: bool = False,
+    score_limit: dict[str, float] | None = None,
+) -> Any:
+    """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
+    mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
+    ``@kernel(...)``.
+
+    The function computes ``O = softmax(scale·Q·Kᵀ + mask)·V`` per (batch, head) on inputs of
+    shape ``(B, H, N, d)`` (SPEC 3.1; ``scale`` defaults to ``1/sqrt(d)``). It receives only the
+    options its signature names. Every argument left ``None`` is discovered on first use by
+    running ``fn`` on tiny inputs (an exception marks that input class unsupported); what is
+    declared is trusted.
+
+    Args:
+        name: shown in reports (default: the function's qualified name).
+        arithmetic: one of ``naive``, ``flash``, ``flash-fa1``, ``tf32`` (bounds of that class
+            apply) or ``unknown`` (the loosest bound of every class, docs/error-bounds.md).
+        api: ``"torch"`` (tensors on the device) or ``"numpy"`` (numpy arrays).
+        dtypes: among ``fp16``, ``bf16``, ``fp32``. devices: among ``cpu``, ``cuda``.
+        head_dims: the head dims it accepts; max_head_dim: the largest.
+        masks: among ``causal``, ``window``, ``mask`` (and only those its signature takes).
+        gqa: accepts fewer key/value heads than query heads. unequal_lengths: ``Nq != Nk``.
+        distinct_dv: a value head dim other than ``d``. batched: ``B·H > 1`` in one call.
+        seq_multiple: every sequence length must be a multiple of this.
+        key_block: the key-block size of a flash kernel (sets its bound's summation depth).
+        deterministic, batch_invariant: promise bitwise reproducibility across calls and across
+            batch composition; otherwise the kernel is compared with itself within its bound.
+        score_limit: per dtype, the largest ``scale·Σ|q||k|`` it is specified for.
+
+    Returns:
+        a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
+    """
+    if fn is None:
+        given = {key: val for key, val in locals().items() if key != "fn"}
+        return lambda f: kernel(f, **given)
+    if not callable(fn):
+        raise TypeError(f"kernel() takes the attention function itself, got {type(fn).__name__}")
+    if arithmetic not in ARITHMETIC_CLASSES:
+        raise ValueError(f"arithmetic must be one of {ARITHMETIC_CLASSES}, got {arithmetic!r}")
+    if api not in ("torch", "numpy"):
+        raise ValueError(f"api must be 'torch' or 'numpy', got {api!r}")
+    if seq_multiple is not None and (not isinstance(seq_multiple, int) or seq_multiple < 1):
+        raise ValueError(f"seq_multiple must be a positive int, got {seq_multiple!r}")
+    if not isinstance(max_head_dim, int) or max_head_dim < 1:
+        raise ValueError(f"max_head_dim must be a positive int, got {max_head_dim!r}")
+    opts = accepted_options(fn)
+    # Until a probe narrows them, the masks are those the signature can take at all.
+    declared: dict[str, Any] = {"options": opts}
+    undeclared_masks = frozenset(m for m in ALL_MASKS if m in opts)
+    if dtypes is not None:
+        declared["dtypes"] = _names(dtypes, ALL_DTYPES, "dtype(s)")
+    if head_dims is not None:
+        dims = tuple(sorted({int(x) for x in head_dims}))
+        if not dims or dims[0] < 1:
+            raise ValueError(f"head_dims must be positive ints, got {head_dims!r}")
+        declared["head_dims"] = dims
+    if masks is not None:
+        want = frozenset(_names(masks, ALL_MASKS, "mask(s)"))
+        missing = sorted(want - opts)
+        if missing:
+            raise ValueError(
+                f"masks {missing} are declared but {getattr(fn, '__name__', fn)!r} takes no "
+                f"keyword argument of that name: add it to the function's signature"
+            )
+        declared["masks"] = want
+    for key, val in (("gqa", gqa), ("unequal_lengths", unequal_lengths),
+                     ("distinct_dv", distinct_dv), ("batched", batched),
+                     ("seq_multiple", seq_multiple)):  # fmt: skip
+        if val is not None:
+            declared[key] = val
+    label = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+    return Kernel(
+        label, fn, arithmetic, api=api, devices=_names(devices, ("cpu", "cuda"), "device(s)"),
+        max_head_dim=max_head_dim, key_block=key_block, deterministic=deterministic,
+        batch_invariant=batch_invariant, score_limit=dict(score_limit or {}),
+        pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
+        **{"masks": undeclared_masks, **declared},
+    )  # fmt: skip
+
+
+def as_kernel(obj: Any, spec: str | None = None) -> Kernel:
+    """``obj`` as a :class:`Kernel`: a Kernel itself, a spec string (:func:`resolve`), or a
+    plain function (its contract to be probed on first use)."""
+    if isinstance(obj, Kernel):
+        return replace(obj, name=spec) if spec is not None and spec != obj.name else obj
+    if isinstance(obj, str):
+        return resolve(obj)
+    if callable(obj):
+        made = kernel(obj)
+        return replace(made, name=spec) if spec is not None else made
+    raise TypeError(
+        f"expected a kernel: a function, a flashcheck.kernel(...) or a spec string, got "
+        f"{type(obj).__name__}"
+    )
+
+
+def resolve(spec: str) -> Kernel:
+    """The kernel named by ``spec``.
+
+    ``spec`` is a built-in name (:data:`BUILTIN`), a name registered under the
+    ``flashcheck.kernels`` entry-point group, or ``"package.module:attribute"``. The object
+    found is a :class:`Kernel`, or a plain function ``fn(q, k, v, **options)`` taking torch
+    tensors and returning ``O`` or ``(O, LSE)``: it then gets arithmetic ``"unknown"``, and its
+    contract is probed on first use. ``ValueError`` says why a spec cannot be resolved.
+    """
+    table = builtin_kernels()
+    if spec in table:
+        return table[spec]
+    if ":" not in spec:
+        eps = entry_point_kernels()
+        if spec in eps:
+            try:
+                obj = eps[spec].load()
+            except Exception as err:  # a broken plugin: say which, do not crash the caller
+                raise ValueError(f"cannot load entry point {spec!r} ({eps[spec].value}): "
+                                 f"{type(err).__name__}: {err}") from None  # fmt: skip
+            return _named(obj, spec)
+        known = ", ".join([*BUILTIN, *sorted(eps)])
+        raise ValueError(
+            f"unknown kernel {spec!r}: use one of {known} or 'package.module:function'"
+        )
+    mod_name, _, attr = spec.partition(":")
+    # Like `python -m`, look for the user's module in the current directory first.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as err:  # ImportError, or whatever the user's module raised on import
+        raise ValueError(
+            f"cannot import {mod_name!r} for kernel {spec!r}: {type(err).__name__}: {err}"
+        ) from None
+    try:
+        obj = getattr(mod, attr)
+    except AttributeError:
+        raise ValueError(f"module {mod_name!r} has no attribute {attr!r}") from None
+    return _named(obj, spec)
+
+
+def _named(obj: Any, spec: str) -> Kernel:
+    if not (isinstance(obj, Kernel) or callable(obj)):
+        raise ValueError(f"{spec!r} is neither a flashcheck kernel nor a callable")
+    return as_kernel(obj, spec)

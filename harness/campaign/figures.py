@@ -1,0 +1,152 @@
+"""PNG figures of an error report (matplotlib, Agg backend), drawn from the JSONL records only.
+
+- ``error_vs_n``: max floored-ULP error vs sequence length (the ``length`` part), per dtype;
+- ``error_vs_logit``: max floored-ULP error vs the case's max |logit| (the ``logit`` part);
+- ``ulp_histogram``: the per-element floored-ULP distribution, pooled over all judged cases;
+- ``bound_utilization``: each case's deterministic-bound utilization (kernels with bounds).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from flashcheck.harness.core.resultlog import num
+from flashcheck.harness.judging.metrics import ULP_EDGES
+
+__all__ = ["make_figures"]
+
+JUDGED = ("PASS", "FAIL", "FAIL-HARD")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _axes(plt, n: int, title: str):
+    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 4.0), squeeze=False)
+    fig.suptitle(title)
+    return fig, axes[0]
+
+
+def _styles(kernels: list[str]) -> dict[str, dict[str, Any]]:
+    markers = "osD^v<>ph*xP"
+    return {k: {"marker": markers[i % len(markers)], "label": k} for i, k in enumerate(kernels)}
+
+
+def _save(fig, out: Path, name: str) -> None:
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=110)
+
+
+def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: str, xlabel: str):
+    plt = _plt()
+    rows = [r for r in data["results"] if r["part"] == part and r["status"] in JUDGED]
+    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    if not dts:
+        return False
+    fig, axes = _axes(plt, len(dts), title)
+    sty = _styles(kernels)
+    for ax, dt in zip(axes, dts, strict=True):
+        for k in kernels:
+            pts = sorted((xkey(r), num(r["metrics"]["max_ulp"])) for r in rows
+                         if r["kernel"] == k and r["dtype"] == dt)  # fmt: skip
+            pts = [(x, max(y, 1e-3)) for x, y in pts if x > 0 and math.isfinite(y)]  # 0 -> 1e-3
+            if pts:
+                ax.plot(*zip(*pts, strict=True), **sty[k], linewidth=1, markersize=4)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(dt)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("max floored-ULP error (0 drawn at 1e-3)")
+        ax.axhline(0.5, color="grey", linewidth=0.6, linestyle=":")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="best")
+    _save(fig, out, name)
+    plt.close(fig)
+    return True
+
+
+def _histograms(data, out, kernels, dtypes) -> bool:
+    plt = _plt()
+    rows = [r for r in data["results"] if r["status"] in JUDGED and "ulp_hist" in r]
+    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    if not dts:
+        return False
+    fig, axes = _axes(plt, len(dts), "Per-element floored-ULP error, all judged cases")
+    # Bin i holds [ULP_EDGES[i], ULP_EDGES[i+1]); bin 0 starts at 0 and is drawn at 2^-7.
+    lefts = [2.0**-7, *ULP_EDGES[1:-1]]
+    for ax, dt in zip(axes, dts, strict=True):
+        for k in kernels:
+            hist = None
+            for r in rows:
+                if r["kernel"] == k and r["dtype"] == dt:
+                    h = r["ulp_hist"]
+                    hist = (
+                        list(h) if hist is None else [a + b for a, b in zip(hist, h, strict=True)]
+                    )
+            if not hist or not sum(hist):
+                continue
+            total = sum(hist)
+            frac = [c / total for c in hist]
+            ax.step(lefts[: len(frac)], frac, where="post", label=k, linewidth=1.2)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("floored-ULP error (bin lower edge)")
+        ax.set_ylabel("fraction of elements")
+        ax.set_title(dt)
+        ax.axvline(0.5, color="grey", linewidth=0.6, linestyle=":")
+        ax.grid(True, alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="best")
+    _save(fig, out, "ulp_histogram")
+    plt.close(fig)
+    return True
+
+
+def _utilization(data, out, kernels, dtypes) -> bool:
+    plt = _plt()
+    rows = [r for r in data["results"] if r["status"] in JUDGED
+            and math.isfinite(num(r["metrics"]["det_util"]))]  # fmt: skip
+    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    if not dts:
+        return False
+    fig, axes = _axes(plt, len(dts), "Deterministic-bound utilization per case (1 = FAIL-HARD)")
+    for ax, dt in zip(axes, dts, strict=True):
+        ks = [k for k in kernels if any(r["kernel"] == k and r["dtype"] == dt for r in rows)]
+        for i, k in enumerate(ks):
+            ys = [max(num(r["metrics"]["det_util"]), 1e-6) for r in rows
+                  if r["kernel"] == k and r["dtype"] == dt]  # fmt: skip
+            xs = [i + 0.3 * ((j * 0.618) % 1 - 0.5) for j in range(len(ys))]
+            ax.scatter(xs, ys, s=8, alpha=0.6)
+        ax.axhline(1.0, color="red", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(ks)))
+        ax.set_xticklabels(ks, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("max |error| / deterministic bound")
+        ax.set_title(dt)
+        ax.grid(True, axis="y", alpha=0.3)
+    _save(fig, out, "bound_utilization")
+    plt.close(fig)
+    return True
+
+
+def make_figures(data: dict[str, Any], out: Path, kernels: list[str], dtypes: list[str]):
+    """Draw every figure the data supports into ``out``; returns the names drawn."""
+    made = []
+    if _line_plot(data, out, kernels, dtypes, "length", lambda r: r["shape"]["Nk"], "error_vs_n",
+                  "Error vs sequence length, N(0,1) inputs", "Nq = Nk"):  # fmt: skip
+        made.append("error_vs_n")
+    if _line_plot(data, out, kernels, dtypes, "logit", lambda r: num(r["max_logit"]),
+                  "error_vs_logit", "Error vs max |logit|", "max |scale·q·k|"):  # fmt: skip
+        made.append("error_vs_logit")
+    if _histograms(data, out, kernels, dtypes):
+        made.append("ulp_histogram")
+    if _utilization(data, out, kernels, dtypes):
+        made.append("bound_utilization")
+    return made

@@ -1,0 +1,177 @@
+"""What a report campaign runs: presets, the fixed plan of input cases, and search mutations.
+
+A campaign is a deterministic function of its configuration. :func:`plan_items` turns a
+:class:`Preset`, the dtypes and the seed into the fixed parts (``grid``, ``length``, ``logit``,
+``fa3``; see :mod:`flashcheck.harness.campaign.runner`); :func:`mutate` is the search's one-step
+change of a recipe. Every random choice comes from an RNG seeded by the campaign seed and stable
+words
+(CRC-32), so a plan is the same on every run and machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.cases.families import EDGES, FAMILIES, HEAD_DIMS, Recipe, magnitudes
+
+__all__ = ["PRESETS", "Item", "Preset", "mutate", "plan_items", "rng_for", "seed32"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How big a campaign is. ``cpu`` is the default on a CPU machine (≤ 10 min on 2 cores)."""
+
+    name: str
+    families: tuple[str, ...] = FAMILIES
+    grid_lengths: tuple[int, ...] = (16, 64, 129, 200)
+    grid_max_work: int = 1 << 16  # B·Hq·Nq·Nk per grid case
+    head_dims: tuple[int, ...] = (16, 40, 64, 111)
+    length_sweep: tuple[int, ...] = (1, 17, 64, 129, 256, 512, 1024)
+    length_d: int = 64
+    logit_magnitudes: tuple[float, ...] = (1, 10, 30, 100, 1e3, 1e4, 6e4, 1e6, 1e12, 1e30)
+    logit_n: int = 128
+    fa3_shape: tuple[int, int, int, int] = (1, 2, 256, 64)  # B, H, N, d
+    fa3_seeds: int = 3
+    search_generations: int = 4
+    search_population: int = 8
+    search_parents: int = 3
+    search_max_len: int = 129
+    search_max_work: int = 1 << 14
+
+
+PRESETS: dict[str, Preset] = {
+    "smoke": Preset(
+        "smoke", families=("randn", "huge_logits", "nonfinite"), grid_lengths=(16,),
+        grid_max_work=1 << 10, head_dims=(16,), length_sweep=(1, 17, 33), length_d=16,
+        logit_magnitudes=(1, 100, 1e4), logit_n=16, fa3_shape=(1, 1, 32, 16), fa3_seeds=1,
+        search_generations=1, search_population=2, search_parents=1, search_max_len=33,
+        search_max_work=1 << 10,
+    ),
+    "cpu": Preset("cpu"),
+    "gpu": Preset(
+        "gpu", grid_lengths=(16, 64, 129, 257), grid_max_work=1 << 18,
+        head_dims=(16, 40, 64, 111, 128, 256), length_sweep=(1, 17, 64, 129, 256, 512, 1024),
+        length_d=128, logit_n=256, fa3_shape=(1, 2, 512, 128), fa3_seeds=2,
+        search_generations=3, search_population=6, search_max_len=257, search_max_work=1 << 17,
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input case of a campaign part; ``tag`` distinguishes items within the part."""
+
+    part: str
+    tag: str
+    recipe: Recipe
+
+    def key(self, kernel: str) -> str:
+        blob = json.dumps([self.part, self.tag, kernel, asdict(self.recipe)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def cost(self) -> float:
+        r = self.recipe
+        return 1.0 + r.b * r.hq * r.nq * r.nk * (r.d + r.dv) / 65536
+
+
+def rng_for(seed: int, *words: Any) -> np.random.Generator:
+    """An RNG determined by the campaign seed and ``words`` (stable across runs and machines)."""
+    keys = [zlib.crc32(str(w).encode()) for w in words]
+    return np.random.default_rng(np.random.SeedSequence([seed, *keys]))
+
+
+def seed32(rng: np.random.Generator) -> int:
+    return int(rng.integers(0, 2**32 - 1))
+
+
+def _near_edge(rng: np.random.Generator, n: int, max_len: int) -> int:
+    cands = [e for e in EDGES if e <= max_len and abs(e - n) <= max(2, n // 2)] or [n]
+    return int(rng.choice(cands))
+
+
+def _grid_recipe(rng: np.random.Generator, dtype: str, family: str, n: int, p: Preset) -> Recipe:
+    d = int(rng.choice(p.head_dims))
+    dv = d if rng.random() < 0.8 else int(rng.choice(p.head_dims))
+    nk = n if rng.random() < 0.6 else _near_edge(rng, n, max(p.grid_lengths))
+    hk = int(rng.choice([1, 2]))
+    hq = hk * int(rng.choice([1, 2]))
+    b = int(rng.choice([1, 2]))
+    while b * hq * n * nk > p.grid_max_work and (b > 1 or hq > 1):
+        b, hq, hk = (1, hq, hk) if b > 1 else (1, hk, hk) if hq > hk else (1, 1, 1)
+    causal = bool(rng.random() < 0.4)
+    window = None
+    if rng.random() < 0.15:
+        window = (
+            int(rng.integers(0, n + 1)),
+            None if rng.random() < 0.5 else int(rng.integers(0, 8)),
+        )
+    mask_density = float(rng.choice([0.1, 0.5])) if rng.random() < 0.1 else None
+    scale = [None, None, None, 0.5, 2.0][int(rng.integers(5))]
+    magnitude = float(rng.choice(magnitudes(family, dtype)))
+    return Recipe(dtype, family, b, hq, hk, n, nk, d, dv, seed32(rng), causal, window,
+                  mask_density, scale, magnitude)  # fmt: skip
+
+
+def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
+    """The fixed parts of the campaign (everything but the search), in execution order."""
+    items: list[Item] = []
+    for dt in dtypes:
+        for fam in preset.families:
+            for n in preset.grid_lengths:
+                rng = rng_for(seed, "grid", dt, fam, n)
+                items.append(Item("grid", f"{fam}/{n}", _grid_recipe(rng, dt, fam, n, preset)))
+        d = preset.length_d
+        for n in preset.length_sweep:
+            r = Recipe(dt, "randn", 1, 1, 1, n, n, d, d, seed32(rng_for(seed, "length", dt, n)))
+            items.append(Item("length", str(n), r))
+        n = preset.logit_n
+        for m in preset.logit_magnitudes:
+            r = Recipe(dt, "huge_logits", 1, 2, 2, n, n, 64, 64,
+                       seed32(rng_for(seed, "logit", dt, m)), magnitude=float(m))  # fmt: skip
+            items.append(Item("logit", f"{m:g}", r))
+        if dt in ("fp16", "bf16"):
+            b, h, n, d = preset.fa3_shape
+            for s in range(preset.fa3_seeds):
+                r = Recipe(dt, "fa3_outliers", b, h, h, n, n, d, d,
+                           seed32(rng_for(seed, "fa3", dt, s)))  # fmt: skip
+                items.append(Item("fa3", str(s), r))
+    return items
+
+
+def mutate(rng: np.random.Generator, r: Recipe, p: Preset, adapter: Kernel) -> Recipe:
+    """One random change to ``r`` (then a fresh RNG seed), within the search's size limits."""
+    op = int(rng.integers(8))
+    if op == 0:
+        r = replace(r, nq=_near_edge(rng, r.nq, p.search_max_len))
+    elif op == 1:
+        r = replace(r, nk=_near_edge(rng, r.nk, p.search_max_len))
+    elif op == 2:
+        cands = magnitudes(r.family, r.dtype, adapter.score_limit.get(r.dtype))
+        r = replace(r, magnitude=float(rng.choice(cands)))
+    elif op == 3:
+        dims = [x for x in HEAD_DIMS if x <= adapter.max_head_dim]
+        if adapter.head_dims is not None:
+            dims = [x for x in dims if x in adapter.head_dims]
+        d = int(rng.choice(dims))
+        r = replace(r, d=d, dv=d if rng.random() < 0.7 else int(rng.choice(dims)))
+    elif op == 4:
+        r = replace(r, causal=not r.causal)
+    elif op == 5:
+        r = replace(r, scale=[None, 0.125, 0.5, 2.0, 0.3][int(rng.integers(5))])
+    elif op == 6:
+        fam = str(rng.choice(FAMILIES))
+        r = replace(r, family=fam, magnitude=float(rng.choice(magnitudes(fam, r.dtype))))
+    else:
+        win = (int(rng.integers(0, r.nk + 1)), None) if r.window is None else None
+        r = replace(r, window=win)
+    while r.b * r.hq * r.nq * r.nk > p.search_max_work and r.nq > 1:
+        r = replace(r, nq=max(1, r.nq // 2))
+    return replace(r, seed=seed32(rng), score_limit=adapter.score_limit.get(r.dtype))

@@ -1,0 +1,357 @@
+"""The error-report campaign: kernels × dtypes × input families × sizes, plus a worst-case search.
+
+A campaign is a deterministic function of its configuration (preset, seed, kernels, dtypes,
+device); what it runs (presets, the fixed plan, search mutations) is in
+:mod:`flashcheck.harness.campaign.plan`.
+It has five parts, each a list of *items* (one input case, run by every kernel):
+
+- ``grid``: every input family of :mod:`flashcheck.harness.cases.families` at the preset's lengths,
+with shapes,
+  masks, GQA and scale drawn from an RNG seeded by (seed, dtype, family, length);
+- ``length``: N(0,1) inputs at growing sequence length (the error-vs-N figure);
+- ``logit``: the ``huge_logits`` family at growing score magnitude (error vs max |logit|);
+- ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
+  (the RMSE table);
+- ``search``: per kernel and dtype, a targeted search for the worst case. Generation ``g``
+  mutates the ``parents`` highest-scoring cases found so far for that kernel and dtype
+  (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
+  seed). The score is the *failure margin*: the larger of the deterministic-bound utilization
+  and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
+  above 1 means the case fails.
+
+Every result is appended to a JSONL file (:mod:`flashcheck.harness.core.resultlog`) as soon as it
+exists. A re-run with the same configuration skips every result already there: the plan is rebuilt
+from
+the seed, and the search's next generation is rebuilt from the results on file, so an
+interrupted campaign resumes without recomputing anything and ends with the same numbers as an
+uninterrupted one. Kernels run in a child process with a per-case time limit
+(:mod:`flashcheck.harness.adapters.isolation`); one that raises, hangs or returns the wrong shape is
+recorded as
+``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on.
+
+At the end the worst case of each kernel and dtype, and up to three failing ones, are re-run and
+saved as case files next to the report, so each can be replayed with ``flashcheck replay``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.adapters.isolation import KernelFailure, KernelWorker
+from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.campaign.plan import PRESETS, Item, Preset, mutate, plan_items, rng_for
+from flashcheck.harness.cases.case import DTYPES, Case
+from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.core.progress import Progress
+from flashcheck.harness.core.resultlog import ResultLog, num
+from flashcheck.harness.judging.check import CheckResult, check_case, naive_reference
+from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
+from flashcheck.harness.oracle.evaluate import oracle
+
+__all__ = [
+    "PRESETS",
+    "STATUSES",
+    "Campaign",
+    "Item",
+    "Preset",
+    "failure_margin",
+    "plan_items",
+]
+
+STATUSES = ("PASS", "FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT", "SKIP")
+_SEVERITY = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2, "BAD-OUTPUT": 2}
+
+
+def failure_margin(res: CheckResult) -> float:
+    """How close the case is to failing: the largest of the deterministic-bound utilizations
+    (O and LSE) and ``max_ulp / (2·E_naive + 1)``, the empirical rule's utilization. Above 1
+    the case fails; a FAIL-HARD for another reason (NaN/Inf, masked rows) scores just above 1.
+    """
+    v = res.verdict
+    margin = 0.0
+    if math.isfinite(v.det_util):
+        margin = max(margin, v.det_util)
+    if math.isfinite(v.naive_ulp):
+        margin = max(margin, v.max_ulp / (2 * v.naive_ulp + 1))
+    if math.isfinite(v.lse_det_util):
+        margin = max(margin, v.lse_det_util)
+    if v.verdict == "FAIL-HARD":
+        margin = max(margin, 1.0 + 1e-9)
+    return margin
+
+
+def _max_logit(case: Case) -> float:
+    """``max |scale·q·k|`` over finite entries, in float64 (for plotting, not for judging)."""
+    *_, d, _ = case.shape
+    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(d)
+    q = np.nan_to_num(case.q.astype(np.float64), nan=0, posinf=0, neginf=0)
+    k = np.nan_to_num(case.k.astype(np.float64), nan=0, posinf=0, neginf=0)
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.abs(tau * (q @ np.swapaxes(k, -1, -2)))
+    s = s[np.isfinite(s)]
+    return float(s.max()) if s.size else 0.0
+
+
+@dataclass
+class Campaign:
+    """A campaign bound to its results file; :meth:`run` executes (or resumes) it."""
+
+    log: ResultLog
+    preset: Preset
+    seed: int
+    kernels: dict[str, Kernel]  # spec → adapter
+    devices: dict[str, str]  # spec → device it runs on
+    dtypes: tuple[str, ...]
+    worker: KernelWorker
+    case_dir: Path
+    echo: Callable[[str], None] = print
+    progress_stream: Any = None
+    _done: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._done = {r["key"] for r in self.log.records if r.get("type") == "result"}
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def results(self) -> list[dict[str, Any]]:
+        return [r for r in self.log.records if r.get("type") == "result"]
+
+    def _runnable(self, spec: str, dtype: str) -> bool:
+        return self.kernels[spec].unavailable(dtype, self.devices[spec]) is None
+
+    def _record(self, item: Item, spec: str, case: Case, **fields: Any) -> dict[str, Any]:
+        b, hq, hk, nq, nk, d, dv = case.shape
+        rec = {
+            "type": "result",
+            "key": item.key(spec),
+            "part": item.part,
+            "tag": item.tag,
+            "kernel": spec,
+            "dtype": item.recipe.dtype,
+            "device": self.devices[spec],
+            "family": item.recipe.family,
+            "recipe": asdict(item.recipe),
+            "shape": {"B": b, "Hq": hq, "Hk": hk, "Nq": nq, "Nk": nk, "d": d, "dv": dv},
+            "options": {
+                "causal": case.causal,
+                "window": case.window,
+                "mask": case.mask is not None,
+                "scale": case.scale,
+            },
+        }
+        rec.update(fields)
+        return rec
+
+    def _evaluate(self, item: Item, specs: list[str], progress: Progress) -> None:
+        """Run the kernels ``specs`` (none done yet) on ``item``'s case, one oracle call."""
+        case = make_case(item.recipe)
+        t0 = time.perf_counter()
+        ref = oracle(case.q, case.k, case.v, **case.options())
+        naive = naive_reference(case, ref)
+        t_oracle = time.perf_counter() - t0
+        max_logit = _max_logit(case)
+        finite = all(
+            bool(np.isfinite(x.astype(np.float32)).all()) for x in (case.q, case.k, case.v)
+        )
+        bounds_cache: dict = {}
+        for spec in specs:
+            adapter = self.kernels[spec]
+            why = adapter.supports(case, self.devices[spec])
+            common = {"max_logit": max_logit, "finite_inputs": finite,
+                      "seconds": {"oracle": round(t_oracle, 4)}}  # fmt: skip
+            if why is not None:
+                self.log.append(self._record(item, spec, case, status="SKIP", reasons=[why],
+                                             score=0.0, **common))  # fmt: skip
+                continue
+            t1 = time.perf_counter()
+            try:
+                out = self.worker.run(spec, case, self.devices[spec])
+            except KernelFailure as fail:
+                common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
+                score = 0.0 if fail.status == "SKIP" else math.inf
+                rec = self._record(item, spec, case, status=fail.status, reasons=[fail.message],
+                                   score=score, **common)  # fmt: skip
+                self.log.append(rec)
+                progress.note = f"{spec} {fail.status}"
+                continue
+            common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
+            res = check_case(adapter, case, device=self.devices[spec], output=out, ref=ref,
+                             naive=naive, bounds_cache=bounds_cache)  # fmt: skip
+            self.log.append(self._record(item, spec, case, **common, **_result_fields(res)))
+        self._done.update(item.key(s) for s in specs)
+
+    # -- the parts --------------------------------------------------------------------------
+    def run(self) -> None:
+        items = plan_items(self.preset, self.dtypes, self.seed)
+        specs = list(self.kernels)
+        p = self.preset
+        search_cost = (
+            len(specs) * len(self.dtypes) * p.search_generations * p.search_population
+            * (1 + p.search_max_work * 128 / 65536)
+        )  # fmt: skip
+        total = sum(it.cost() * len(specs) for it in items) + search_cost
+        done = sum(it.cost() for it in items for s in specs if it.key(s) in self._done)
+        n_done = len(self._done)
+        if n_done:
+            self.echo(f"resuming: {n_done} results already in {self.log.path}")
+        progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
+        for item in items:
+            todo = [s for s in specs if item.key(s) not in self._done
+                    and self._runnable(s, item.recipe.dtype)]  # fmt: skip
+            if todo:
+                self._evaluate(item, todo, progress)
+                progress.advance(
+                    item.cost() * len(todo), f"{item.part} {item.recipe.dtype} {item.tag}"
+                )
+        for spec in specs:
+            for dt in self.dtypes:
+                if self._runnable(spec, dt):
+                    self._search(spec, dt, progress)
+        progress.done = progress.total  # the search's cost was an estimate
+        progress.finish()
+
+    def _search(self, spec: str, dtype: str, progress: Progress) -> None:
+        p = self.preset
+        adapter = self.kernels[spec]
+        for gen in range(p.search_generations):
+            # Parents come from the fixed parts and earlier generations only, so a resumed
+            # generation sees exactly the pool the uninterrupted run saw.
+            pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
+                    and r["status"] != "SKIP" and _generation(r) < gen]  # fmt: skip
+            pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
+            parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
+            if not parents:
+                return
+            rng = rng_for(self.seed, "search", spec, dtype, gen)
+            for c in range(p.search_population):
+                parent = parents[c % len(parents)]
+                child = parent
+                for _ in range(20):
+                    child = mutate(rng, parent, p, adapter)
+                    if adapter.supports(make_case(child), self.devices[spec]) is None:
+                        break
+                item = Item("search", f"{gen}/{c}", child)
+                if item.key(spec) not in self._done:
+                    self._evaluate(item, [spec], progress)
+                progress.advance(item.cost(), f"search {spec} {dtype} gen {gen}")
+
+    # -- case files for the worst cases -----------------------------------------------------
+    def save_worst(self, per_group: int = 3) -> None:
+        """Re-run and save the worst case of each kernel × dtype and up to ``per_group``
+        failing ones (skipping any already saved), appending a ``case-file`` record each."""
+        from flashcheck.harness.cases.store import save_case
+
+        saved = {r["key"] for r in self.log.records if r.get("type") == "case-file"}
+        for spec in self.kernels:
+            for dt in self.dtypes:
+                rows = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt
+                        and r["status"] in ("PASS", "FAIL", "FAIL-HARD")]  # fmt: skip
+                rows.sort(key=lambda r: (-_SEVERITY[r["status"]], -num(r["score"]), r["key"]))
+                pick = rows[:1] + [r for r in rows[1:] if r["status"] != "PASS"][: per_group - 1]
+                for r in pick:
+                    if r["key"] in saved:
+                        continue
+                    case = make_case(Recipe(**_recipe_args(r["recipe"])))
+                    try:
+                        out = self.worker.run(spec, case, self.devices[spec])
+                    except KernelFailure as fail:
+                        self.echo(f"warning: re-running {spec} on {r['key']} for its case file "
+                                  f"failed: {fail}")  # fmt: skip
+                        continue
+                    res = check_case(self.kernels[spec], case, device=self.devices[spec],
+                                     output=out)  # fmt: skip
+                    cid = save_case(
+                        case, kernel=spec, device=self.devices[spec],
+                        verdict=res.verdict.as_dict(),
+                        context={"property": "report", "result_key": r["key"], "part": r["part"]},
+                        directory=self.case_dir,
+                    )  # fmt: skip
+                    self.log.append({
+                        "type": "case-file", "key": r["key"], "case_id": cid, "kernel": spec,
+                        "dtype": dt, "recorded": r["status"], "replayed": res.verdict.verdict,
+                    })  # fmt: skip
+
+
+def _generation(r: dict[str, Any]) -> int:
+    return int(r["tag"].split("/")[0]) if r["part"] == "search" else -1
+
+
+def _recipe_args(d: dict[str, Any]) -> dict[str, Any]:
+    out = dict(d)
+    if out.get("window") is not None:
+        out["window"] = tuple(out["window"])
+    return out
+
+
+def _result_fields(res: CheckResult) -> dict[str, Any]:
+    v, s = res.verdict, res.verdict.summary
+    ref = res.ref
+    e = floored_ulp_error(res.output.o, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
+    ok = np.isfinite(ref.o_hi) & np.isfinite(res.output.o)
+    with np.errstate(invalid="ignore"):
+        d = ((res.output.o - ref.o_hi) - ref.o_lo)[ok]
+        # The error of the correctly rounded output: the floor no kernel can go below.
+        rn = ((ref.o_rounded.astype(np.float64) - ref.o_hi) - ref.o_lo)[ok]
+    return {
+        "status": v.verdict,
+        "reasons": v.reasons,
+        "score": failure_margin(res),
+        "metrics": {
+            "max_ulp": v.max_ulp,
+            "median_ulp": s.median_floored_ulp,
+            "max_ulp_int": s.max_ulp_int,
+            "det_util": v.det_util,
+            "prob_util": v.prob_util,
+            "naive_ulp": v.naive_ulp,
+            "naive_ratio": v.naive_ratio,
+            "lse_err": v.lse_err,
+            "lse_det_util": v.lse_det_util,
+            "normwise_rel": s.normwise_rel,
+            "rmse": s.rmse,
+            "sse": float(np.sum(d * d)),
+            "oracle_rn_sse": float(np.sum(rn * rn)),
+            "n_finite": int(d.size),
+            "max_abs": s.max_abs,
+            "nonfinite_mismatches": s.nonfinite_mismatches,
+            "count": s.count,
+            "has_lse": res.output.lse is not None,
+        },
+        "ulp_hist": ulp_histogram(np.where(ok, e, np.nan)),
+        "worst": v.worst[:3],
+    }
+
+
+def kernel_device(adapter: Kernel, device: str) -> str:
+    """``device`` if the kernel runs there, else its first device."""
+    return device if device in adapter.devices else adapter.devices[0]
+
+
+def default_kernels() -> list[str]:
+    """Every built-in kernel (the project's and the library adapters)."""
+    from flashcheck.harness.adapters.registry import BUILTIN
+
+    return list(BUILTIN)
+
+
+def resolve_kernels(specs: Sequence[str]) -> dict[str, Kernel]:
+    """Adapters for ``specs`` (duplicates dropped, order kept); ``ValueError`` names a bad one."""
+    out: dict[str, Kernel] = {}
+    for spec in specs:
+        if spec not in out:
+            out[spec] = resolve(spec)
+    return out
+
+
+def check_dtypes(dtypes: Sequence[str]) -> tuple[str, ...]:
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise ValueError(f"unknown dtype(s) {bad}: choose from {sorted(DTYPES)}")
+    return tuple(dict.fromkeys(dtypes))

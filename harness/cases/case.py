@@ -1,0 +1,199 @@
+"""A test case: exact inputs plus the attention options, independent of how it was generated.
+
+A :class:`Case` is what a property test, the report campaign and ``flashcheck replay`` hand to a
+kernel. Inputs are numpy arrays in their own format (``float16``, ``ml_dtypes.bfloat16`` or
+``float32``), so the values tested are exactly the values stored and printed; torch tensors are
+made from their bit patterns (:meth:`Case.to_torch`), never through a rounding cast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from flashcheck.harness.core.formats import Format, format_of
+
+__all__ = ["DTYPES", "Case"]
+
+DTYPES: dict[str, np.dtype] = {
+    "fp16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp32": np.dtype(np.float32),
+}
+_BITS = {"fp16": np.uint16, "bf16": np.uint16, "fp32": np.uint32}
+
+
+@dataclass
+class Case:
+    """Inputs ``q (B, Hq, Nq, d)``, ``k (B, Hk, Nk, d)``, ``v (B, Hk, Nk, dv)`` and options.
+
+    ``family``, ``seed`` and ``params`` record where the case came from (the input family of
+    SPEC 4 and the RNG seed that filled its tensors); they do not affect the computation.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    causal: bool = False
+    window: tuple[int | None, int | None] | None = None
+    mask: np.ndarray | None = None
+    scale: float | None = None
+    family: str = "manual"
+    seed: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = {x.dtype for x in (self.q, self.k, self.v)}
+        if len(names) != 1 or next(iter(names)) not in DTYPES.values():
+            raise ValueError(
+                f"q, k, v must be numpy arrays of one dtype among {sorted(DTYPES)}, got "
+                f"{[str(x.dtype) for x in (self.q, self.k, self.v)]}"
+            )
+        if self.mask is not None and self.mask.dtype != np.bool_:
+            raise ValueError("mask must be a boolean array (True = keep)")
+
+    def __repr__(self) -> str:
+        rec = self.params.get("recipe")
+        if rec is not None:
+            args = ", ".join(f"{key}={val!r}" for key, val in rec.items())
+            return f"make_case(Recipe({args}))  # {self.describe()}"
+        body = self.describe()
+        if self.q.size + self.k.size + self.v.size <= 96:
+            bits = {n: [hex(int(x)) for x in self.bits(n).ravel()] for n in ("q", "k", "v")}
+            body += f"; bits {bits}"
+        return f"Case({body})"
+
+    @property
+    def dtype(self) -> str:
+        """The input format's name: ``"fp16"``, ``"bf16"`` or ``"fp32"``."""
+        return format_of(self.q.dtype).name
+
+    @property
+    def fmt(self) -> Format:
+        return format_of(self.q.dtype)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int, int, int]:
+        """``(B, Hq, Hk, Nq, Nk, d, dv)``."""
+        b, hq, nq, d = self.q.shape
+        return b, hq, self.k.shape[1], nq, self.k.shape[2], d, self.v.shape[3]
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments shared by the oracle, the bounds and the kernels."""
+        return {
+            "causal": self.causal,
+            "window": self.window,
+            "mask": self.mask,
+            "scale": self.scale,
+        }
+
+    def describe(self) -> str:
+        b, hq, hk, nq, nk, d, dv = self.shape
+        opts = []
+        if self.causal:
+            opts.append("causal")
+        if self.window is not None:
+            opts.append(f"window={self.window}")
+        if self.mask is not None:
+            opts.append("mask")
+        if self.scale is not None:
+            opts.append(f"scale={self.scale!r}")
+        extra = f" {' '.join(opts)}" if opts else ""
+        return (
+            f"{self.family} {self.dtype} B={b} Hq={hq} Hk={hk} Nq={nq} Nk={nk} d={d} dv={dv}"
+            f"{extra} seed={self.seed}"
+        )
+
+    def bits(self, name: str) -> np.ndarray:
+        """The bit patterns of input ``name`` (``"q"``, ``"k"`` or ``"v"``) as unsigned ints."""
+        return np.ascontiguousarray(getattr(self, name)).view(_BITS[self.dtype])
+
+    @classmethod
+    def from_bits(cls, dtype: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, **kw) -> Case:
+        """Rebuild a case from bit patterns (the inverse of :meth:`bits`)."""
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+        want = np.dtype(_BITS[dtype])
+        arrays = []
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            x = np.asarray(x)
+            if x.dtype != want:
+                raise ValueError(f"{name} bits must be {want}, got {x.dtype}")
+            arrays.append(np.ascontiguousarray(x).view(DTYPES[dtype]))
+        return cls(*arrays, **kw)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        q: Any,
+        k: Any,
+        v: Any,
+        *,
+        causal: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        mask: Any = None,
+        scale: float | None = None,
+    ) -> Case:
+        """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32, values
+        taken exactly; ``mask`` a boolean array or tensor (True = keep), broadcastable to
+        ``(B, Hq, Nq, Nk)``."""
+        from flashcheck.harness.core.semantics import as_exact_array
+
+        arrays = []
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            x64, fmt = as_exact_array(x, name)
+            if x64.ndim != 4:
+                raise ValueError(
+                    f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {x64.shape}"
+                )
+            arrays.append(x64.astype(DTYPES[fmt.name]))  # exact: the values came from fmt
+        if mask is not None:
+            if type(mask).__module__.startswith("torch"):
+                mask = mask.detach().cpu().numpy()
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_:
+                raise ValueError(f"mask must be boolean (True = keep), got dtype {mask.dtype}")
+        return cls(*arrays, causal=bool(causal), window=window, mask=mask,
+                   scale=None if scale is None else float(scale))  # fmt: skip
+
+    def to_torch(self, device: str = "cpu") -> tuple[Any, Any, Any]:
+        """``(q, k, v)`` as torch tensors on ``device``, bit-exact."""
+        import torch
+
+        out = []
+        for name in ("q", "k", "v"):
+            bits = self.bits(name)
+            if self.dtype == "fp32":
+                t = torch.from_numpy(np.ascontiguousarray(getattr(self, name)))
+            else:
+                t = torch.from_numpy(bits.view(np.int16)).view(
+                    torch.bfloat16 if self.dtype == "bf16" else torch.float16
+                )
+            out.append(t.to(device))
+        return tuple(out)
+
+    def slice(self, b: int, h: int) -> Case:
+        """The single-(batch, head) case of query head ``h`` (with its key/value head)."""
+        _, hq, hk, *_ = self.shape
+        kvh = h // (hq // hk)
+        mask = None
+        if self.mask is not None:
+            full = np.broadcast_to(
+                self.mask, (self.q.shape[0], hq, self.q.shape[2], self.k.shape[2])
+            )
+            mask = full[b : b + 1, h : h + 1].copy()
+        return Case(
+            np.ascontiguousarray(self.q[b : b + 1, h : h + 1]),
+            np.ascontiguousarray(self.k[b : b + 1, kvh : kvh + 1]),
+            np.ascontiguousarray(self.v[b : b + 1, kvh : kvh + 1]),
+            causal=self.causal,
+            window=self.window,
+            mask=mask,
+            scale=self.scale,
+            family=self.family,
+            seed=self.seed,
+            params=dict(self.params),
+        )

@@ -1,0 +1,186 @@
+"""Saved failing cases: ``<dir>/<id>.json`` (the record) + ``<id>.npz`` (exact bit patterns).
+
+A case is saved before its failure propagates, so nothing is lost if the run is interrupted.
+Both files are written to a temporary name in the same directory and renamed into place
+(atomic on POSIX); the ``.npz`` goes first and the ``.json`` records its SHA-256, so a record
+always points at complete, verified data. The id is a hash of the kernel, the inputs and the
+options: saving the same failure twice writes the same files.
+
+The directory is ``$FLASHCHECK_CASE_DIR`` if set, else ``reports/cases`` under the current
+directory. Replaying needs only these two files, numpy and the kernel: not Hypothesis, not its
+example database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.cases.case import DTYPES, Case
+from flashcheck.harness.core.environment import environment
+
+__all__ = ["SCHEMA", "CaseFileError", "case_dir", "case_id", "load_case", "save_case"]
+
+SCHEMA = "flashcheck-case/1"
+
+
+class CaseFileError(ValueError):
+    """A case file is missing, corrupted, or not a flashcheck case."""
+
+
+def case_dir(directory: str | os.PathLike | None = None) -> Path:
+    if directory is not None:
+        return Path(directory)
+    return Path(os.environ.get("FLASHCHECK_CASE_DIR", "reports/cases"))
+
+
+def _options_json(case: Case) -> dict[str, Any]:
+    return {
+        "causal": bool(case.causal),
+        "window": None if case.window is None else list(case.window),
+        "scale": case.scale,
+        "has_mask": case.mask is not None,
+    }
+
+
+def case_id(case: Case, kernel: str) -> str:
+    """Content hash of (kernel, dtype, input bits, mask, options): 16 hex digits."""
+    h = hashlib.sha256()
+    h.update(kernel.encode())
+    h.update(case.dtype.encode())
+    for name in ("q", "k", "v"):
+        x = case.bits(name)
+        h.update(str(x.shape).encode())
+        h.update(x.tobytes())
+    if case.mask is not None:
+        h.update(np.packbits(case.mask).tobytes() + str(case.mask.shape).encode())
+    h.update(json.dumps(_options_json(case), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_case(
+    case: Case,
+    *,
+    kernel: str,
+    device: str,
+    verdict: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+    directory: str | os.PathLike | None = None,
+) -> str:
+    """Write the case atomically and return its id (see the module docstring)."""
+    out = case_dir(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    cid = case_id(case, kernel)
+    buf = io.BytesIO()
+    arrays = {name: case.bits(name) for name in ("q", "k", "v")}
+    if case.mask is not None:
+        arrays["mask"] = np.ascontiguousarray(case.mask)
+    np.savez_compressed(buf, **arrays)
+    data = buf.getvalue()
+    _atomic_write(out / f"{cid}.npz", data)
+    record = {
+        "schema": SCHEMA,
+        "id": cid,
+        "kernel": kernel,
+        "device": device,
+        "dtype": case.dtype,
+        "shape": dict(zip(("B", "Hq", "Hk", "Nq", "Nk", "d", "dv"), case.shape, strict=True)),
+        "options": _options_json(case),
+        "family": case.family,
+        "seed": case.seed,
+        "params": case.params,
+        "description": case.describe(),
+        "verdict": verdict,
+        "context": context or {},
+        "environment": environment(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "npz_sha256": hashlib.sha256(data).hexdigest(),
+        "replay": f"flashcheck replay {cid}",
+    }
+    text = json.dumps(record, indent=2, sort_keys=False, default=repr)
+    _atomic_write(out / f"{cid}.json", text.encode())
+    return cid
+
+
+def _resolve_path(ref: str, directory: str | os.PathLike | None) -> Path:
+    p = Path(ref)
+    if p.suffix in (".json", ".npz") or p.exists():
+        return p.with_suffix(".json")
+    return case_dir(directory) / f"{ref}.json"
+
+
+def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Case, dict[str, Any]]:
+    """Load a case by id or path; raise :class:`CaseFileError` with the reason if it is bad."""
+    path = _resolve_path(ref, directory)
+    if not path.exists():
+        raise CaseFileError(
+            f"no case file {path}: pass an id saved under {case_dir(directory)} (or set "
+            "FLASHCHECK_CASE_DIR / --dir), or a path to <id>.json"
+        )
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CaseFileError(f"{path} is not a flashcheck case file (invalid JSON: {err})") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        found = record.get("schema") if isinstance(record, dict) else type(record).__name__
+        raise CaseFileError(
+            f"{path} is not a flashcheck case file: schema {found!r}, expected {SCHEMA!r}"
+        )
+    for key in ("id", "kernel", "dtype", "options", "npz_sha256", "shape"):
+        if key not in record:
+            raise CaseFileError(f"{path} lacks the field {key!r}; the record is incomplete")
+    npz = path.with_suffix(".npz")
+    if not npz.exists():
+        raise CaseFileError(f"{npz} is missing: a case needs both its .json and its .npz")
+    data = npz.read_bytes()
+    if hashlib.sha256(data).hexdigest() != record["npz_sha256"]:
+        raise CaseFileError(
+            f"{npz} does not match the checksum in {path.name}: the data is corrupted or from "
+            "another case"
+        )
+    if record["dtype"] not in DTYPES:
+        raise CaseFileError(f"{path}: unknown dtype {record['dtype']!r}")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+        opts = record["options"]
+        case = Case.from_bits(
+            record["dtype"],
+            arrays["q"],
+            arrays["k"],
+            arrays["v"],
+            causal=bool(opts["causal"]),
+            window=None if opts["window"] is None else tuple(opts["window"]),
+            mask=arrays.get("mask"),
+            scale=opts["scale"],
+            family=record.get("family", "manual"),
+            seed=record.get("seed"),
+            params=record.get("params") or {},
+        )
+    except (KeyError, ValueError, OSError) as err:
+        raise CaseFileError(f"{npz}: cannot rebuild the case ({err})") from None
+    shape = dict(zip(("B", "Hq", "Hk", "Nq", "Nk", "d", "dv"), case.shape, strict=True))
+    if shape != record["shape"]:
+        raise CaseFileError(f"{path}: arrays have shape {shape}, the record says {record['shape']}")
+    return case, record

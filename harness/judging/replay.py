@@ -1,0 +1,69 @@
+"""``flashcheck replay <id>``: re-run a saved case and print kernel vs oracle side by side.
+
+A replay needs only the case's two files and the kernel: it rebuilds the inputs from their bit
+patterns, resolves the kernel by the name or ``module:function`` spec stored in the record, and
+runs the same :func:`flashcheck.harness.judging.check.check_case` as the failing test did.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.adapters.registry import as_kernel
+from flashcheck.harness.cases.store import load_case
+from flashcheck.harness.judging.check import CheckResult, check_case, format_check
+from flashcheck.harness.judging.structural import CHECKS
+
+__all__ = ["default_device", "replay"]
+
+
+def default_device(adapter_devices: tuple[str, ...], recorded: str | None) -> str:
+    """The recorded device if it is usable here, else CUDA when available, else CPU."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        has_cuda = False
+    if recorded == "cuda" and has_cuda:
+        return "cuda"
+    if recorded == "cpu" and "cpu" in adapter_devices:
+        return "cpu"
+    return "cuda" if has_cuda and "cuda" in adapter_devices else "cpu"
+
+
+def replay(
+    ref: str,
+    *,
+    directory: str | os.PathLike | None = None,
+    device: str | None = None,
+    kernel: str | Kernel | None = None,
+    echo: Any = print,
+) -> tuple[CheckResult, str, dict[str, Any]]:
+    """Re-run case ``ref`` (an id or a path): the accuracy check, plus the structural property
+    the case failed if it was one. ``kernel`` (a spec or a Kernel) replaces the recorded
+    kernel. Returns the check, the replayed verdict and the record."""
+    case, record = load_case(ref, directory)
+    adapter = as_kernel(kernel if kernel is not None else record["kernel"])
+    dev = device or default_device(adapter.devices, record.get("device"))
+    why = adapter.unavailable(case.dtype, dev)
+    if why:
+        raise RuntimeError(f"cannot replay {record['id']} here: {why}")
+    res = check_case(adapter, case, device=dev)
+    recorded = (record.get("verdict") or {}).get("verdict")
+    prop = (record.get("context") or {}).get("property", "accuracy")
+    echo(f"case {record['id']} (property {prop}, recorded on {record.get('device')}): "
+         f"{record.get('description', '')}")  # fmt: skip
+    echo(format_check(res))
+    verdict = res.verdict.verdict
+    if prop in CHECKS:
+        # A structural property failed: re-run that property, which decides the verdict.
+        ok, msg = CHECKS[prop](adapter, case, dev)
+        verdict = "PASS" if ok else "FAIL"
+        echo(f"\nproperty {prop}: {verdict}: {msg}")
+    if recorded is not None:
+        same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
+        echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    return res, verdict, record

@@ -1,0 +1,58 @@
+"""What both oracle paths share: the accuracy contract and the scale (see
+flashcheck.harness.oracle.evaluate)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mpmath
+import numpy as np
+from mpmath import iv
+
+from flashcheck.harness.core.formats import Format
+from flashcheck.harness.core.semantics import AttentionProblem
+from flashcheck.harness.oracle import exact as ex
+
+ACCURACY_BITS = 100
+MIN_PREC = 110  # below this, a working precision cannot deliver ACCURACY_BITS
+SLACK = 1.0 + 2.0**-30  # absorbs second-order terms and the rounding of bound arithmetic
+
+# ---------------------------------------------------------------------------------------------
+# Scale
+
+
+@dataclass(frozen=True)
+class Scale:
+    mp: mpmath.mpf  # the scale to 300 bits (exact when the scale is a double)
+    hi: float
+    lo: float
+    err: float  # bound on |scale − hi − lo|
+    given: float | None
+    d: int
+
+    def interval(self) -> Any:
+        if self.given is not None:
+            return iv.mpf(self.given)
+        return 1 / iv.sqrt(iv.mpf(self.d))
+
+
+def scale_of(problem: AttentionProblem) -> Scale:
+    d = problem.q.shape[-1]
+    with mpmath.mp.workprec(300):
+        if problem.scale is not None:
+            val = mpmath.mpf(problem.scale)
+            return Scale(val, problem.scale, 0.0, 0.0, problem.scale, d)
+        val = 1 / mpmath.sqrt(d)
+        hi, lo = ex.dd_from_mpf(val)
+        # The dd's actual distance to the 300-bit value, plus that value's own error.
+        err = float(
+            abs(val - hi - lo) * (1 + mpmath.mpf(2) ** -40) + abs(val) * mpmath.mpf(2) ** -290
+        )
+    return Scale(val, hi, lo, err, None, d)
+
+
+def target(floor: np.ndarray, fmt: Format) -> np.ndarray:
+    return np.maximum(
+        np.ldexp(floor, -ACCURACY_BITS) * (1 - 2.0**-30), fmt.min_subnormal * 2.0**-ACCURACY_BITS
+    )

@@ -1,0 +1,253 @@
+"""The mpmath oracle: attention outputs to ≥ 100 bits, with certified error bounds.
+
+``oracle(q, k, v, ...)`` evaluates the attention of :mod:`flashcheck.harness.core.semantics` and
+returns, for
+every requested output element ``O[b, h, i, c]`` and ``LSE[b, h, i]``:
+
+- the value as a double-double ``hi + lo``;
+- ``err``: a certified bound on ``|hi + lo − exact|``;
+- the floor scale ``W_c = Σ_j p_j |v_jc|`` (for LSE: ``Σ_j p_j |s_j|``), to ~1e-12 relative;
+- ``rounded``: the exact value correctly rounded (nearest-even) into the target format;
+- ``certified``: the bound is within ``2^−100 · W`` (or far below the format's smallest
+  subnormal) and decides the rounding.
+
+Two modes that must agree (tests check that they do):
+
+``strict``
+    Every operation in mpmath interval arithmetic (``mpmath.iv``) at working precision
+    ``prec``: the interval is the certificate. Score dot products are formed as exact Python
+    integers first. Elements that miss the accuracy target, or whose interval straddles a
+    rounding boundary of the target format, are recomputed at doubled precision up to
+    ``max_prec`` (Ziv's strategy). A value exactly on a rounding boundary (e.g. the mean of two
+    neighbouring fp16 values) is decided only when its interval is a single point (an exact
+    evaluation); otherwise it keeps ``certified = False`` and ``rounded`` applies ties-to-even to
+    the best estimate.
+
+``fast``
+    Exact scores from exact float64 slice products (see :mod:`flashcheck.harness.oracle.exact`:
+    products of two fp16/bf16/fp32 values have ≤ 48 significant bits and fit a double), a
+    double-double
+    softmax with per-element certified bounds, ``P·V`` and the row sums by slice products again,
+    mpmath for ``1/l`` and ``log l`` per row. Every element that is not certified is recomputed
+    by the strict path (the Ziv-style fallback), so both modes certify the same contract.
+
+``docs/oracle.md`` gives the derivation of every bound used here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.core.formats import Format, format_of, round_to_format, ulp
+from flashcheck.harness.core.semantics import make_problem, nan_rows_and_cols
+from flashcheck.harness.oracle.common import ACCURACY_BITS, MIN_PREC, scale_of, target
+from flashcheck.harness.oracle.fast import fast_rows
+from flashcheck.harness.oracle.strict import strict_fill
+
+__all__ = ["ACCURACY_BITS", "OracleResult", "oracle"]
+
+
+@dataclass
+class OracleResult:
+    """Oracle values for the requested rows; arrays are ``(B, Hq, R, dv)`` or ``(B, Hq, R)``."""
+
+    fmt: Format
+    rows: np.ndarray
+    mode: str
+    o_hi: np.ndarray
+    o_lo: np.ndarray
+    o_err: np.ndarray
+    o_floor: np.ndarray
+    o_rounded: np.ndarray
+    o_certified: np.ndarray
+    lse_hi: np.ndarray
+    lse_lo: np.ndarray
+    lse_err: np.ndarray
+    lse_floor: np.ndarray
+    lse_rounded: np.ndarray
+    lse_certified: np.ndarray
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def o(self) -> np.ndarray:
+        """The output rounded to float64 (``hi`` is the nearest double of ``hi + lo``)."""
+        return self.o_hi
+
+    @property
+    def lse(self) -> np.ndarray:
+        return self.lse_hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Rounding decisions
+
+
+def _decide(hi: np.ndarray, lo: np.ndarray, err: np.ndarray, fmt: Format):
+    """Correctly rounded value of ``hi + lo ± err`` in ``fmt`` and whether it is decided."""
+    b = err + np.abs(lo)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo_end = np.nextafter(hi - b, -np.inf)
+        hi_end = np.nextafter(hi + b, np.inf)
+    r_lo = round_to_format(lo_end, fmt)
+    r_hi = round_to_format(hi_end, fmt)
+    decided = (r_lo == r_hi) | ~np.isfinite(hi)  # ±inf (LSE of a masked row) and NaN are exact
+    best = round_to_format(hi, fmt)
+    # hi exactly on a midpoint of fmt: the sign of lo decides (|lo| < half a double ulp of hi,
+    # so no other rounding boundary lies between hi and hi + lo).
+    with np.errstate(invalid="ignore"):
+        half = ulp(hi, fmt) / 2
+        tie = np.isfinite(hi) & (np.abs(hi - best) == half) & (lo != 0)
+    if np.any(tie):
+        toward = round_to_format(hi + np.sign(lo) * half, fmt)
+        best = np.where(tie, toward, best)
+    return np.where(np.isfinite(hi), np.where(decided, r_lo, best), hi), decided
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def oracle(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    window: Any = None,
+    mask: Any = None,
+    scale: float | None = None,
+    fmt: Any = None,
+    rows: Any = None,
+    mode: str = "fast",
+    prec: int = 128,
+    max_prec: int = 4096,
+) -> OracleResult:
+    """Attention ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` to ≥ 100 bits, certified.
+
+    Args:
+        q, k, v: ``(B, Hq, Nq, d)``, ``(B, Hk, Nk, d)``, ``(B, Hk, Nk, dv)`` numpy arrays or torch
+            tensors (any device) of one format: float16, bfloat16 or float32. Their values are
+            taken as exact.
+        causal, window, mask: masking as in :mod:`flashcheck.harness.core.semantics` (bottom-right
+        aligned). scale: the float the kernel is given; ``None`` means the exact real ``1/sqrt(d)``.
+        fmt: format of the correctly rounded results (default: the input format).
+        rows: query rows to evaluate (rows are independent); default all ``Nq`` rows.
+        mode: ``"fast"`` or ``"strict"`` (see the module docstring).
+        prec: starting working precision of the strict path, in bits (≥ 110).
+        max_prec: the precision at which Ziv escalation stops.
+
+    Returns:
+        :class:`OracleResult` with arrays of shape ``(B, Hq, R, dv)`` (O) and ``(B, Hq, R)`` (LSE).
+    """
+    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    if mode not in ("fast", "strict"):
+        raise ValueError(f"mode must be 'fast' or 'strict', got {mode!r}")
+    if not isinstance(prec, int) or prec < MIN_PREC:
+        raise ValueError(
+            f"prec={prec!r} bits cannot deliver the oracle's {ACCURACY_BITS}-bit accuracy; "
+            f"use prec >= {MIN_PREC} (default 128)"
+        )
+    if not isinstance(max_prec, int) or max_prec < prec:
+        raise ValueError(f"max_prec ({max_prec!r}) must be an int >= prec ({prec})")
+    target_fmt = problem.fmt if fmt is None else format_of(fmt)
+    if not target_fmt.storage:
+        raise ValueError(f"{target_fmt.name} has no storage format to round results into")
+    bsz, hq, _, nq, _, _, dv = problem.shape
+    if rows is None:
+        row_idx = np.arange(nq)
+    else:
+        row_idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if row_idx.size and (row_idx.min() < 0 or row_idx.max() >= nq):
+            raise ValueError(f"rows must lie in [0, {nq}), got {rows!r}")
+    r_n = row_idx.size
+    sc = scale_of(problem)
+    t0 = time.perf_counter()
+    stats = {"strict_evaluations": 0, "max_prec_used": 0, "fallback_elements": 0}
+
+    arrays = {
+        name: np.zeros((bsz, hq, r_n, dv))
+        for name in ("o_hi", "o_lo", "o_err", "o_floor", "o_rounded")
+    }
+    arrays.update({name: np.zeros((bsz, hq, r_n)) for name in ("lse_lo", "lse_err", "lse_floor")})
+    arrays["lse_hi"] = np.full((bsz, hq, r_n), -np.inf)
+    arrays["lse_rounded"] = np.full((bsz, hq, r_n), -np.inf)
+    o_cert = np.ones((bsz, hq, r_n, dv), dtype=bool)
+    lse_cert = np.ones((bsz, hq, r_n), dtype=bool)
+
+    for b in range(bsz):
+        for h in range(hq):
+            kvh = problem.kv_head(h)
+            keep = problem.keep(b, h, row_idx)
+            qr = problem.q[b, h][row_idx]
+            kk, vv = problem.k[b, kvh], problem.v[b, kvh]
+            row_nan, elem_nan = nan_rows_and_cols(qr, kk, vv, keep)
+            view = {name: arr[b, h] for name, arr in arrays.items()}
+            view["o_certified"] = o_cert[b, h]
+            view["lse_certified"] = lse_cert[b, h]
+            has = keep.any(axis=1)
+            if mode == "fast":
+                fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
+                res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
+                for name, val in res.items():
+                    view[name][...] = val
+                view["o_rounded"][...], dec_o = _decide(
+                    res["o_hi"], res["o_lo"], res["o_err"], target_fmt
+                )
+                view["lse_rounded"][...], dec_l = _decide(
+                    res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
+                )
+                ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], target_fmt))
+                # LSE's scale is max(W, |LSE|): W = Σ p|s| is 0 for all-zero scores, LSE = log n.
+                lse_scale = np.maximum(res["lse_floor"], np.abs(res["lse_hi"]))
+                ok_l = dec_l & (res["lse_err"] <= target(lse_scale, target_fmt))
+                ok_l |= ~has
+                todo_o = ~ok_o & ~elem_nan & has[:, None]
+                todo_l = ~ok_l & ~row_nan
+                start = max(prec, 2 * MIN_PREC)
+            else:
+                todo_o = ~elem_nan & has[:, None]
+                todo_l = ~row_nan & has
+                start = prec
+            stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum()) if mode == "fast" else 0
+            if todo_o.any() or todo_l.any():
+                strict_fill(
+                    problem,
+                    sc,
+                    target_fmt,
+                    b,
+                    h,
+                    row_idx,
+                    todo_o,
+                    todo_l,
+                    view,
+                    start,
+                    max_prec,
+                    stats,
+                )
+            # NaN rule last: it overrides whatever was computed from sanitized inputs.
+            for name in ("o_hi", "o_rounded"):
+                view[name][elem_nan] = np.nan
+            for name in ("o_lo", "o_err", "o_floor"):
+                view[name][elem_nan] = 0.0
+            for name in ("lse_hi", "lse_rounded"):
+                view[name][row_nan] = np.nan
+            for name in ("lse_lo", "lse_err", "lse_floor"):
+                view[name][row_nan] = 0.0
+            view["o_certified"][elem_nan] = True
+            view["lse_certified"][row_nan | ~has] = True
+            view["lse_rounded"][~has & ~row_nan] = -np.inf
+
+    stats["seconds"] = time.perf_counter() - t0
+    return OracleResult(
+        fmt=target_fmt,
+        rows=row_idx,
+        mode=mode,
+        o_certified=o_cert,
+        lse_certified=lse_cert,
+        stats=stats,
+        **arrays,
+    )

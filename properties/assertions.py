@@ -1,0 +1,97 @@
+"""Assertions for tests: judge a kernel; on failure save the case, then raise with its replay.
+
+The case file is written *before* the ``AssertionError`` propagates (SPEC 5). Inside a
+Hypothesis test only the final, shrunk example is saved (see
+:func:`flashcheck.properties.plugin.final_example`); every intermediate failure during shrinking
+would otherwise leave a file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NoReturn
+
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.store import save_case
+from flashcheck.harness.judging.check import CheckResult, check, format_check
+from flashcheck.properties.plugin import RUN_CONTEXT, final_example
+
+__all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]
+
+
+class AttentionMismatch(AssertionError):
+    """A kernel failed a check; ``case_id`` names the saved case (``None`` if not saved) and
+    ``result`` holds the numbers (a :class:`CheckResult`, for accuracy failures)."""
+
+    def __init__(self, message: str, case_id: str | None, result: CheckResult | None = None):
+        super().__init__(message)
+        self.case_id = case_id
+        self.result = result
+
+
+def save_failure(
+    case: Case,
+    kernel: str,
+    device: str,
+    verdict: dict[str, Any] | None,
+    prop: str,
+    directory: str | os.PathLike | None = None,
+) -> str | None:
+    """Save the case of a failing property (the final Hypothesis example only); its id."""
+    if not final_example():
+        return None
+    ctx = dict(RUN_CONTEXT)
+    ctx["property"] = prop
+    return save_case(case, kernel=kernel, device=device, verdict=verdict, context=ctx,
+                     directory=directory)  # fmt: skip
+
+
+def fail(
+    case: Case,
+    kernel: str,
+    device: str,
+    prop: str,
+    message: str,
+    verdict: dict[str, Any] | None = None,
+    *,
+    directory: str | os.PathLike | None = None,
+    result: CheckResult | None = None,
+) -> NoReturn:
+    """Save ``case`` (final example only) and raise :class:`AttentionMismatch`."""
+    __tracebackhide__ = True  # the user's test is where it failed, not this helper
+    cid = save_failure(case, kernel, device, verdict, prop, directory)
+    where = ""
+    if cid:
+        flag = "" if directory is None else f" --dir {os.fspath(directory)}"
+        where = f"\nsaved case {cid}; replay with: flashcheck replay {cid}{flag}"
+    raise AttentionMismatch(f"{prop} failed for {kernel}: {message}{where}", cid, result)
+
+
+def assert_attention(
+    kernel: Any,
+    q: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: Any = None,
+    scale: float | None = None,
+    device: str | None = None,
+    case_dir: str | os.PathLike | None = None,
+) -> CheckResult:
+    """Assert that ``kernel`` passes :func:`flashcheck.check` on this input (or on a ``Case``
+    passed as ``q``, e.g. drawn from :func:`flashcheck.strategies.attention_cases`).
+
+    On FAIL or FAIL-HARD the case is saved (to ``case_dir``, default ``$FLASHCHECK_CASE_DIR`` or
+    ``reports/cases``; inside Hypothesis, only the final shrunk example) and
+    :class:`AttentionMismatch` is raised with kernel and oracle side by side and the
+    ``flashcheck replay`` command. Returns the :class:`CheckResult` when it passes.
+    """
+    __tracebackhide__ = True
+    res = check(kernel, q, k, v, causal=causal, window=window, mask=mask, scale=scale,
+                device=device, save="never")  # fmt: skip
+    if not res.passed:
+        fail(res.case, res.kernel, res.device, "accuracy", "\n" + format_check(res),
+             res.verdict.as_dict(), directory=case_dir, result=res)  # fmt: skip
+    return res

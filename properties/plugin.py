@@ -1,0 +1,250 @@
+"""flashcheck's pytest plugin (entry point ``pytest11``): the property suite on any kernel.
+
+Loaded by pytest wherever flashcheck is installed; it changes nothing in a run that does not ask
+for it. What it adds:
+
+- ``--flashcheck-kernel SPEC`` (repeatable; ini ``flashcheck_kernels``): the kernels under test,
+  each a built-in name, ``builtin`` (the project's own kernels), an entry point of group
+  ``flashcheck.kernels`` or ``package.module:function``. ``--flashcheck-dtype`` and
+  ``--flashcheck-device`` narrow what runs.
+- ``--flashcheck-profile {ci,dev,thorough,sweep}`` (else ``$FLASHCHECK_PROFILE``, else ini
+  ``flashcheck_profile``): one of the Hypothesis profiles below, loaded for the run.
+- Fixtures for any test: ``flashcheck_kernel`` (a
+  :class:`~flashcheck.harness.adapters.adapter.Kernel` whose contract is known, probed if it was
+  not declared) and ``flashcheck_dtype``; a test that requests them runs once per kernel under
+  test and dtype of its contract, and is skipped, with the reason, where one cannot run here.
+  ``flashcheck_device`` is the device the kernel runs on.
+- The header of a flashcheck run prints the Hypothesis profile and seed and each kernel's
+  contract; :data:`RUN_CONTEXT` carries the seed and profile into saved case files.
+
+Hypothesis profiles (registered under ``flashcheck-<name>``):
+
+- ``ci``: derandomized (the same examples every run), no example database, a budget that fits
+  a CI job; deadline off, because oracle calls and Triton compiles vary widely in time.
+- ``dev``: random seeds, the default database, the same budget.
+- ``thorough``: 1000 examples per property, lengths up to 1025.
+- ``sweep``: 10000 examples per property, an overnight search.
+
+A flashcheck run picks one seed (or takes ``--hypothesis-seed``), prints it in the header and
+records it in case files; ``--hypothesis-seed=<seed>`` re-runs the same examples under the
+random profiles.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pytest
+
+__all__ = ["PROFILES", "RUN_CONTEXT", "final_example", "profile_name"]
+
+PROFILES = ("ci", "dev", "thorough", "sweep")
+# Filled at configure time: the Hypothesis profile and seed of this run, for case files.
+RUN_CONTEXT: dict[str, Any] = {}
+_KERNELS = pytest.StashKey[dict[str, Any]]()
+
+
+def _register_profiles() -> None:
+    from hypothesis import HealthCheck, Phase, settings
+
+    # too_slow is suppressed: the strict oracle (interval mpmath) is slow by design. 40
+    # examples per accuracy property (10 per structural one) fit `tox` in its CI budget.
+    slow_ok = [HealthCheck.too_slow]
+    every_phase = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+    settings.register_profile(
+        "flashcheck-ci", derandomize=True, database=None, deadline=None, max_examples=40,
+        print_blob=True, suppress_health_check=slow_ok,
+    )  # fmt: skip
+    settings.register_profile(
+        "flashcheck-dev", deadline=None, max_examples=40, suppress_health_check=slow_ok
+    )
+    settings.register_profile("flashcheck-thorough", deadline=None, max_examples=1000,
+                              suppress_health_check=slow_ok, phases=every_phase)  # fmt: skip
+    settings.register_profile("flashcheck-sweep", deadline=None, max_examples=10_000,
+                              suppress_health_check=slow_ok, phases=every_phase)  # fmt: skip
+
+
+_register_profiles()
+
+
+def profile_name() -> str:
+    """The loaded Hypothesis profile without the ``flashcheck-`` prefix (``default`` if none
+    of ours): the suite sizes its cases by it."""
+    from hypothesis import settings
+
+    return settings.get_current_profile_name().removeprefix("flashcheck-")
+
+
+def final_example() -> bool:
+    """True outside Hypothesis, or on the final (reported) run of a failing example: a failing
+    property saves its case file only once, for the shrunk example Hypothesis reports."""
+    from hypothesis.control import current_build_context
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        ctx = current_build_context()
+    except InvalidArgument:  # not inside a Hypothesis test
+        return True
+    return bool(getattr(ctx, "is_final", True))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("flashcheck", "flashcheck: attention-kernel numerics")
+    group.addoption(
+        "--flashcheck-kernel", action="append", dest="flashcheck_kernels", metavar="SPEC",
+        help="kernel under test: a built-in name, 'builtin' (the project's own kernels), an "
+        "entry point of group flashcheck.kernels or package.module:function; repeatable",
+    )  # fmt: skip
+    group.addoption("--flashcheck-dtype", action="append", dest="flashcheck_dtypes",
+                    choices=("fp16", "bf16", "fp32"),
+                    help="only this input format; repeatable (default: the kernel's)")  # fmt: skip
+    group.addoption("--flashcheck-device", dest="flashcheck_device", choices=("cpu", "cuda"),
+                    help="device for kernels that run on several (default: cuda if "
+                    "available)")  # fmt: skip
+    group.addoption("--flashcheck-profile", dest="flashcheck_profile", choices=PROFILES,
+                    help="Hypothesis profile for the run (default: $FLASHCHECK_PROFILE, else "
+                    "Hypothesis' own)")  # fmt: skip
+    parser.addini("flashcheck_kernels", type="args", default=[],
+                  help="kernels under test when --flashcheck-kernel is not given")  # fmt: skip
+    parser.addini("flashcheck_profile", type="string", default="",
+                  help="Hypothesis profile when neither --flashcheck-profile nor "
+                  "$FLASHCHECK_PROFILE is given")  # fmt: skip
+
+
+def _specs(config: pytest.Config) -> list[str]:
+    from flashcheck.harness.adapters.registry import SUITE_KERNELS
+
+    given = config.getoption("flashcheck_kernels") or config.getini("flashcheck_kernels")
+    out: list[str] = []
+    for spec in given:
+        out.extend(SUITE_KERNELS if spec == "builtin" else [spec])
+    return list(dict.fromkeys(out))
+
+
+def _device(config: pytest.Config) -> str:
+    dev = config.getoption("flashcheck_device")
+    if dev:
+        return dev
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def kernel_device(kernel: Any, preferred: str) -> str:
+    """``preferred`` if the kernel runs there, else its first device."""
+    return preferred if preferred in kernel.devices else kernel.devices[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "flashcheck: a test of the flashcheck property suite")
+    profile = (
+        config.getoption("flashcheck_profile")
+        or os.environ.get("FLASHCHECK_PROFILE")
+        or config.getini("flashcheck_profile")
+    )
+    specs = _specs(config)
+    if profile:
+        if profile not in PROFILES:
+            raise pytest.UsageError(
+                f"FLASHCHECK_PROFILE={profile!r} is not a flashcheck profile: use one of "
+                f"{', '.join(PROFILES)}"
+            )
+        from hypothesis import settings
+
+        settings.load_profile(f"flashcheck-{profile}")
+    if not (profile or specs):
+        return  # not a flashcheck run: leave Hypothesis and the seed alone
+    # Runs before Hypothesis' own plugin reads --hypothesis-seed: choosing the seed here makes
+    # every run reproducible from the seed printed in its header.
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+        config.option.hypothesis_seed = str(seed)
+    RUN_CONTEXT["hypothesis_seed"] = str(seed)
+    RUN_CONTEXT["hypothesis_profile"] = profile_name()
+    config.stash[_KERNELS] = _resolve_all(specs, _device(config))
+
+
+def _resolve_all(specs: list[str], device: str) -> dict[str, Any]:
+    from flashcheck.harness.adapters.probe import resolved
+    from flashcheck.harness.adapters.registry import resolve
+
+    out: dict[str, Any] = {}
+    for spec in specs:
+        try:
+            kern = resolve(spec)
+        except ValueError as err:
+            raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+        out[spec] = resolved(kern, kernel_device(kern, device))
+    return out
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if _KERNELS not in config.stash:
+        return None
+    from hypothesis import settings
+
+    note = " (unused: this profile is derandomized)" if settings.default.derandomize else ""
+    lines = [
+        f"hypothesis profile: {settings.get_current_profile_name()}; hypothesis seed: "
+        f"{RUN_CONTEXT.get('hypothesis_seed', '?')}{note}"
+    ]
+    for spec, kern in config.stash[_KERNELS].items():
+        lines.append(f"flashcheck kernel {spec}:")
+        lines += [f"  {line}" for line in kern.contract_lines()]
+    return lines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "flashcheck_kernel" not in metafunc.fixturenames:
+        return
+    kernels = metafunc.config.stash.get(_KERNELS, {})
+    with_dtype = "flashcheck_dtype" in metafunc.fixturenames
+    wanted = metafunc.config.getoption("flashcheck_dtypes")
+    params = []
+    for spec, kern in kernels.items():
+        if not with_dtype:
+            params.append(pytest.param(spec, id=spec))
+            continue
+        dtypes = [dt for dt in kern.dtypes if not wanted or dt in wanted]
+        params += [pytest.param(spec, dt, id=f"{spec}-{dt}") for dt in dtypes]
+        if not dtypes:  # nothing to run: one skipped item says why
+            params.append(pytest.param(spec, None, id=f"{spec}-none"))
+    if not params:
+        why = "no kernel under test: pass --flashcheck-kernel SPEC"
+        mark = pytest.mark.skip(reason=why)
+        params = [pytest.param(None, None, marks=mark) if with_dtype else
+                  pytest.param(None, marks=mark)]  # fmt: skip
+    names = ["flashcheck_kernel", "flashcheck_dtype"] if with_dtype else ["flashcheck_kernel"]
+    metafunc.parametrize(names, params, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def flashcheck_kernel(request: pytest.FixtureRequest) -> Any:
+    """The kernel under test (from ``--flashcheck-kernel``), its contract known."""
+    return request.config.stash[_KERNELS][request.param]
+
+
+@pytest.fixture(scope="session")
+def flashcheck_device(request: pytest.FixtureRequest, flashcheck_kernel: Any) -> str:
+    """The device ``flashcheck_kernel`` runs on in this session."""
+    return kernel_device(flashcheck_kernel, _device(request.config))
+
+
+@pytest.fixture(scope="session")
+def flashcheck_dtype(request: pytest.FixtureRequest, flashcheck_kernel: Any,
+                     flashcheck_device: str) -> str:  # fmt: skip
+    """An input format of the kernel's contract; skips, saying why, where it cannot run."""
+    dtype = request.param
+    if dtype is None:
+        pytest.skip(f"{flashcheck_kernel.name} runs on no dtype here (see its contract test)")
+    why = flashcheck_kernel.unavailable(dtype, flashcheck_device)
+    if why:
+        pytest.skip(why)
+    return dtype
