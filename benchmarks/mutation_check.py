@@ -7,7 +7,8 @@ under the ``ci`` Hypothesis profile (``TRITON_INTERPRET=1``, ``-x``). A mutant i
 pytest reports a failing test; the script then checks that a case file was written and that
 ``flashcheck replay`` in the mutant's tree reproduces the saved verdict.
 
-    python benchmarks/mutation_check.py            # all mutants, markdown table at the end
+    tox -e mutation                                # all mutants, markdown table at the end
+    python benchmarks/mutation_check.py            # the same, with flashcheck installed
     python benchmarks/mutation_check.py --only wrong-scale off-by-one-causal
 
 Takes ~10–30 minutes on 2 cores (each caught mutant also shrinks its failing example).
@@ -24,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from source_tree import stage
 
 ROOT = Path(__file__).resolve().parents[1]
 TRITON = "kernels/triton_flash.py"
@@ -160,8 +163,10 @@ def run_mutant(name: str, timeout: int) -> dict:
             text = text.replace(old, new)
         path.write_text(text)
         cases = tree / "cases"
-        env = dict(os.environ, HYPOTHESIS_PROFILE="ci", TRITON_INTERPRET="1",
-                   FLASHCHECK_CASE_DIR=str(cases), PYTHONPATH=str(tree))  # fmt: skip
+        # The mutated tree's code shadows the installed flashcheck (same import names).
+        staged = stage(tree, tree / ".staged")
+        env = dict(os.environ, FLASHCHECK_PROFILE="ci", TRITON_INTERPRET="1",
+                   FLASHCHECK_CASE_DIR=str(cases), PYTHONPATH=str(staged))  # fmt: skip
         t0 = time.time()
         try:
             proc = subprocess.run(

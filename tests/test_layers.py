@@ -1,0 +1,144 @@
+"""The import structure stays clean (SPEC 2): no import cycles (imports inside functions
+count), kernels/ imports nothing else of the project, and no module imports another's private
+name. The installed wheel holds one top-level package, flashcheck, with the data the suite
+needs."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Source folders and the subpackage of `flashcheck` each becomes (pyproject's package-dir).
+PACKAGES = {"api": "flashcheck", "harness": "flashcheck.harness", "kernels": "flashcheck.kernels",
+            "properties": "flashcheck.properties"}  # fmt: skip
+IMPORTERS = ("tests", "benchmarks")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for folder, pkg in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = path
+    for folder in IMPORTERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            out[".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
+    return out
+
+
+def _imports(path: Path, module: str):
+    """(target module, imported name or None, line) for every import, nested ones included."""
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".") if is_pkg else module.split(".")[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join([*pkg, base] if base else pkg)
+            for alias in node.names:
+                yield base, alias.name, node.lineno
+
+
+def _owner(target: str, modules: dict[str, Path]) -> str | None:
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _graph():
+    modules = _modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    problems = []
+    for mod, path in modules.items():
+        for target, name, line in _imports(path, mod):
+            full = f"{target}.{name}" if name else target
+            dest = _owner(full, modules)
+            if dest is None or dest == mod:
+                continue
+            graph[mod].add(dest)
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if mod.startswith("flashcheck.kernels") and not dest.startswith("flashcheck.kernels"):
+                problems.append(f"{where}: kernels/ imports {dest}")
+            private = name and name.startswith("_") and not name.startswith("__")
+            if private and full not in modules and not path.name.startswith("test_"):
+                problems.append(f"{where}: imports private name {name} from {dest}")
+    return graph, problems
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    graph, _ = _graph()
+    assert _cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_kernels_stand_alone_and_no_private_names_cross_modules():
+    _, problems = _graph()
+    assert problems == []
+
+
+def test_wheel_holds_one_top_level_package_with_its_data(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+         "-q", "-w", str(tmp_path)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("flashcheck-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"flashcheck", wheel.name.split("-py3")[0]
+                                                 + ".dist-info"}  # fmt: skip
+    needed = ("__init__.py", "strategies.py", "harness/cli.py", "kernels/triton_flash.py",
+              "properties/plugin.py", "properties/suite.ini")  # fmt: skip
+    for name in needed:
+        assert f"flashcheck/{name}" in names
+    assert any(n.startswith("flashcheck/properties/regressions/") and n.endswith(".npz")
+               for n in names)  # fmt: skip
+    meta = next(n for n in names if n.endswith("entry_points.txt"))
+    entry = zipfile.ZipFile(wheel).read(meta).decode()
+    assert "flashcheck = flashcheck.harness.cli:main" in entry
+    assert "[pytest11]" in entry and "flashcheck.properties.plugin" in entry
