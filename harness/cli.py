@@ -82,7 +82,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         name=args.name, preset=args.preset, seed=args.seed, kernels=tuple(args.kernel or ()),
         dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")), device=args.device, out=args.out,
         timeout=args.timeout, isolate=not args.no_isolate, fresh=args.fresh,
-        render=not args.no_render, fail_on=args.fail_on,
+        render=not args.no_render, fail_on=args.fail_on, streak=args.stop_after,
+        arithmetic=args.arithmetic,
     )  # fmt: skip
     try:
         return run_report(opts)
@@ -284,7 +285,8 @@ def _add_report(sub) -> None:
         "Exit status: 0 nothing at the --fail-on gate, 1 something was, 2 usage error, "
         "130 interrupted.",
     )
-    p.add_argument("--name", help="report name: reports/<name>/ (default: cpu, or the GPU model)")
+    p.add_argument("--name", help="report name: reports/<name>/ (default: made from the --kernel "
+                   "specs, else cpu or the GPU model)")  # fmt: skip
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="campaign size (default: cpu on a CPU machine, gpu with CUDA); smoke "
                    "is a seconds-long sanity run")  # fmt: skip
@@ -308,9 +310,17 @@ def _add_report(sub) -> None:
                    help="discard existing results of this name instead of resuming")  # fmt: skip
     p.add_argument("--no-render", action="store_true", help="run the campaign only")
     p.add_argument("--fail-on", choices=list(GATES), default="fail-hard",
-                   help="which results make the exit status 1 (default fail-hard: FAIL-HARD "
-                   "and wrong-shape outputs; fail adds FAIL; error adds kernels that raised or "
-                   "hung; never)")  # fmt: skip
+                   help="what makes the exit status 1 (default fail-hard: FAIL-HARD, wrong-shape "
+                   "outputs, a kernel that raised or hung inside its contract, a failed "
+                   "structural property, a kernel that could not run at all; fail adds FAIL; "
+                   "never)")  # fmt: skip
+    p.add_argument("--arithmetic", choices=("naive", "flash", "flash-fa1", "tf32"),
+                   help="declare the arithmetic class of the --kernel functions that do not "
+                   "declare one, so that class's error bounds apply (default: unknown, the "
+                   "loosest bound of every class)")  # fmt: skip
+    p.add_argument("--stop-after", type=_positive, default=5, metavar="N",
+                   help="stop a kernel for a dtype after N identical failures in a row "
+                   "(raised, hung or bad output; default 5)")  # fmt: skip
     p.set_defaults(func=_cmd_report)
     r = sub.add_parser(
         "render",

@@ -28,7 +28,8 @@ def test_error_within_bounds_and_policy(
     v = res.verdict
     note(format_check(res))
     # Bounded transforms: log keeps one huge error from dominating the search.
-    target(math.log2(1 + v.max_ulp), label=f"log2(1 + floored ulp) {kern.name} {dtype}")
+    worst = v.max_ulp if math.isfinite(v.max_ulp) else 2.0**60  # NaN/Inf where finite: worst
+    target(math.log2(1 + worst), label=f"log2(1 + floored ulp) {kern.name} {dtype}")
     if not math.isnan(v.det_util):
         target(min(v.det_util, 1e6), label=f"det-bound utilization {kern.name} {dtype}")
     if v.verdict != "PASS":

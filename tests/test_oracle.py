@@ -274,3 +274,14 @@ def test_bad_input_gets_a_clear_error(kwargs, exc, match):
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         oracle(args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+@pytest.mark.parametrize(("nq", "nk"), [(0, 5), (3, 0), (0, 0)])
+def test_empty_sequences_give_empty_or_masked_rows(mode, nq, nk):
+    q = np.ones((1, 2, nq, 4), np.float16)
+    k = np.ones((1, 2, nk, 4), np.float16)
+    ref = oracle(q, k, k, mode=mode)
+    assert ref.o_hi.shape == (1, 2, nq, 4) and ref.lse_hi.shape == (1, 2, nq)
+    # no key at all: every row is a fully masked row, O = 0 and LSE = -inf (SPEC 3.1)
+    assert np.all(ref.o_rounded == 0) and np.all(np.isneginf(ref.lse_rounded))

@@ -8,6 +8,7 @@ dots for fp32 inputs). docs/kernels.md describes each.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -62,6 +63,12 @@ def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
 
 
 def _triton_available(dtype: str, device: str) -> str | None:
+    try:
+        found = importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):  # a module entry of None: imports are blocked
+        found = False
+    if not found:
+        return "Triton is not installed (pip install triton)"
     if device == "cuda":
         return torch_device_ok(dtype, device)
     interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

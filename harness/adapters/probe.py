@@ -13,12 +13,16 @@ small N(0, 1) inputs, one input class at a time, starting from the first shape i
    signature takes.
 
 An exception marks that class unsupported and keeps its message (reported with the contract);
-an output of the wrong shape counts as running (it is judged, as BAD-OUTPUT, later). Only
-classes the contract left undeclared are probed, once per kernel, device and process.
+an output of the wrong shape counts as running (it is judged, as BAD-OUTPUT, later). A call that
+hangs (a ``runner`` with a time limit raises :class:`ProbeTimeout`) is not a contract: on the
+base shape it means the kernel cannot run at all, later it keeps the class in the contract so
+that the campaign records the hang where it happens. Only classes the contract left undeclared
+are probed, once per kernel, device and process.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +32,7 @@ from flashcheck.harness.adapters.adapter import ALL_DTYPES, Kernel, KernelOutput
 from flashcheck.harness.cases.case import Case
 from flashcheck.harness.cases.families import HEAD_DIMS, Recipe, make_case
 
-__all__ = ["default_probe_device", "probe", "resolved"]
+__all__ = ["ProbeFailure", "ProbeTimeout", "default_probe_device", "probe", "resolved"]
 
 BASE_LENGTHS = (16, 32, 64, 128, 256)
 BASE_DIMS = (64, 128, 32, 16)
@@ -49,14 +53,25 @@ def default_probe_device(kernel: Kernel) -> str:
     return "cpu" if "cpu" in kernel.devices else kernel.devices[0]
 
 
+class ProbeTimeout(Exception):
+    """A probe call ran past its time limit (raised by a ``runner``)."""
+
+
+class ProbeFailure(Exception):
+    """The kernel raised in a ``runner`` that reports it as text (e.g. in another process);
+    the message is what the kernel raised."""
+
+
 def _message(err: BaseException) -> str:
-    text = f"{type(err).__name__}: {err}".strip().replace("\n", " ")
+    text = str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}"
+    text = text.strip().replace("\n", " ")
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 class _Prober:
-    def __init__(self, kernel: Kernel, device: str):
+    def __init__(self, kernel: Kernel, device: str, runner: Callable[[Case], Any] | None):
         self.kernel, self.device = kernel, device
+        self.runner = runner or (lambda case: kernel.run(case, device))
 
     def attempt(self, dtype: str, b=1, hq=1, hk=1, nq=16, nk=16, d=64, dv=None, **opts) -> str:
         """'' if the kernel runs on this input, else why not."""
@@ -65,58 +80,76 @@ class _Prober:
         if opts:
             case = Case(case.q, case.k, case.v, family="probe", seed=0, **opts)
         try:
-            self.kernel.run(case, self.device)
-        except KernelOutputError:
-            return ""  # it ran; the wrong output is judged later, as BAD-OUTPUT
+            self.runner(case)
+        except (KernelOutputError, ProbeTimeout):
+            raise
         except Exception as err:  # any exception marks the input class unsupported
             return _message(err) or type(err).__name__
         return ""
 
 
-def resolved(kernel: Kernel, device: str | None = None) -> Kernel:
+def resolved(
+    kernel: Kernel, device: str | None = None, runner: Callable[[Case], Any] | None = None
+) -> Kernel:
     """``kernel`` with every contract field known: itself if nothing is pending, else probed
     on ``device`` (default: CUDA if the kernel and the machine have it, else the CPU)."""
-    return probe(kernel, device) if kernel.pending else kernel
+    return probe(kernel, device, runner) if kernel.pending else kernel
 
 
-def probe(kernel: Kernel, device: str | None = None) -> Kernel:
+def probe(
+    kernel: Kernel, device: str | None = None, runner: Callable[[Case], Any] | None = None
+) -> Kernel:
     """``kernel`` with its pending contract fields discovered on ``device`` (see the module
-    docstring); a kernel that runs on no probe input gets no dtypes, and the reason."""
+    docstring); a kernel that runs on no probe input gets no dtypes, and the reason.
+    ``runner(case)`` calls the kernel (default: in this process), e.g. in an isolated worker
+    with a time limit; it raises what the kernel raised, or :class:`ProbeTimeout`."""
     device = device or default_probe_device(kernel)
     key = (kernel.name, id(kernel.fn), device, kernel.pending, kernel.dtypes, kernel.head_dims)
     if key not in _CACHE:
-        _CACHE[key] = _probe(kernel, device)
+        _CACHE[key] = _probe(kernel, device, runner)
     return _CACHE[key]
 
 
-def _probe(kernel: Kernel, device: str) -> Kernel:
-    p = _Prober(kernel, device)
+def _no_run(kernel: Kernel, why: str) -> Kernel:
+    return replace(kernel, dtypes=(), pending=frozenset(),
+                   unsupported=(("every probe input", why),))  # fmt: skip
+
+
+def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) -> Kernel:
+    p = _Prober(kernel, device, runner)
     todo = kernel.pending
     notes: list[tuple[str, str]] = []
     dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
     base, first_error = None, ""
     lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
     dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
-    for n in lengths:
-        for d in dims:
-            for dt in dtypes:
-                why = p.attempt(dt, nq=n, nk=n, d=d)
-                if not why:
-                    base = (dt, n, d)
+    try:
+        for n in lengths:
+            for d in dims:
+                for dt in dtypes:
+                    why = p.attempt(dt, nq=n, nk=n, d=d)
+                    if not why:
+                        base = (dt, n, d)
+                        break
+                    first_error = first_error or why
+                if base:
                     break
-                first_error = first_error or why
             if base:
                 break
-        if base:
-            break
+    except ProbeTimeout as err:
+        return _no_run(kernel, f"it hung: {err}")
+    except KernelOutputError:
+        base = (dtypes[0], lengths[0], dims[0])  # it returns something: judged later
     if base is None:
-        return replace(kernel, dtypes=(), pending=frozenset(),
-                       unsupported=(("every probe input", first_error),))  # fmt: skip
+        return _no_run(kernel, first_error)
     dt0, n0, d0 = base
     out: dict[str, Any] = {}
 
     def check(what: str, **shape) -> bool:
-        why = p.attempt(shape.pop("dtype", dt0), **shape)
+        try:
+            why = p.attempt(shape.pop("dtype", dt0), **shape)
+        except (ProbeTimeout, KernelOutputError):
+            return True  # it ran (or hung): inside the contract, judged by the campaign
         if why:
             notes.append((what, why))
         return not why
@@ -135,10 +168,16 @@ def _probe(kernel: Kernel, device: str) -> Kernel:
             m = n0
         out["seq_multiple"] = m
     if "head_dims" in todo:
-        found = [x for x in HEAD_DIMS if x == d0 or not p.attempt(dt0, nq=m, nk=m, d=x)]
-        rejected = [x for x in HEAD_DIMS if x not in found]
+        found, rejected, why0 = [], [], ""
+        for x in HEAD_DIMS:
+            try:
+                why = "" if x == d0 else p.attempt(dt0, nq=m, nk=m, d=x)
+            except (ProbeTimeout, KernelOutputError):
+                why = ""
+            (rejected if why else found).append(x)
+            why0 = why0 or why
         if rejected:
-            notes.append((f"head dims {rejected}", p.attempt(dt0, nq=m, nk=m, d=rejected[0])))
+            notes.append((f"head dims {rejected}", why0))
         out["head_dims"] = tuple(found) if rejected else None
     dims_ok = out.get("head_dims", kernel.head_dims) or HEAD_DIMS
     if "distinct_dv" in todo:

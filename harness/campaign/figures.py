@@ -54,12 +54,20 @@ def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: st
     fig, axes = _axes(plt, len(dts), title)
     sty = _styles(kernels)
     for ax, dt in zip(axes, dts, strict=True):
+        broken = []
         for k in kernels:
             pts = sorted((xkey(r), num(r["metrics"]["max_ulp"])) for r in rows
                          if r["kernel"] == k and r["dtype"] == dt)  # fmt: skip
+            broken += [x for x, y in pts if x > 0 and not math.isfinite(y)]
             pts = [(x, max(y, 1e-3)) for x, y in pts if x > 0 and math.isfinite(y)]  # 0 -> 1e-3
             if pts:
                 ax.plot(*zip(*pts, strict=True), **sty[k], linewidth=1, markersize=4)
+        if broken:
+            # NaN/Inf outputs where the exact result is finite have no finite error: marked
+            # along the top edge, never plotted as a small error.
+            top = max(ax.get_ylim()[1], 1e3) if ax.has_data() else 1e3
+            ax.scatter(broken, [top] * len(broken), marker="X", color="red", zorder=5,
+                       label="NaN/Inf output")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(dt)

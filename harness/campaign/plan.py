@@ -22,7 +22,18 @@ import numpy as np
 from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.cases.families import EDGES, FAMILIES, HEAD_DIMS, Recipe, magnitudes
 
-__all__ = ["PRESETS", "Item", "Preset", "mutate", "plan_items", "rng_for", "seed32"]
+__all__ = [
+    "PRESETS",
+    "STRUCTURAL",
+    "Item",
+    "Preset",
+    "fit_recipe",
+    "mutate",
+    "plan_items",
+    "rng_for",
+    "seed32",
+    "structural_items",
+]
 
 
 @dataclass(frozen=True)
@@ -45,15 +56,17 @@ class Preset:
     search_parents: int = 3
     search_max_len: int = 129
     search_max_work: int = 1 << 14
+    structural_cases: int = 2  # per structural property, kernel and dtype
 
 
 PRESETS: dict[str, Preset] = {
     "smoke": Preset(
-        "smoke", families=("randn", "huge_logits", "nonfinite"), grid_lengths=(16,),
-        grid_max_work=1 << 10, head_dims=(16,), length_sweep=(1, 17, 33), length_d=16,
+        "smoke", families=("randn", "huge_logits", "negative_rows", "nonfinite"),
+        grid_lengths=(16,), grid_max_work=1 << 10, head_dims=(16,), length_sweep=(1, 17, 33),
+        length_d=16,
         logit_magnitudes=(1, 100, 1e4), logit_n=16, fa3_shape=(1, 1, 32, 16), fa3_seeds=1,
         search_generations=1, search_population=2, search_parents=1, search_max_len=33,
-        search_max_work=1 << 10,
+        search_max_work=1 << 10, structural_cases=1,
     ),
     "cpu": Preset("cpu"),
     "gpu": Preset(
@@ -61,6 +74,7 @@ PRESETS: dict[str, Preset] = {
         head_dims=(16, 40, 64, 111, 128, 256), length_sweep=(1, 17, 64, 129, 256, 512, 1024),
         length_d=128, logit_n=256, fa3_shape=(1, 2, 512, 128), fa3_seeds=2,
         search_generations=3, search_population=6, search_max_len=257, search_max_work=1 << 17,
+        structural_cases=3,
     ),
 }  # fmt: skip
 
@@ -132,6 +146,10 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
         for n in preset.length_sweep:
             r = Recipe(dt, "randn", 1, 1, 1, n, n, d, d, seed32(rng_for(seed, "length", dt, n)))
             items.append(Item("length", str(n), r))
+        # Causal with Nq > Nk: the first Nq - Nk rows keep no key (SPEC 3.1: O = 0, LSE = -inf).
+        r = Recipe(dt, "randn", 1, 2, 1, 24, 9, 32, 32, seed32(rng_for(seed, "masked", dt)),
+                   causal=True)  # fmt: skip
+        items.append(Item("edge", "masked-rows", r))
         n = preset.logit_n
         for m in preset.logit_magnitudes:
             r = Recipe(dt, "huge_logits", 1, 2, 2, n, n, 64, 64,
@@ -144,6 +162,89 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
                            seed32(rng_for(seed, "fa3", dt, s)))  # fmt: skip
                 items.append(Item("fa3", str(s), r))
     return items
+
+
+# The structural properties every campaign runs on every kernel (judging/structural.py), and
+# the input family each draws from.
+STRUCTURAL = {
+    "batch-head-independence": "randn",
+    "padded-buffers": "randn",
+    "determinism": "monotone",
+    "key-permutation": "randn",
+    "nan-rule": "nonfinite",
+    "options-applied": "randn",
+}
+
+
+def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
+    """The structural part for one dtype: ``preset.structural_cases`` cases per property, with
+    two batches of four query heads on two key/value heads, block-aligned and ragged lengths,
+    and ``causal``, a window or an explicit scale set where the property is about options
+    (each kernel gets them fitted to its contract)."""
+    items = []
+    for name, family in STRUCTURAL.items():
+        for i in range(preset.structural_cases):
+            rng = rng_for(seed, "structural", dtype, name, i)
+            d = int(rng.choice(preset.head_dims))
+            # Block-aligned lengths first (where fast paths and their indexing bugs live),
+            # then ragged ones.
+            n = (32 if preset.name == "smoke" else 64) + (i % 2)
+            nk = int(rng.choice([n, n - 1, (n + 1) // 2])) if i % 2 else n
+            opts: dict[str, Any] = {}
+            if name == "options-applied":
+                which = ("causal", "window", "scale")[i % 3]
+                opts = {"causal": which == "causal", "scale": 0.5 if which == "scale" else None,
+                        "window": (4, 0) if which == "window" else None}  # fmt: skip
+            elif name != "key-permutation":
+                opts = {"causal": bool(rng.random() < 0.5)}
+            # Four query heads on two key/value heads: a wrong group mapping shows.
+            r = Recipe(dtype, family, 2, 4, 2, n, nk, d, d, seed32(rng),
+                       magnitude=float(rng.choice(magnitudes(family, dtype))), **opts)  # fmt: skip
+            items.append(Item("structural", f"{name}/{i}", r))
+    return items
+
+
+def _nearest(x: int, allowed: Sequence[int]) -> int:
+    return min(allowed, key=lambda a: (abs(a - x), -a))
+
+
+def fit_recipe(r: Recipe, kernel: Kernel) -> Recipe:
+    """``r`` moved inside ``kernel``'s contract, deterministically: masks and an explicit scale
+    it does not take are dropped, head dims move to the nearest it accepts, ``Hk = Hq`` without
+    grouped-query heads, one (batch, head) slice if it takes no more, ``Nk = Nq`` if it needs
+    equal lengths, and lengths round up to its multiple ``m`` (at most ``3m``: the kernel's
+    granularity, as 1, 2 and 3 blocks). The score range is capped at the kernel's limit.
+
+    Every kernel of a campaign runs the same plan, each on the plan's cases fitted to it;
+    kernels whose fitted cases coincide share one oracle evaluation."""
+    masks = kernel.masks
+    out = replace(
+        r,
+        causal=r.causal and "causal" in masks,
+        window=r.window if "window" in masks else None,
+        mask_density=r.mask_density if "mask" in masks else None,
+        scale=r.scale if (kernel.options is None or "scale" in kernel.options) else None,
+        score_limit=kernel.score_limit.get(r.dtype),
+    )
+    dims = [x for x in (kernel.head_dims or HEAD_DIMS) if x <= kernel.max_head_dim]
+    if kernel.head_dims is not None or max(out.d, out.dv) > kernel.max_head_dim:
+        out = replace(out, d=_nearest(out.d, dims), dv=_nearest(out.dv, dims))
+    if not kernel.distinct_dv:
+        out = replace(out, dv=out.d)
+    if not kernel.gqa:
+        out = replace(out, hk=out.hq)
+    if not kernel.batched:
+        out = replace(out, b=1, hq=1, hk=1)
+    if not kernel.unequal_lengths:
+        out = replace(out, nk=out.nq)
+    m = kernel.seq_multiple
+    if m > 1:
+
+        def up(n: int) -> int:
+            return m * min(3, max(1, -(-n // m)))
+
+        out = replace(out, nq=up(out.nq), nk=up(out.nk))
+    return out
 
 
 def mutate(rng: np.random.Generator, r: Recipe, p: Preset, adapter: Kernel) -> Recipe:
@@ -172,6 +273,6 @@ def mutate(rng: np.random.Generator, r: Recipe, p: Preset, adapter: Kernel) -> R
     else:
         win = (int(rng.integers(0, r.nk + 1)), None) if r.window is None else None
         r = replace(r, window=win)
-    while r.b * r.hq * r.nq * r.nk > p.search_max_work and r.nq > 1:
+    while r.b * r.hq * r.nq * r.nk > p.search_max_work and r.nq > adapter.seq_multiple:
         r = replace(r, nq=max(1, r.nq // 2))
-    return replace(r, seed=seed32(rng), score_limit=adapter.score_limit.get(r.dtype))
+    return fit_recipe(replace(r, seed=seed32(rng)), adapter)

@@ -38,12 +38,17 @@ BROKEN = ("BAD-OUTPUT", "ERROR", "TIMEOUT")
 def load(path: str | os.PathLike) -> dict[str, Any]:
     """The results file split by record type (``header``, ``results``, ...)."""
     records = read_records(path)
-    out: dict[str, Any] = {"header": records[0], "results": [], "sessions": [],
-                           "limitations": [], "case_files": {}, "complete": False}  # fmt: skip
+    out: dict[str, Any] = {"header": records[0], "results": [], "structural": [],
+                           "sessions": [], "limitations": [], "case_files": {}, "contracts": {},
+                           "stopped": [], "complete": False}  # fmt: skip
     for r in records[1:]:
         kind = r.get("type")
         if kind == "result":
-            out["results"].append(r)
+            out["structural" if r.get("part") == "structural" else "results"].append(r)
+        elif kind == "contract":
+            out["contracts"][r["kernel"]] = r
+        elif kind == "stopped":
+            out["stopped"].append(r)
         elif kind == "session":
             out["sessions"].append(r)
         elif kind == "limitation":
@@ -55,10 +60,14 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def _fmt(x: Any, digits: int = 3, nan: str = "–") -> str:
+    """A number for a table; ``None`` (not applicable) is "–", NaN is ``nan`` ("NaN" where the
+    value is an error: a NaN output is never shown as a small error), ±inf "∞"."""
+    if x is None:
+        return "–"
     x = num(x)
     if math.isnan(x):
-        return "–"
+        return nan
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
     if x == 0:
@@ -69,12 +78,21 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def _metric(rows: Iterable[dict[str, Any]], name: str) -> list[float]:
-    vals = [num(r["metrics"][name]) for r in rows if "metrics" in r]
-    return [v for v in vals if not math.isnan(v)]
+    """The metric of each row, NaN (an error that is NaN) kept, missing values dropped."""
+    vals = [r["metrics"].get(name) for r in rows if "metrics" in r]
+    return [num(v) for v in vals if v is not None]
 
 
 def _max(vals: list[float]) -> float:
+    """The max; NaN if any value is NaN (an error no finite value can stand for)."""
+    if any(math.isnan(v) for v in vals):
+        return float("nan")
     return max(vals) if vals else float("nan")
+
+
+def _finite_median(vals: list[float]) -> float | None:
+    vals = [v for v in vals if math.isfinite(v)]
+    return statistics.median(vals) if vals else None
 
 
 def _groups(results: list[dict[str, Any]], kernels: list[str], dtypes: list[str]):
@@ -98,10 +116,10 @@ def _summary_cells(rows: list[dict[str, Any]]) -> dict[str, str]:
         "FAIL-HARD": f"**{st['FAIL-HARD']}**" if st["FAIL-HARD"] else "0",
         "broken": ", ".join(f"{st[s]} {s}" for s in BROKEN if st[s]) or "0",
         "skipped": str(st["SKIP"]),
-        "median": _fmt(statistics.median(maxes)) if maxes else "–",
-        "max": _fmt(_max(maxes)),
-        "util": _fmt(_max(_metric(judged, "det_util"))),
-        "ratio": _fmt(_max(_metric(judged, "naive_ratio"))),
+        "median": _fmt(_finite_median(maxes)),
+        "max": _fmt(_max(maxes), nan="NaN") if maxes else "–",
+        "util": _fmt(_max([v for v in _metric(judged, "det_util") if not math.isnan(v)])),
+        "ratio": _fmt(_max([v for v in _metric(judged, "naive_ratio") if not math.isnan(v)])),
         "nan": _mismatches(judged),
         "lse": "yes" if any(r["metrics"].get("has_lse") for r in judged) else "no",
     }
@@ -210,7 +228,8 @@ def _worst_cases(data, kernels, dtypes, case_dir: str) -> list[str]:
             m = r["metrics"]
             cid = files[r["key"]]["case_id"]
             lines.append(
-                f"| {k} | {dt} | {r['status']} | {_fmt(r['score'])} | {_fmt(m['max_ulp'])} "
+                f"| {k} | {dt} | {r['status']} | {_fmt(r['score'])} "
+                f"| {_fmt(m['max_ulp'], nan='NaN')} "
                 f"| {_fmt(m['det_util'])} | {_fmt(m['naive_ratio'])} | {r['family']} "
                 f"({r['part']}) | {_shape(r)} | `flashcheck replay {cid} --dir {case_dir}` |"
             )
@@ -259,10 +278,99 @@ def _fa3_table(data, kernels) -> list[str]:
         grp = [r for r in rows if r["kernel"] == k]
         if not grp:
             continue
-        kind = "standard attention" if k.startswith(("naive", "sdpa-math")) else "flash / fused"
+        arith = grp[0].get("arithmetic", "flash")  # older results did not record it
+        if k.startswith(("naive", "sdpa-math")) or arith == "naive":
+            kind = "standard attention"
+        else:
+            kind = "unknown" if arith == "unknown" else "flash / fused"
         cells = [_fmt(rmse([r for r in grp if r["dtype"] == dt])) for dt in dts]
         lines.append(f"| {k} | {kind} | " + " | ".join(cells) + " |")
     return lines
+
+
+CLASSES = ("flash", "flash-fa1", "naive", "tf32")
+
+
+def _contracts(data, kernels) -> list[str]:
+    lines = []
+    for k in kernels:
+        rec = data["contracts"].get(k)
+        if rec is None:
+            continue
+        lines.append(f"- **{k}**: " + "; ".join(rec["lines"]))
+    return lines or ["(not recorded: a campaign from before contracts were probed)"]
+
+
+def _structural_table(data, kernels, dtypes, case_dir: str) -> list[str]:
+    rows = data["structural"]
+    if not rows:
+        return ["(no structural properties in this campaign)"]
+    files = data["case_files"]
+    lines = [
+        "| kernel | dtype | property | PASS | FAIL | raised / hung | skipped | first failure |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k, dt, grp in _groups(rows, kernels, dtypes):
+        for prop in dict.fromkeys(r["property"] for r in grp):
+            mine = [r for r in grp if r["property"] == prop]
+            st = Counter(r["status"] for r in mine)
+            bad = next((r for r in mine if r["status"] == "FAIL"), None)
+            broken = next((r for r in mine if r["status"] in BROKEN), None)
+            first = "–"
+            if bad is not None:
+                first = bad["reasons"][0]
+                if bad["key"] in files:
+                    first += (
+                        f" (`flashcheck replay {files[bad['key']]['case_id']} --dir {case_dir}`)"
+                    )
+            elif broken is not None:
+                first = f"{broken['status']}: {broken['reasons'][0]}"
+            fail = f"**{st['FAIL']}**" if st["FAIL"] else "0"
+            hung = sum(st[s] for s in BROKEN)
+            lines.append(f"| {k} | {dt} | {prop} | {st['PASS']} | {fail} | {hung} "
+                         f"| {st['SKIP']} | {first} |")  # fmt: skip
+    return lines
+
+
+def _class_fit(data, kernels, dtypes) -> list[str]:
+    """Bound utilization of each kernel's errors against every arithmetic class."""
+    lines = [
+        "| kernel | dtype | declared | "
+        + " | ".join(f"{c} util. (cases > 1)" for c in CLASSES)
+        + " | consistent with |",
+        "|---|---|---|" + "---|" * len(CLASSES) + "---|",
+    ]
+    found = False
+    for k, dt, grp in _groups(data["results"], kernels, dtypes):
+        judged = [r for r in grp if r["status"] in JUDGED and "class_util" in r]
+        if not judged:
+            continue
+        found = True
+        cells, fits = [], []
+        for c in CLASSES:
+            vals = [r["class_util"].get(c, "absent") for r in judged]
+            if all(v == "absent" for v in vals):
+                cells.append("n/a")
+                continue
+            nonfinite = sum(v is None for v in vals)
+            finite = [num(v) for v in vals if v not in (None, "absent")]
+            over = sum(v > 1 for v in finite) + nonfinite
+            top = float("nan") if nonfinite else max(finite, default=0.0)
+            cells.append(f"{_fmt(top, nan='NaN')} ({over})")
+            if over == 0:
+                fits.append(c)
+        declared = judged[0].get("arithmetic", "–")
+        verdict = ", ".join(fits) if fits else "none: above every class's bound in some case"
+        lines.append(f"| {k} | {dt} | {declared} | " + " | ".join(cells) + f" | {verdict} |")
+    return lines if found else ["(no judged results with class utilization)"]
+
+
+def _stopped(data) -> list[str]:
+    return [
+        f"- **{r['kernel']} {r['dtype']}**: stopped after {r['count']} identical failures "
+        f"in a row ({r['reason']}); its remaining cases were not run"
+        for r in data["stopped"]
+    ]
 
 
 def _environment(data) -> list[str]:
@@ -350,7 +458,11 @@ def render_report(
         "bound, a NaN/Inf where the exact result is finite, or a fully masked row that is not "
         "O = 0 / LSE = −inf; FAIL = above max(2 × the same-precision naive error + 1 ulp, the "
         "probabilistic bound); PASS otherwise. Floored ULP: |ŷ − y| / max(ulp(y), ulp(W)) with "
-        "W the row's Σ|p·v|. Kernels of arithmetic class *unknown* get the empirical rule only.",
+        "W the row's Σ|p·v|. Kernels of arithmetic class *unknown* are held to the loosest "
+        "bound of every class flashcheck knows for the input format (no kernel of a known "
+        "precision can exceed it); *Arithmetic classes* below shows which classes' bounds the "
+        "measured errors fit. A reason marked *convention difference* departs from flashcheck's "
+        "conventions (docs/oracle.md) rather than being a numerical error.",
         "",
         "## Verdicts by kernel and dtype",
         "",
@@ -359,6 +471,32 @@ def render_report(
         "Failure reasons (N: a per-case count; the worst-case table has the numbers):",
         "",
         *_failures(data, kernels, dtypes),
+        *(["", *_stopped(data)] if data["stopped"] else []),
+        "",
+        "## Structural properties",
+        "",
+        "Each kernel compared with itself: a (batch, head) slice alone vs the batched call, "
+        "inputs inside NaN-padded buffers, two runs, permuted keys, NaN inputs, and each option "
+        "(causal, window, scale) changing the output where it changes the exact answer. "
+        "Bitwise where the kernel declares determinism / batch invariance, else within twice "
+        "its bound (docs/properties.md).",
+        "",
+        *_structural_table(data, kernels, dtypes, case_dir),
+        "",
+        "## Arithmetic classes",
+        "",
+        "Largest error / deterministic bound of each class over the judged cases (in brackets: "
+        "cases above the bound, NaN/Inf outputs included). A kernel is *consistent with* a "
+        "class when no case exceeds that class's bound.",
+        "",
+        *_class_fit(data, kernels, dtypes),
+        "",
+        "## Kernel contracts",
+        "",
+        "What each kernel accepts, declared or found by probing it on tiny inputs; every case "
+        "was drawn inside it:",
+        "",
+        *_contracts(data, kernels),
         "",
     ]
     fig_titles = {

@@ -4,10 +4,11 @@ Layout of ``<out>/<name>/``: ``results.jsonl`` (every result, appended as it is 
 ``cases/`` (case files of the worst and failing cases, for ``flashcheck replay``),
 ``error-report.md`` and its PNG figures.
 
-Exit status (for CI gating, chosen with ``fail_on``): 0 when nothing at or above the gate was
-found; 1 when something was; 2 for a usage error; 130 when interrupted (re-run to resume).
-Gates: ``fail-hard`` (default: FAIL-HARD verdicts and wrong-shape outputs), ``fail`` (also FAIL),
-``error`` (also kernels that raised or timed out), ``never``.
+Exit status (for CI gating, chosen with ``fail_on``): 0 when the gate found nothing; 1 when it
+found something; 2 for a usage error; 130 when interrupted (re-run to resume). Gates:
+``fail-hard`` (default: FAIL-HARD verdicts, wrong-shape outputs, a kernel that raised or hung
+inside its contract, a failed structural property, a kernel stopped after repeated identical
+failures or one that could not run at all), ``fail`` (also FAIL), ``never``.
 """
 
 from __future__ import annotations
@@ -16,28 +17,40 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.adapters.isolation import KernelWorker
+from flashcheck.harness.adapters.adapter import KernelOutputError
+from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout, resolved
 from flashcheck.harness.campaign.runner import (
     PRESETS,
+    SEVERITY,
+    STREAK,
     Campaign,
     check_dtypes,
     default_kernels,
+    gist,
     kernel_device,
     resolve_kernels,
 )
+from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
 from flashcheck.harness.core.environment import environment_record
-from flashcheck.harness.core.resultlog import ResultLog
+from flashcheck.harness.core.resultlog import ResultLog, num
 
-__all__ = ["GATES", "ReportOptions", "default_name", "gate_exit_code", "run_report"]
+__all__ = [
+    "GATES",
+    "ReportOptions",
+    "default_name",
+    "gate_exit_code",
+    "gate_findings",
+    "run_report",
+    "terminal_summary",
+]
 
 GATES = {
-    "fail-hard": ("FAIL-HARD", "BAD-OUTPUT"),
-    "fail": ("FAIL", "FAIL-HARD", "BAD-OUTPUT"),
-    "error": ("FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT"),
+    "fail-hard": ("FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT"),
+    "fail": ("FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT"),
     "never": (),
 }
 
@@ -56,6 +69,8 @@ class ReportOptions:
     fresh: bool = False
     render: bool = True
     fail_on: str = "fail-hard"
+    streak: int = STREAK
+    arithmetic: str | None = None
 
 
 def _has_cuda() -> bool:
@@ -63,12 +78,17 @@ def _has_cuda() -> bool:
         import torch
 
         return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover - torch is a dependency
+    except ImportError:  # torch is optional for the oracle alone
         return False
 
 
-def default_name(device: str) -> str:
-    """``cpu``, or the GPU's model in lower case (``h100``, ``h200``, ``a100``...)."""
+def default_name(device: str, kernels: Sequence[str] = ()) -> str:
+    """The report's folder name: made from the kernel specs when they are given (``mypkg.attn
+    :forward`` → ``mypkg.attn-forward``), else the machine: ``cpu`` or the GPU's model in lower
+    case (``h100``, ``h200``, ...)."""
+    if kernels:
+        name = "+".join(re.sub(r"[^A-Za-z0-9_.+-]+", "-", k).strip("-") for k in kernels)
+        return name if len(name) <= 80 else name[:64] + f"+{len(kernels)}-kernels"
     if device != "cuda":
         return "cpu"
     import torch
@@ -90,10 +110,48 @@ def _command(opts: ReportOptions, name: str, preset: str, device: str, kernels) 
     return " ".join(parts)
 
 
-def gate_exit_code(results: Sequence[dict[str, Any]], fail_on: str) -> int:
-    """1 if any result's status is in the gate ``fail_on``, else 0."""
+def gate_findings(records: Sequence[dict[str, Any]], fail_on: str) -> list[str]:
+    """What the gate ``fail_on`` finds in a campaign's records, one line per kernel, dtype and
+    kind (empty: the gate passes). Beyond the statuses of :data:`GATES`, every gate but
+    ``never`` counts a failed structural property, a kernel stopped after repeated identical
+    failures, and a kernel that could not run at all."""
+    if fail_on == "never":
+        return []
     gate = GATES[fail_on]
-    return int(any(r["status"] in gate for r in results))
+    found: Counter = Counter()
+    for r in records:
+        kind = r.get("type")
+        if kind == "result":
+            structural = r.get("part") == "structural"
+            if structural and r["status"] == "FAIL":
+                found[(r["kernel"], r["dtype"], f"structural property {r['property']} failed")] += 1
+            elif r["status"] in gate and not (structural and r["status"] == "FAIL"):
+                found[(r["kernel"], r["dtype"], r["status"])] += 1
+        elif kind == "stopped":
+            found[(r["kernel"], r["dtype"], f"stopped after {r['count']} x {r['reason']}")] += 1
+        elif kind == "limitation" and r.get("no_run"):
+            found[(r["kernel"], r["dtype"], f"could not run at all ({r['reason']})")] += 1
+    return [f"{n} {what}: {k} {dt}" if n > 1 else f"{what}: {k} {dt}"
+            for (k, dt, what), n in found.items()]  # fmt: skip
+
+
+def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
+    """1 if the gate ``fail_on`` finds anything (:func:`gate_findings`), else 0."""
+    return int(bool(gate_findings(records, fail_on)))
+
+
+def _probe_runner(worker: KernelWorker, spec: str, device: str):
+    def run(case):
+        try:
+            worker.run(spec, case, device)
+        except KernelFailure as fail:
+            if fail.status == "TIMEOUT":
+                raise ProbeTimeout(fail.message) from None
+            if fail.status == "BAD-OUTPUT":
+                raise KernelOutputError(fail.message) from None
+            raise ProbeFailure(fail.message) from None
+
+    return run
 
 
 def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
@@ -108,56 +166,123 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
         raise ValueError(f"unknown preset {preset_name!r}: choose from {sorted(PRESETS)}")
     dtypes = check_dtypes(opts.dtypes)
     specs = list(opts.kernels) or default_kernels()
-    adapters = resolve_kernels(specs)
-    devices = {s: kernel_device(a, device) for s, a in adapters.items()}
-    name = opts.name or default_name(device)
+    declared = resolve_kernels(specs)
+    if opts.arithmetic is not None:
+        declared = {s: k if k.arithmetic != "unknown" else replace(k, arithmetic=opts.arithmetic)
+                    for s, k in declared.items()}  # fmt: skip
+    devices = {s: kernel_device(a, device) for s, a in declared.items()}
+    name = opts.name or default_name(device, opts.kernels)
     out_dir = Path(opts.out) / name
     case_dir = out_dir / "cases"
-    config = {"name": name, "preset": preset_name, "seed": opts.seed, "kernels": list(adapters),
+    config = {"name": name, "preset": preset_name, "seed": opts.seed, "kernels": list(declared),
               "dtypes": list(dtypes), "device": device}  # fmt: skip
     header = {"type": "header", "config": config,
-              "command": _command(opts, name, preset_name, device, list(adapters)),
+              "command": _command(opts, name, preset_name, device, list(declared)),
               "case_dir": str(case_dir)}  # fmt: skip
     results_path = out_dir / "results.jsonl"
-    with ResultLog.open(results_path, header, fresh=opts.fresh) as log:
+    with (
+        ResultLog.open(results_path, header, fresh=opts.fresh) as log,
+        KernelWorker(timeout=opts.timeout, isolate=opts.isolate) as worker,
+    ):
         log.append({"type": "session", "env": environment_record(device)})
-        known = {(r["kernel"], r["dtype"], r["reason"]) for r in log.records
-                 if r.get("type") == "limitation"}  # fmt: skip
-        for spec, adapter in adapters.items():
-            for dt in dtypes:
-                why = adapter.unavailable(dt, devices[spec])
-                if why and (spec, dt, why) not in known:
-                    log.append({"type": "limitation", "kernel": spec, "dtype": dt,
-                                "device": devices[spec], "reason": why})  # fmt: skip
+        adapters = {}
+        for spec, kern in declared.items():
+            if kern.pending:
+                echo(f"probing the contract of {spec} on {devices[spec]} ...")
+            adapters[spec] = resolved(
+                kern, devices[spec], _probe_runner(worker, spec, devices[spec])
+            )
+        for spec in opts.kernels:
+            why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
+            if all(why) and adapters[spec].dtypes:
+                # Asked for by name and impossible here (not a failure of the kernel).
+                raise ValueError(f"{spec} cannot run here: {why[0]}")
+        _log_contracts(log, adapters, devices, dtypes)
         runnable = [s for s, a in adapters.items()
                     if any(a.unavailable(dt, devices[s]) is None for dt in dtypes)]  # fmt: skip
         echo(f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, device "
              f"{device}; kernels {', '.join(runnable) or '(none can run here)'}; results -> "
              f"{results_path}")  # fmt: skip
-        with KernelWorker(timeout=opts.timeout, isolate=opts.isolate) as worker:
-            camp = Campaign(
-                log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, worker,
-                case_dir, echo=echo, progress_stream=progress_stream,
-            )  # fmt: skip
-            try:
-                camp.run()
-                camp.save_worst()
-                log.append({"type": "complete", "results": len(camp.results())})
-            except KeyboardInterrupt:
-                n = len(camp.results())
-                print(f"\ninterrupted: {n} results are safe in {results_path}; run the same "
-                      "command again to resume", file=sys.stderr)  # fmt: skip
-                return 130
-            results = camp.results()
-    counts = Counter(r["status"] for r in results)
-    echo("results: " + ", ".join(f"{counts[s]} {s}" for s in sorted(counts)))
+        camp = Campaign(
+            log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, worker,
+            case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
+        )  # fmt: skip
+        try:
+            camp.run()
+            camp.save_worst()
+            log.append({"type": "complete", "results": len(camp.results())})
+        except KeyboardInterrupt:
+            n = len(camp.results())
+            print(f"\ninterrupted: {n} results are safe in {results_path}; run the same "
+                  "command again to resume", file=sys.stderr)  # fmt: skip
+            return 130
+        records = list(log.records)
+    for line in terminal_summary(records, str(case_dir)):
+        echo(line)
     if opts.render:
         from flashcheck.harness.campaign.render import render_report
 
         path = render_report(results_path, out_dir)
         echo(f"report: {path}")
-    code = gate_exit_code(results, opts.fail_on)
-    if code:
-        gate = ", ".join(GATES[opts.fail_on])
-        echo(f"exit status 1: found {gate} results (gate --fail-on {opts.fail_on})")
-    return code
+    found = gate_findings(records, opts.fail_on)
+    if found:
+        echo(f"exit status 1 (gate --fail-on {opts.fail_on}): " + "; ".join(found))
+    return int(bool(found))
+
+
+def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> None:
+    """One ``contract`` record per kernel, and ``limitation`` records for what cannot run
+    here (``no_run``: the kernel ran on no probe input, a failure of the kernel)."""
+    known = {(r["kernel"], r["dtype"], r["reason"]) for r in log.records
+             if r.get("type") == "limitation"}  # fmt: skip
+    contracts = {r["kernel"]: r for r in log.records if r.get("type") == "contract"}
+    for spec, adapter in adapters.items():
+        rec = {"type": "contract", "kernel": spec, "lines": adapter.contract_lines()}
+        if {k: v for k, v in contracts.get(spec, {}).items()} != rec:
+            log.append(rec)
+        no_run = not adapter.dtypes and adapter.unsupported
+        for dt in dtypes:
+            why = adapter.unavailable(dt, devices[spec])
+            if no_run:
+                why = adapter.unsupported[0][1]
+            if why and (spec, dt, why) not in known:
+                log.append({"type": "limitation", "kernel": spec, "dtype": dt, "reason": why,
+                            "device": devices[spec], "no_run": bool(no_run)})  # fmt: skip
+
+
+def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[str]:
+    """What the terminal shows at the end: per kernel and dtype the verdict counts, the most
+    frequent reasons and the replay command of the worst case."""
+    results = [r for r in records if r.get("type") == "result"]
+    files = {r["key"]: r["case_id"] for r in records if r.get("type") == "case-file"}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["kernel"], r["dtype"]), []).append(r)
+    lines = []
+    for r in records:
+        if r.get("type") == "limitation" and r.get("no_run"):
+            lines.append(f"{r['kernel']} {r['dtype']}: could not run at all: {r['reason']}")
+    for (k, dt), rows in groups.items():
+        acc = Counter(r["status"] for r in rows if r["part"] != "structural")
+        struct = Counter(r["status"] for r in rows if r["part"] == "structural")
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(acc.items()))
+        sfail = struct.get("FAIL", 0)
+        ran = sum(struct.values()) - struct.get("SKIP", 0)
+        lines.append(f"{k} {dt}: {counts}; structural: {ran} checks, {sfail} failed")
+        bad = [r for r in rows if r["status"] not in ("PASS", "SKIP")]
+        reasons = Counter(gist(why) for r in bad for why in r["reasons"][:1])
+        example = {gist(why): why for r in reversed(bad) for why in r["reasons"][:1]}
+        for why, n in reasons.most_common(3):
+            lines.append(f"    {n} x {example[why]}" + (" (the first of them)" if n > 1 else ""))
+        worst = sorted(
+            (r for r in rows if r["key"] in files),
+            key=lambda r: (-SEVERITY.get(r["status"], 0), -num(r["score"])),
+        )
+        if worst and worst[0]["status"] != "PASS":
+            cid = files[worst[0]["key"]]
+            lines.append(f"    worst: flashcheck replay {cid} --dir {case_dir}")
+    for r in records:
+        if r.get("type") == "stopped":
+            lines.append(f"{r['kernel']} {r['dtype']}: stopped after {r['count']} identical "
+                         f"failures ({r['reason']})")  # fmt: skip
+    return lines

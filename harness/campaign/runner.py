@@ -1,17 +1,22 @@
-"""The error-report campaign: kernels × dtypes × input families × sizes, plus a worst-case search.
+"""The error-report campaign: kernels × dtypes × input families × sizes, structural
+properties, and a worst-case search.
 
 A campaign is a deterministic function of its configuration (preset, seed, kernels, dtypes,
-device); what it runs (presets, the fixed plan, search mutations) is in
-:mod:`flashcheck.harness.campaign.plan`.
-It has five parts, each a list of *items* (one input case, run by every kernel):
+device) and of the kernels' contracts; what it runs (presets, the fixed plan, search mutations)
+is in :mod:`flashcheck.harness.campaign.plan`. Each planned case is fitted to each kernel's
+contract (:func:`~flashcheck.harness.campaign.plan.fit_recipe`), so a kernel is only ever given
+inputs it accepts, and kernels whose fitted cases coincide share one oracle evaluation. Parts:
 
-- ``grid``: every input family of :mod:`flashcheck.harness.cases.families` at the preset's lengths,
-with shapes,
-  masks, GQA and scale drawn from an RNG seeded by (seed, dtype, family, length);
+- ``grid``: every input family of :mod:`flashcheck.harness.cases.families` at the preset's
+  lengths, with shapes, masks, GQA and scale drawn from an RNG seeded by (seed, dtype, family,
+  length);
 - ``length``: N(0,1) inputs at growing sequence length (the error-vs-N figure);
 - ``logit``: the ``huge_logits`` family at growing score magnitude (error vs max |logit|);
 - ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
   (the RMSE table);
+- ``structural``: per kernel and dtype, the structural properties of
+  :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
+  determinism, key permutation, the NaN rule, options applied) on a few cases each;
 - ``search``: per kernel and dtype, a targeted search for the worst case. Generation ``g``
   mutates the ``parents`` highest-scoring cases found so far for that kernel and dtype
   (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
@@ -19,15 +24,15 @@ with shapes,
   and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
   above 1 means the case fails.
 
-Every result is appended to a JSONL file (:mod:`flashcheck.harness.core.resultlog`) as soon as it
-exists. A re-run with the same configuration skips every result already there: the plan is rebuilt
-from
-the seed, and the search's next generation is rebuilt from the results on file, so an
-interrupted campaign resumes without recomputing anything and ends with the same numbers as an
-uninterrupted one. Kernels run in a child process with a per-case time limit
-(:mod:`flashcheck.harness.adapters.isolation`); one that raises, hangs or returns the wrong shape is
-recorded as
-``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on.
+Every result is appended to a JSONL file (:mod:`flashcheck.harness.core.resultlog`) as soon as
+it exists. A re-run with the same configuration skips every result already there: the plan is
+rebuilt from the seed, and the search's next generation is rebuilt from the results on file, so
+an interrupted campaign resumes without recomputing anything and ends with the same numbers as
+an uninterrupted one. Kernels run in a child process with a per-case time limit
+(:mod:`flashcheck.harness.campaign.worker`); one that raises, hangs or returns the wrong shape
+is recorded as ``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on, unless it
+failed the same way :data:`STREAK` times in a row: then that kernel and dtype stop, and one
+``stopped`` record says why.
 
 At the end the worst case of each kernel and dtype, and up to three failing ones, are re-run and
 saved as case files next to the report, so each can be replayed with ``flashcheck replay``.
@@ -36,6 +41,7 @@ saved as case files next to the report, so each can be replayed with ``flashchec
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,13 +51,25 @@ from typing import Any
 import numpy as np
 
 from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.adapters.isolation import KernelFailure, KernelWorker
 from flashcheck.harness.adapters.registry import resolve
-from flashcheck.harness.campaign.plan import PRESETS, Item, Preset, mutate, plan_items, rng_for
+from flashcheck.harness.campaign.plan import (
+    PRESETS,
+    STRUCTURAL,
+    Item,
+    Preset,
+    fit_recipe,
+    mutate,
+    plan_items,
+    rng_for,
+    structural_items,
+)
+from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
 from flashcheck.harness.cases.case import DTYPES, Case
 from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.cases.store import save_case
 from flashcheck.harness.core.progress import Progress
 from flashcheck.harness.core.resultlog import ResultLog, num
+from flashcheck.harness.judging.bounds import Bounds, error_bounds
 from flashcheck.harness.judging.check import CheckResult, check_case, naive_reference
 from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
 from flashcheck.harness.oracle.evaluate import oracle
@@ -67,7 +85,9 @@ __all__ = [
 ]
 
 STATUSES = ("PASS", "FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT", "SKIP")
-_SEVERITY = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2, "BAD-OUTPUT": 2}
+SEVERITY = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2, "BAD-OUTPUT": 2}
+BROKEN = ("ERROR", "TIMEOUT", "BAD-OUTPUT")
+STREAK = 5  # identical failures in a row that stop a kernel for a dtype
 
 
 def failure_margin(res: CheckResult) -> float:
@@ -76,6 +96,8 @@ def failure_margin(res: CheckResult) -> float:
     the case fails; a FAIL-HARD for another reason (NaN/Inf, masked rows) scores just above 1.
     """
     v = res.verdict
+    if not math.isfinite(v.max_ulp):  # NaN/Inf where the exact result is finite
+        return math.inf
     margin = 0.0
     if math.isfinite(v.det_util):
         margin = max(margin, v.det_util)
@@ -86,6 +108,12 @@ def failure_margin(res: CheckResult) -> float:
     if v.verdict == "FAIL-HARD":
         margin = max(margin, 1.0 + 1e-9)
     return margin
+
+
+def gist(message: str) -> str:
+    """A failure message without the numbers that vary from case to case (shapes, lengths,
+    addresses): two failures with the same gist are the same failure."""
+    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e[-+]?\d+)?", "N", message)
 
 
 def _max_logit(case: Case) -> float:
@@ -115,19 +143,47 @@ class Campaign:
     case_dir: Path
     echo: Callable[[str], None] = print
     progress_stream: Any = None
-    _done: set[str] = field(default_factory=set)
+    streak: int = STREAK
+    _done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _streaks: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    _stopped: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self._done = {r["key"] for r in self.log.records if r.get("type") == "result"}
+        self._done = {r["key"]: r for r in self.log.records if r.get("type") == "result"}
+        self._stopped = {(r["kernel"], r["dtype"]) for r in self.log.records
+                         if r.get("type") == "stopped"}  # fmt: skip
 
     # -- bookkeeping ------------------------------------------------------------------------
     def results(self) -> list[dict[str, Any]]:
         return [r for r in self.log.records if r.get("type") == "result"]
 
     def _runnable(self, spec: str, dtype: str) -> bool:
-        return self.kernels[spec].unavailable(dtype, self.devices[spec]) is None
+        return (spec, dtype) not in self._stopped and self.kernels[spec].unavailable(
+            dtype, self.devices[spec]
+        ) is None
 
-    def _record(self, item: Item, spec: str, case: Case, **fields: Any) -> dict[str, Any]:
+    def _tally(self, rec: dict[str, Any]) -> None:
+        """Follow runs of identical failures (in plan order, on file or new); after
+        :attr:`streak` of them the kernel stops for that dtype, with one record saying why."""
+        group = (rec["kernel"], rec["dtype"])
+        if group in self._stopped or rec["status"] == "SKIP":
+            return
+        if rec["status"] not in ("ERROR", "TIMEOUT", "BAD-OUTPUT"):
+            self._streaks.pop(group, None)
+            return
+        why = f"{rec['status']}: {gist(rec['reasons'][0] if rec['reasons'] else '')}"
+        last, n = self._streaks.get(group, ("", 0))
+        n = n + 1 if why == last else 1
+        self._streaks[group] = (why, n)
+        if n >= self.streak:
+            self._stopped.add(group)
+            self.log.append({"type": "stopped", "kernel": group[0], "dtype": group[1],
+                             "reason": why, "count": n})  # fmt: skip
+            self.echo(f"{group[0]} {group[1]}: stopped after {n} identical failures ({why})")
+
+    def _record(
+        self, item: Item, spec: str, case: Case, recipe: Recipe, **fields: Any
+    ) -> dict[str, Any]:
         b, hq, hk, nq, nk, d, dv = case.shape
         rec = {
             "type": "result",
@@ -137,8 +193,9 @@ class Campaign:
             "kernel": spec,
             "dtype": item.recipe.dtype,
             "device": self.devices[spec],
-            "family": item.recipe.family,
-            "recipe": asdict(item.recipe),
+            "family": recipe.family,
+            "arithmetic": self.kernels[spec].arithmetic,
+            "recipe": asdict(recipe),
             "shape": {"B": b, "Hq": hq, "Hk": hk, "Nq": nq, "Nk": nk, "d": d, "dv": dv},
             "options": {
                 "causal": case.causal,
@@ -151,8 +208,16 @@ class Campaign:
         return rec
 
     def _evaluate(self, item: Item, specs: list[str], progress: Progress) -> None:
-        """Run the kernels ``specs`` (none done yet) on ``item``'s case, one oracle call."""
-        case = make_case(item.recipe)
+        """Run the kernels ``specs`` (none done yet) on ``item``'s case fitted to each one's
+        contract: one oracle call per distinct fitted case."""
+        fitted: dict[Recipe, list[str]] = {}
+        for spec in specs:
+            fitted.setdefault(fit_recipe(item.recipe, self.kernels[spec]), []).append(spec)
+        for recipe, group in fitted.items():
+            self._evaluate_case(item, recipe, group, progress)
+
+    def _evaluate_case(self, item: Item, recipe: Recipe, specs: list[str], progress) -> None:
+        case = make_case(recipe)
         t0 = time.perf_counter()
         ref = oracle(case.q, case.k, case.v, **case.options())
         naive = naive_reference(case, ref)
@@ -163,13 +228,15 @@ class Campaign:
         )
         bounds_cache: dict = {}
         for spec in specs:
+            if (spec, recipe.dtype) in self._stopped:
+                continue
             adapter = self.kernels[spec]
             why = adapter.supports(case, self.devices[spec])
             common = {"max_logit": max_logit, "finite_inputs": finite,
                       "seconds": {"oracle": round(t_oracle, 4)}}  # fmt: skip
             if why is not None:
-                self.log.append(self._record(item, spec, case, status="SKIP", reasons=[why],
-                                             score=0.0, **common))  # fmt: skip
+                self._append(self._record(item, spec, case, recipe, status="SKIP",
+                                          reasons=[why], score=0.0, **common))  # fmt: skip
                 continue
             t1 = time.perf_counter()
             try:
@@ -177,40 +244,89 @@ class Campaign:
             except KernelFailure as fail:
                 common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
                 score = 0.0 if fail.status == "SKIP" else math.inf
-                rec = self._record(item, spec, case, status=fail.status, reasons=[fail.message],
-                                   score=score, **common)  # fmt: skip
-                self.log.append(rec)
+                rec = self._record(item, spec, case, recipe, status=fail.status,
+                                   reasons=[fail.message], score=score, **common)  # fmt: skip
+                self._append(rec)
                 progress.note = f"{spec} {fail.status}"
                 continue
             common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
             res = check_case(adapter, case, device=self.devices[spec], output=out, ref=ref,
                              naive=naive, bounds_cache=bounds_cache)  # fmt: skip
-            self.log.append(self._record(item, spec, case, **common, **_result_fields(res)))
-        self._done.update(item.key(s) for s in specs)
+            every = bounds_cache.get(("unknown", None))
+            if every is None:
+                every = bounds_cache[("unknown", None)] = error_bounds(
+                    case.q, case.k, case.v, arithmetic="unknown", **case.options()
+                )
+            fields = _result_fields(res, every)
+            self._append(self._record(item, spec, case, recipe, **common, **fields))
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        self.log.append(rec)
+        self._done[rec["key"]] = rec
+        self._tally(rec)
+
+    def _structural(self, item: Item, spec: str) -> None:
+        """Structural property ``item.tag``'s name on the item's case fitted to ``spec``."""
+        name = item.tag.split("/")[0]
+        adapter = self.kernels[spec]
+        recipe = fit_recipe(item.recipe, adapter)
+        case = make_case(recipe)
+        common: dict[str, Any] = {"property": name, "score": 0.0}
+        why = adapter.supports(case, self.devices[spec])
+        if why is None and name == "batch-head-independence" and not adapter.batched:
+            why = "the kernel takes one (batch, head) slice per call"
+        if why is not None:
+            self._append(self._record(item, spec, case, recipe, status="SKIP", reasons=[why],
+                                      **common))  # fmt: skip
+            return
+        b, hq = case.shape[:2]
+        calls = 1 + b * hq if name == "batch-head-independence" else 4
+        t0 = time.perf_counter()
+        try:
+            ok, msg = self.worker.check(name, spec, case, self.devices[spec], calls)
+            status = "PASS" if ok else "FAIL"
+        except KernelFailure as fail:
+            status, msg = fail.status, fail.message
+        common["seconds"] = {"check": round(time.perf_counter() - t0, 4)}
+        if status not in ("PASS", "SKIP"):
+            common["score"] = math.inf
+        self._append(self._record(item, spec, case, recipe, status=status, reasons=[msg],
+                                  **common))  # fmt: skip
 
     # -- the parts --------------------------------------------------------------------------
     def run(self) -> None:
         items = plan_items(self.preset, self.dtypes, self.seed)
+        checks = [it for dt in self.dtypes for it in structural_items(self.preset, dt, self.seed)]
         specs = list(self.kernels)
         p = self.preset
         search_cost = (
             len(specs) * len(self.dtypes) * p.search_generations * p.search_population
             * (1 + p.search_max_work * 128 / 65536)
         )  # fmt: skip
-        total = sum(it.cost() * len(specs) for it in items) + search_cost
-        done = sum(it.cost() for it in items for s in specs if it.key(s) in self._done)
+        fixed = items + checks
+        total = sum(it.cost() * len(specs) for it in fixed) + search_cost
+        done = sum(it.cost() for it in fixed for s in specs if it.key(s) in self._done)
         n_done = len(self._done)
         if n_done:
             self.echo(f"resuming: {n_done} results already in {self.log.path}")
         progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
-        for item in items:
-            todo = [s for s in specs if item.key(s) not in self._done
-                    and self._runnable(s, item.recipe.dtype)]  # fmt: skip
-            if todo:
+        for item in fixed:
+            todo = []
+            for s in specs:
+                if not self._runnable(s, item.recipe.dtype):
+                    continue
+                if item.key(s) in self._done:
+                    self._tally(self._done[item.key(s)])  # a resumed run follows the same runs
+                else:
+                    todo.append(s)
+            if not todo:
+                continue
+            if item.part == "structural":
+                for s in todo:
+                    self._structural(item, s)
+            else:
                 self._evaluate(item, todo, progress)
-                progress.advance(
-                    item.cost() * len(todo), f"{item.part} {item.recipe.dtype} {item.tag}"
-                )
+            progress.advance(item.cost() * len(todo), f"{item.part} {item.recipe.dtype} {item.tag}")
         for spec in specs:
             for dt in self.dtypes:
                 if self._runnable(spec, dt):
@@ -225,7 +341,8 @@ class Campaign:
             # Parents come from the fixed parts and earlier generations only, so a resumed
             # generation sees exactly the pool the uninterrupted run saw.
             pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
-                    and r["status"] != "SKIP" and _generation(r) < gen]  # fmt: skip
+                    and r["status"] != "SKIP" and r["part"] != "structural"
+                    and _generation(r) < gen]  # fmt: skip
             pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
             parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
             if not parents:
@@ -239,45 +356,67 @@ class Campaign:
                     if adapter.supports(make_case(child), self.devices[spec]) is None:
                         break
                 item = Item("search", f"{gen}/{c}", child)
-                if item.key(spec) not in self._done:
+                if not self._runnable(spec, dtype):
+                    return
+                if item.key(spec) in self._done:
+                    self._tally(self._done[item.key(spec)])
+                else:
                     self._evaluate(item, [spec], progress)
                 progress.advance(item.cost(), f"search {spec} {dtype} gen {gen}")
 
     # -- case files for the worst cases -----------------------------------------------------
     def save_worst(self, per_group: int = 3) -> None:
         """Re-run and save the worst case of each kernel × dtype and up to ``per_group``
-        failing ones (skipping any already saved), appending a ``case-file`` record each."""
-        from flashcheck.harness.cases.store import save_case
-
+        failing ones, and the first failing case of each structural property (skipping any
+        already saved), appending a ``case-file`` record each."""
         saved = {r["key"] for r in self.log.records if r.get("type") == "case-file"}
         for spec in self.kernels:
             for dt in self.dtypes:
-                rows = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt
+                mine = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt]
+                rows = [r for r in mine if r["part"] != "structural"
                         and r["status"] in ("PASS", "FAIL", "FAIL-HARD")]  # fmt: skip
-                rows.sort(key=lambda r: (-_SEVERITY[r["status"]], -num(r["score"]), r["key"]))
+                rows.sort(key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]))
                 pick = rows[:1] + [r for r in rows[1:] if r["status"] != "PASS"][: per_group - 1]
-                for r in pick:
-                    if r["key"] in saved:
-                        continue
-                    case = make_case(Recipe(**_recipe_args(r["recipe"])))
-                    try:
-                        out = self.worker.run(spec, case, self.devices[spec])
-                    except KernelFailure as fail:
-                        self.echo(f"warning: re-running {spec} on {r['key']} for its case file "
-                                  f"failed: {fail}")  # fmt: skip
-                        continue
-                    res = check_case(self.kernels[spec], case, device=self.devices[spec],
-                                     output=out)  # fmt: skip
-                    cid = save_case(
-                        case, kernel=spec, device=self.devices[spec],
-                        verdict=res.verdict.as_dict(),
-                        context={"property": "report", "result_key": r["key"], "part": r["part"]},
-                        directory=self.case_dir,
-                    )  # fmt: skip
-                    self.log.append({
-                        "type": "case-file", "key": r["key"], "case_id": cid, "kernel": spec,
-                        "dtype": dt, "recorded": r["status"], "replayed": res.verdict.verdict,
-                    })  # fmt: skip
+                first: dict[str, dict[str, Any]] = {}
+                for r in mine:
+                    if r["part"] == "structural" and r["status"] == "FAIL":
+                        first.setdefault(r["property"], r)
+                for r in [*pick, *first.values()]:
+                    if r["key"] not in saved:
+                        self._save_case(spec, r)
+
+    def _save_case(self, spec: str, r: dict[str, Any]) -> None:
+        case = make_case(Recipe(**_recipe_args(r["recipe"])))
+        dev = self.devices[spec]
+        prop = r.get("property", "accuracy")
+        if prop in STRUCTURAL:
+            try:
+                ok, msg = self.worker.check(prop, spec, case, dev, 8)
+            except KernelFailure as fail:
+                self.echo(f"warning: re-running {prop} of {spec} on {r['key']} failed: {fail}")
+                return
+            verdict = {"verdict": "PASS" if ok else "FAIL", "property": prop, "message": msg}
+        else:
+            try:
+                out = self.worker.run(spec, case, dev)
+            except KernelFailure as fail:
+                self.echo(f"warning: re-running {spec} on {r['key']} for its case file failed: "
+                          f"{fail}")  # fmt: skip
+                return
+            verdict = check_case(self.kernels[spec], case, device=dev, output=out).verdict
+            verdict = verdict.as_dict()
+        cid = save_case(
+            case,
+            kernel=spec,
+            device=dev,
+            verdict=verdict,
+            directory=self.case_dir,
+            context={"property": prop, "result_key": r["key"], "part": r["part"]},
+        )
+        self.log.append({
+            "type": "case-file", "key": r["key"], "case_id": cid, "kernel": spec,
+            "dtype": r["dtype"], "recorded": r["status"], "replayed": verdict["verdict"],
+        })  # fmt: skip
 
 
 def _generation(r: dict[str, Any]) -> int:
@@ -291,7 +430,28 @@ def _recipe_args(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _result_fields(res: CheckResult) -> dict[str, Any]:
+def _class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None]:
+    """Max |error| / deterministic bound of O against each known arithmetic class (``None``
+    where the output is not finite where the oracle is)."""
+    o, ref = res.output.o, res.ref
+    ok = np.isfinite(ref.o_hi) & np.isfinite(o)
+    if (np.isfinite(ref.o_hi) & ~np.isfinite(o)).any():
+        return dict.fromkeys(every.parts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
+        out = {}
+        for cls, b in every.parts.items():
+            u = np.where(b.o_det > 0, err / b.o_det, np.where(err > 0, np.inf, 0.0))
+            out[cls] = float(u.max()) if u.size else 0.0
+    return out
+
+
+def _missing(x: float) -> float | None:
+    """``None`` for a value that does not apply (NaN in the verdict means 'not computed')."""
+    return None if math.isnan(x) else x
+
+
+def _result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     v, s = res.verdict, res.verdict.summary
     ref = res.ref
     e = floored_ulp_error(res.output.o, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
@@ -304,16 +464,18 @@ def _result_fields(res: CheckResult) -> dict[str, Any]:
         "status": v.verdict,
         "reasons": v.reasons,
         "score": failure_margin(res),
+        "class_util": _class_utilization(res, every),
         "metrics": {
+            # NaN/inf here: the kernel returned NaN/±Inf where the exact result is finite.
             "max_ulp": v.max_ulp,
             "median_ulp": s.median_floored_ulp,
             "max_ulp_int": s.max_ulp_int,
-            "det_util": v.det_util,
-            "prob_util": v.prob_util,
-            "naive_ulp": v.naive_ulp,
-            "naive_ratio": v.naive_ratio,
-            "lse_err": v.lse_err,
-            "lse_det_util": v.lse_det_util,
+            "det_util": _missing(v.det_util),
+            "prob_util": _missing(v.prob_util),
+            "naive_ulp": _missing(v.naive_ulp),
+            "naive_ratio": _missing(v.naive_ratio),
+            "lse_err": _missing(v.lse_err),
+            "lse_det_util": _missing(v.lse_det_util),
             "normwise_rel": s.normwise_rel,
             "rmse": s.rmse,
             "sse": float(np.sum(d * d)),

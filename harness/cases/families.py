@@ -7,7 +7,9 @@ the report campaign (:mod:`flashcheck.harness.campaign.runner`) draw recipes and
 this module, so a recipe printed by either rebuilds exactly the values tested.
 
 Families: ``randn``, ``huge_logits`` (scores near and beyond the format's limits and beyond the
-exp-overflow thresholds 11.09 / 88.72), ``near_ties`` and ``exact_ties`` of the row max,
+exp-overflow thresholds 11.09 / 88.72), ``negative_rows`` (every score of a row negative and
+as large: a finite sentinel in place of −inf for the running max is never replaced),
+``near_ties`` and ``exact_ties`` of the row max,
 ``subnormal`` and ``tiny`` inputs, ``spike`` (one dominant key), ``fa3_outliers``
 (N(0,1) + N(0,100)·Bernoulli(0.001)), ``sink`` (attention sink at key 0), ``monotone`` (the
 running max grows at every key: the most rescales), ``cancel_v`` (V whose weighted sum cancels
@@ -29,6 +31,7 @@ __all__ = ["EDGES", "EXP_OVERFLOW", "FAMILIES", "HEAD_DIMS", "Recipe", "magnitud
 FAMILIES = (
     "randn",
     "huge_logits",
+    "negative_rows",
     "near_ties",
     "exact_ties",
     "subnormal",
@@ -77,7 +80,7 @@ def magnitudes(family: str, dtype: str, score_limit: float | None = None) -> lis
     then past fp16's 65504 and (for bf16/fp32) far beyond, capped below ``score_limit``;
     peaked families: how far the peak stands out; ``cancel_v``/``tiny``: the size of V.
     """
-    if family == "huge_logits":
+    if family in ("huge_logits", "negative_rows"):
         fmt_max = FORMATS[dtype].max_finite
         cands = [EXP_OVERFLOW[dtype] * f for f in (0.99, 1.01)] + [1e3, 6e4, 7e4, 1e6]
         if dtype != "fp16":
@@ -115,6 +118,13 @@ def make_case(r: Recipe) -> Case:
     fmt = FORMATS[r.dtype]
     mag = r.magnitude
     if fam == "huge_logits":
+        q = q * (mag / max(_scores_max(q, k, tau), 1e-300))
+    elif fam == "negative_rows":
+        # Every score of every row negative and large: k > 0 and q < 0 componentwise (scale
+        # sign included), so a running max initialised to a finite sentinel (-1e4, -5e4,
+        # -1e6 instead of -inf) is never replaced and exp underflows to 0 / 0.
+        k = np.abs(k) + 0.5
+        q = -(np.abs(q) + 0.5) * (1.0 if tau > 0 else -1.0)
         q = q * (mag / max(_scores_max(q, k, tau), 1e-300))
     elif fam in ("near_ties", "exact_ties"):
         # Many keys share (or nearly share) the direction that gives the row max.

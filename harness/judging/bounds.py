@@ -39,7 +39,7 @@ Arithmetic classes (what a kernel declares):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,7 @@ class Bounds:
 
     Rows that keep no key have bound 0 (the result must be exactly ``O = 0``, ``LSE = −inf``).
     ``rescales`` is the number of running-max increases the bound allowed for, per row.
+    ``parts``: for class ``unknown``, the bounds of each class it is the maximum of.
     """
 
     arithmetic: str
@@ -93,6 +94,7 @@ class Bounds:
     lse_det: np.ndarray
     lse_prob: np.ndarray
     rescales: np.ndarray
+    parts: dict[str, Bounds] = field(default_factory=dict)
 
 
 def error_bounds(
@@ -147,7 +149,8 @@ def error_bounds(
             name: np.maximum.reduce([getattr(b, name) for b in each])
             for name in ("o_det", "o_prob", "lse_det", "lse_prob", "rescales")
         }
-        return Bounds("unknown", problem.fmt, float(lam), None, **top)
+        return Bounds("unknown", problem.fmt, float(lam), None, **top,
+                      parts=dict(zip(known, each, strict=True)))  # fmt: skip
     fmt = problem.fmt
     if arithmetic == "tf32" and fmt.name != "fp32":
         raise ValueError("the tf32 class applies to fp32 inputs only")

@@ -194,6 +194,11 @@ def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
     return [name for name, used in need.items() if used and name not in options]
 
 
+def _number(x: float) -> str:
+    """``x`` to 4 digits; NaN and ±Inf spelled so (never as a small number)."""
+    return f"{x:.4g}" if math.isfinite(x) else ("NaN" if math.isnan(x) else "∞")
+
+
 def _bits_hex(x: float, dtype: str) -> str:
     arr = np.array([x]).astype(DTYPES[dtype])
     width = arr.dtype.itemsize * 2
@@ -208,8 +213,12 @@ def format_check(res: CheckResult, *, worst: int = 5) -> str:
         f"verdict {v.verdict}",
     ]
     lines += [f"  - {r}" for r in v.reasons]
+    worst_text = f"{v.max_ulp:.4g}" if math.isfinite(v.max_ulp) else (
+        f"{'NaN' if math.isnan(v.max_ulp) else '∞'} (the kernel returned NaN/Inf where the exact "
+        "result is finite; those elements are listed first)"
+    )  # fmt: skip
     lines.append(
-        f"max floored-ULP error {v.max_ulp:.4g}; naive same-precision {v.naive_ulp:.4g} "
+        f"max floored-ULP error {worst_text}; naive same-precision {v.naive_ulp:.4g} "
         f"(ratio {v.naive_ratio:.3g}); bound utilization det {v.det_util:.3g}, prob "
         f"{v.prob_util:.3g}; LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"
     )
@@ -233,8 +242,8 @@ def format_check(res: CheckResult, *, worst: int = 5) -> str:
             bits,
             f"{row['oracle']:.17g}",
             f"{row['floor_W']:.4g}",
-            f"{row['abs_err']:.4g}",
-            f"{row['floored_ulp']:.4g}",
+            _number(row["abs_err"]),
+            _number(row["floored_ulp"]),
         ]
         if res.bounds is not None:
             cells += [f"{row['det_bound']:.4g}", f"{row['prob_bound']:.4g}"]

@@ -12,13 +12,16 @@ tests, so that ``flashcheck replay`` re-runs exactly the property a saved case f
   bound);
 - ``key-permutation``: permuting keys and values moves O by at most the two bounds;
 - ``nan-rule``: outputs of finite inputs stay finite; outputs involving a NaN input are NaN;
-- ``conformance``: the kernel matches the exactly emulated arithmetic of its class.
+- ``conformance``: the kernel matches the exactly emulated arithmetic of its class;
+- ``options-applied``: ``causal``, ``window`` and an explicit ``scale`` change the output
+  where they change the exact answer (a kernel that ignores an option).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -209,6 +212,43 @@ def conformance(adapter: Kernel, case: Case, device: str):
     return True, f"matches the emulation (max diff/tol {float(np.max(diff / tol)):.3g})"
 
 
+def options_applied(adapter: Kernel, case: Case, device: str):
+    """Each option the case sets (``causal``, ``window``, an explicit ``scale``) changes the
+    kernel's output wherever it changes the exact answer by more than the two bounds: a kernel
+    that ignores an option is caught even on cases where its error would stay small."""
+    variants = []
+    if case.causal:
+        variants.append(("causal=True", replace(case, causal=False)))
+    if case.window is not None:
+        variants.append((f"window={case.window}", replace(case, window=None)))
+    if case.scale is not None:
+        variants.append((f"scale={case.scale!r}", replace(case, scale=None)))
+    if not variants:
+        return True, "not applicable (the case sets no option)"
+    out = adapter.run(case, device)
+    ref = oracle(case.q, case.k, case.v, **case.options())
+    bound = kernel_bounds(adapter, case).o_det
+    for label, other in variants:
+        ref2 = oracle(other.q, other.k, other.v, **other.options())
+        tol = bound + kernel_bounds(adapter, other).o_det
+        with np.errstate(invalid="ignore"):
+            moved = (
+                np.isfinite(ref.o_hi)
+                & np.isfinite(ref2.o_hi)
+                & (np.abs(ref.o_hi - ref2.o_hi) > tol)
+            )
+        if not moved.any():
+            continue
+        o2 = adapter.run(other, device).o
+        if same_bits(out.o[moved], o2[moved]):
+            change = float(np.max(np.abs(ref.o_hi - ref2.o_hi)[moved]))
+            return False, (
+                f"{label} did not change the output, where it changes the exact answer by up "
+                f"to {change:.3g}: the kernel ignores the option"
+            )
+    return True, "every option set changed the output where it should"
+
+
 CHECKS: dict[str, Callable[..., tuple[bool, str]]] = {
     "batch-head-independence": batch_head_independence,
     "padded-buffers": padded_buffers,
@@ -216,4 +256,5 @@ CHECKS: dict[str, Callable[..., tuple[bool, str]]] = {
     "key-permutation": key_permutation,
     "nan-rule": nan_rule,
     "conformance": conformance,
+    "options-applied": options_applied,
 }

@@ -189,7 +189,12 @@ def oracle(
             view["o_certified"] = o_cert[b, h]
             view["lse_certified"] = lse_cert[b, h]
             has = keep.any(axis=1)
-            if mode == "fast":
+            if not has.any():
+                # Nq = 0, Nk = 0 or every row masked: O = 0 and LSE = −inf as initialised,
+                # in both modes (the fast path's reductions need at least one kept key).
+                todo_o = np.zeros((keep.shape[0], dv), dtype=bool)
+                todo_l = np.zeros(keep.shape[0], dtype=bool)
+            elif mode == "fast":
                 fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
                 res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
                 for name, val in res.items():
@@ -212,7 +217,8 @@ def oracle(
                 todo_o = ~elem_nan & has[:, None]
                 todo_l = ~row_nan & has
                 start = prec
-            stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum()) if mode == "fast" else 0
+            if mode == "fast":
+                stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum())
             if todo_o.any() or todo_l.any():
                 strict_fill(
                     problem,

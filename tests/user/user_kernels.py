@@ -46,3 +46,98 @@ def batch_leak(q, k, v, *, causal=False, scale=None):
         kv = (i % h) // (h // hk)  # should be (i // h) * hk + (i % h) // (h // hk)
         out.append(_attend(qf[i], kf[kv], vf[kv], causal, scale))
     return torch.stack(out).reshape(b, h, nq, -1)
+
+
+def online_softmax(q, k, v, *, causal=False, scale=None):
+    """Correct: FlashAttention's recurrence in torch, 32-key blocks, fp32 state, one division
+    at the end; a row that keeps no key gives 0."""
+    b, hq, nq, d = q.shape
+    nk = k.shape[2]
+    rep = hq // k.shape[1]
+    kk, vv = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    qf = q.float() * (d**-0.5 if scale is None else scale)
+    keep = _keep(nq, nk, causal, q.device)
+    m = torch.full((b, hq, nq, 1), float("-inf"), device=q.device)
+    den = torch.zeros((b, hq, nq, 1), device=q.device)
+    acc = torch.zeros((b, hq, nq, v.shape[-1]), device=q.device)
+    for j in range(0, nk, 32):
+        s = qf @ kk[:, :, j : j + 32].transpose(-1, -2)
+        s = s.masked_fill(~keep[:, j : j + 32], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        alpha = torch.exp(m - safe)
+        p = torch.exp(s - safe)
+        den = den * alpha + p.sum(-1, keepdim=True)
+        acc = acc * alpha + p @ vv[:, :, j : j + 32]
+        m = m_new
+    # Only a row that kept no key (its max still -inf) is 0; testing den > 0 instead would also
+    # zero the rows a NaN input made NaN (the suite's NaN rule catches that).
+    out = torch.where(torch.isneginf(m), torch.zeros_like(acc), acc / den)
+    return out.to(q.dtype)
+
+
+def head_leak_aligned(q, k, v, *, causal=False, scale=None):
+    """Bug: a fast path for block-aligned lengths (multiples of 16) maps query head h to
+    key/value head h % Hk instead of h // (Hq / Hk): wrong only with grouped-query heads, and
+    only at aligned lengths."""
+    hq, hk = q.shape[1], k.shape[1]
+    if q.shape[2] % 16 or k.shape[2] % 16 or hq == hk:
+        return textbook(q, k, v, causal=causal, scale=scale)
+    idx = torch.arange(hq, device=q.device) % hk
+    return _attend(q, k[:, idx], v[:, idx], causal, scale)
+
+
+def sentinel_mask(q, k, v, *, causal=False, scale=None):
+    """Bug: masked scores are set to -1e4 instead of -inf, so a row that keeps no key averages
+    every value instead of giving 0 (and very negative scores compete with masked ones)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    s = s.masked_fill(~_keep(nq, nk, causal, q.device), -1e4)
+    return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype)
+
+
+def sentinel_max(q, k, v, *, causal=False, scale=None):
+    """Bug: the running maximum starts at -1e6 instead of -inf, so a row whose scores all lie
+    below -1e6 underflows to 0 / 0 (fp32 and bf16 scores reach that far)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    keep = _keep(nq, nk, causal, q.device)
+    s = s.masked_fill(~keep, float("-inf"))
+    m = torch.clamp(s.amax(-1, keepdim=True), min=-1e6)
+    p = torch.exp(s - m)
+    out = (p @ v.float()) / p.sum(-1, keepdim=True)
+    return torch.where(keep.any(-1, keepdim=True), out, torch.zeros_like(out)).to(q.dtype)
+
+
+def no_max_subtraction(q, k, v, *, causal=False, scale=None):
+    """Bug: softmax as exp(s) / sum(exp(s)), without subtracting the row max: exact in real
+    arithmetic, inf / inf = NaN once a score passes exp's overflow (88.7 in fp32)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    keep = _keep(nq, nk, causal, q.device)
+    e = torch.exp(s.masked_fill(~keep, float("-inf")))
+    out = (e @ v.float()) / e.sum(-1, keepdim=True)
+    return torch.where(keep.any(-1, keepdim=True), out, torch.zeros_like(out)).to(q.dtype)
+
+
+def returns_q(q, k, v, *, causal=False, scale=None):
+    """Bug: returns its input: the right shape whenever dv == d, and wrong."""
+    return q.clone()
+
+
+def always_raises(q, k, v, *, causal=False, scale=None):
+    """Bug: cannot run at all."""
+    raise NotImplementedError("the kernel is not built for this machine")
+
+
+def always_hangs(q, k, v, *, causal=False, scale=None):
+    """Bug: never returns."""
+    import time
+
+    time.sleep(3600)

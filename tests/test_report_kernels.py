@@ -1,0 +1,111 @@
+"""`flashcheck report` on kernels defined outside the package, each a bug class seen in real
+kernels (tests/user/user_kernels.py), run as a user runs it: the installed command in a folder
+holding only the user's module. Each buggy kernel exits 1 with its bug named in the terminal
+summary; the correct ones exit 0 with no FAIL."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashcheck.harness.core.resultlog import read_records
+
+HERE = Path(__file__).parent / "user"
+
+# kernel, dtype, what the terminal summary must say (the bug, in the harness's words)
+BUGGY = [
+    ("batch_leak", "fp32", "structural property batch-head-independence failed"),
+    ("head_leak_aligned", "fp16", "structural property batch-head-independence failed"),
+    ("sentinel_mask", "fp16", "fully masked rows with O != 0"),
+    ("sentinel_max", "fp32", "NaN/Inf where the oracle is finite"),
+    ("no_max_subtraction", "fp16", "NaN/Inf where the oracle is finite"),
+    ("returns_q", "fp16", "exceed the deterministic bound"),
+    ("always_raises", "fp16", "could not run at all (NotImplementedError"),
+    ("always_hangs", "fp16", "could not run at all (it hung"),
+]
+
+
+def _flashcheck(args, cwd, timeout=400):
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    shutil.copy(HERE / "user_kernels.py", tmp_path / "user_kernels.py")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("kernel", "dtype", "named"), BUGGY, ids=[b[0] for b in BUGGY])
+def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named):
+    args = ["report", "--preset", "smoke", "--dtype", dtype, "--kernel", f"user_kernels:{kernel}"]
+    out = _flashcheck([*args, "--timeout", "5", "--no-render"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert named in text, text
+    gate = [line for line in text.splitlines() if line.startswith("exit status 1")]
+    assert gate and f"user_kernels:{kernel} {dtype}" in gate[0]
+    # the report folder is named after the kernel, and every failure saved a replayable case
+    records = read_records(user_dir / f"reports/user_kernels-{kernel}/results.jsonl")
+    failing = [r for r in records if r.get("type") == "result"
+               and r["status"] in ("FAIL", "FAIL-HARD")]  # fmt: skip
+    if failing:
+        assert "flashcheck replay" in text
+
+
+def test_correct_kernels_pass_every_dtype(user_dir):
+    kernels = ["--kernel", "user_kernels:textbook", "--kernel", "user_kernels:online_softmax"]
+    out = _flashcheck(["report", "--preset", "smoke", *kernels, "--no-render"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    records = read_records(user_dir / "reports/user_kernels-textbook+user_kernels-online_softmax"
+                           / "results.jsonl")  # fmt: skip
+    results = [r for r in records if r.get("type") == "result"]
+    statuses = {r["status"] for r in results}
+    assert statuses <= {"PASS", "SKIP"}, [r["reasons"] for r in results if r["status"] != "PASS"]
+    assert {r["dtype"] for r in results if r["status"] == "PASS"} == {"fp16", "bf16", "fp32"}
+    assert {r["property"] for r in results if r["part"] == "structural"
+            and r["status"] == "PASS"} >= {"batch-head-independence", "nan-rule",
+                                           "options-applied", "padded-buffers"}  # fmt: skip
+
+
+def test_contract_keeps_cases_inside_and_batches_above_one(user_dir):
+    out = _flashcheck(["report", "--preset", "smoke", "--dtype", "fp32", "--kernel",
+                       "user_kernels:batch_leak", "--no-render"], user_dir)  # fmt: skip
+    records = read_records(user_dir / "reports/user_kernels-batch_leak/results.jsonl")
+    results = [r for r in records if r.get("type") == "result"]
+    assert results, out.stdout + out.stderr
+    # the probed multiple of 128 holds for every case, and no case was wasted as ERROR
+    assert all(r["shape"]["Nq"] % 128 == 0 and r["shape"]["Nk"] % 128 == 0 for r in results)
+    assert not [r for r in results if r["status"] == "ERROR"]
+    assert any(r["shape"]["B"] * r["shape"]["Hq"] > 1 for r in results)
+    contract = next(r for r in records if r.get("type") == "contract")
+    assert "sequence lengths multiple of 128" in " ".join(contract["lines"])
+
+
+def test_unusable_kernel_specs_are_usage_errors(user_dir):
+    (user_dir / "broken_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    for args in (["report", "--kernel", "broken_mod:fn"], ["report", "--kernel", "nosuch:fn"],
+                 ["test", "broken_mod:fn"]):  # fmt: skip
+        out = _flashcheck(args, user_dir)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "cannot import" in out.stderr
+
+
+def test_a_missing_triton_is_a_one_line_usage_error(user_dir):
+    code = ("import sys; sys.modules['triton'] = None; from flashcheck.harness.cli import main; "
+            "sys.exit(main(['report', '--kernel', 'triton', '--preset', 'smoke']))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=user_dir, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == (
+        "flashcheck report: error: triton cannot run here: Triton is not installed "
+        "(pip install triton)"
+    )
