@@ -178,6 +178,7 @@ def _add_bench(sub) -> None:
 
 def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import importlib.resources
+    import subprocess
 
     import pytest
 
@@ -197,7 +198,13 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-dtype", dt]
     if args.device:
         argv += ["--flashcheck-device", args.device]
-    code = int(pytest.main([*argv, *(extra[1:] if extra[:1] == ["--"] else extra)]))
+    argv += extra[1:] if extra[:1] == ["--"] else extra
+    # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
+    # (from inside this process it would warn that the package is already imported).
+    try:
+        code = subprocess.run([sys.executable, "-m", "pytest", *argv], check=False).returncode
+    except KeyboardInterrupt:
+        return 130
     # pytest's own codes, except a usage error, which is 2 here as in every flashcheck command.
     return 2 if code == pytest.ExitCode.USAGE_ERROR else code
 

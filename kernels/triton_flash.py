@@ -274,7 +274,10 @@ def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
     """Defaults that fit 100 KiB of shared memory and run on any CUDA GPU Triton supports
     (fp32 at d = 256 needs 32×32 tiles and 2 stages)."""
     if _interpreting():
-        return LaunchConfig(16, 16, 4, 1)
+        # The interpreter's cost is per tile operation: 32×32 tiles run 5× faster than 16×16
+        # ones (8 report cases: 1.2 s vs 6.1 s, benchmarks/interpreter_tiles.py) and still
+        # cross a key-block edge at the test lengths 33, 63-65 and 127-129.
+        return LaunchConfig(32, 32, 4, 1)
     if dtype_bytes == 4 and max(d, dv) > 128:
         return LaunchConfig(32, 32, 4, 2)
     if max(d, dv) > 128 or dtype_bytes == 4:

@@ -23,6 +23,8 @@ class AttentionMismatch(AssertionError):
     """A kernel failed a check; ``case_id`` names the saved case (``None`` if not saved) and
     ``result`` holds the numbers (a :class:`CheckResult`, for accuracy failures)."""
 
+    __module__ = "flashcheck"  # shown in tracebacks as the public name users catch
+
     def __init__(self, message: str, case_id: str | None, result: CheckResult | None = None):
         super().__init__(message)
         self.case_id = case_id

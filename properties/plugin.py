@@ -53,9 +53,11 @@ def _register_profiles() -> None:
     # examples per accuracy property (10 per structural one) fit `tox` in its CI budget.
     slow_ok = [HealthCheck.too_slow]
     every_phase = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+    # No explain phase and no blob: a failure is reproduced from its saved case file, and
+    # the installed suite's source is not the user's to edit.
     settings.register_profile(
         "flashcheck-ci", derandomize=True, database=None, deadline=None, max_examples=40,
-        print_blob=True, suppress_health_check=slow_ok,
+        suppress_health_check=slow_ok, phases=every_phase,
     )  # fmt: skip
     settings.register_profile(
         "flashcheck-dev", deadline=None, max_examples=40, suppress_health_check=slow_ok
@@ -143,12 +145,13 @@ def kernel_device(kernel: Any, preferred: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flashcheck: a test of the flashcheck property suite")
+    specs = _specs(config)
     profile = (
         config.getoption("flashcheck_profile")
         or os.environ.get("FLASHCHECK_PROFILE")
         or config.getini("flashcheck_profile")
+        or ("ci" if specs else None)  # a kernel under test: the same run as `flashcheck test`
     )
-    specs = _specs(config)
     if profile:
         if profile not in PROFILES:
             raise pytest.UsageError(
@@ -168,10 +171,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.hypothesis_seed = str(seed)
     RUN_CONTEXT["hypothesis_seed"] = str(seed)
     RUN_CONTEXT["hypothesis_profile"] = profile_name()
-    config.stash[_KERNELS] = _resolve_all(specs, _device(config))
+    device = _device(config)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError("--flashcheck-device cuda: torch sees no CUDA device here")
+    config.stash[_KERNELS] = _resolve_all(specs, device, config.getoption("flashcheck_dtypes"))
 
 
-def _resolve_all(specs: list[str], device: str) -> dict[str, Any]:
+def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dict[str, Any]:
+    """The kernels under test with their contracts; a kernel that cannot run on this machine
+    at all (not installed, no device: not the kernel's fault) is a usage error."""
     from flashcheck.harness.adapters.probe import resolved
     from flashcheck.harness.adapters.registry import resolve
 
@@ -181,8 +192,20 @@ def _resolve_all(specs: list[str], device: str) -> dict[str, Any]:
             kern = resolve(spec)
         except ValueError as err:
             raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
-        out[spec] = resolved(kern, kernel_device(kern, device))
+        dev = kernel_device(kern, device)
+        if not kern.pending:
+            why = [kern.unavailable(dt, dev) for dt in (dtypes or kern.dtypes)]
+            if why and all(why):
+                if len(specs) == 1 or spec not in _builtin_suite():
+                    raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
+        out[spec] = resolved(kern, dev)
     return out
+
+
+def _builtin_suite() -> tuple[str, ...]:
+    from flashcheck.harness.adapters.registry import SUITE_KERNELS
+
+    return SUITE_KERNELS
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.properties.plugin import profile_name
 from flashcheck.properties.strategies import cases, contract_limits
 
-__all__ = ["MAX_LEN", "MAX_WORK", "case_strategy", "family_outside_contract", "fewer"]
+__all__ = [
+    "MAX_LEN",
+    "MAX_WORK",
+    "case_strategy",
+    "family_outside_contract",
+    "fewer",
+    "run_or_fail",
+    "slow_ok",
+]
 
 # Lengths up to 129 cover the 16/32/64/128 block edges; the hand-run profiles reach 1025.
 MAX_LEN = {"thorough": 1025, "sweep": 1025}
@@ -36,9 +44,16 @@ def case_strategy(kernel: Any, dtype: str, **kw: Any):
     return cases(dtype=dtype, score_limit=kernel.score_limit.get(dtype), **{**limits, **kw})
 
 
+def slow_ok() -> settings:
+    """Whatever the profile: no deadline and no too-slow health check. An oracle call takes
+    10-300 ms and a Triton compile seconds; Hypothesis' default 200 ms deadline would fail a
+    correct kernel on the oracle's time."""
+    return settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
 def fewer(n: int) -> settings:
     """A quarter of the profile's examples (at least ``n``): the structural properties."""
-    return settings(max_examples=max(n, settings.default.max_examples // 4))
+    return settings(slow_ok(), max_examples=max(n, settings.default.max_examples // 4))
 
 
 def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -> str | None:
@@ -49,3 +64,21 @@ def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -
     case = make_case(Recipe(dtype, family, 1, 1, 1, max(m, 17), max(m, 17), d, d, seed=0))
     why = kernel.supports(case, device)
     return None if why is None else f"{family} inputs are outside the contract here: {why}"
+
+
+def run_or_fail(kernel: Any, case: Any, device: str, prop: str, call: Any) -> Any:
+    """``call()``, or a saved case and a failure naming what the kernel did: raised inside its
+    contract, or returned something that is not an attention output."""
+    __tracebackhide__ = True
+    from flashcheck.harness.adapters.adapter import KernelOutputError
+    from flashcheck.properties.assertions import fail
+
+    try:
+        return call()
+    except KernelOutputError as err:
+        fail(case, kernel.name, device, prop, f"BAD-OUTPUT: {err}",
+             {"verdict": "BAD-OUTPUT", "message": str(err)})  # fmt: skip
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}"
+        fail(case, kernel.name, device, prop, f"the kernel raised inside its contract: {why}",
+             {"verdict": "ERROR", "message": why})  # fmt: skip

@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from flashcheck.harness.judging.structural import CHECKS, ONE_BLOCK
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
-from flashcheck.properties.support import case_strategy, family_outside_contract, fewer
+from flashcheck.properties.support import (
+    case_strategy,
+    family_outside_contract,
+    fewer,
+    run_or_fail,
+)
 
 FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 
@@ -21,7 +26,7 @@ FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 def _check(name, kern, dtype, dev, data, **kw):
     case = data.draw(case_strategy(kern, dtype, **kw), label="case")
     assume(kern.supports(case, dev) is None)
-    ok, msg = CHECKS[name](kern, case, dev)
+    ok, msg = run_or_fail(kern, case, dev, name, lambda: CHECKS[name](kern, case, dev))
     if not ok:
         fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name,
                                                 "message": msg})  # fmt: skip
@@ -89,3 +94,17 @@ def test_flash_kernel_matches_its_declared_arithmetic(flashcheck_kernel, flashch
                     f"{flashcheck_kernel.seq_multiple}")  # fmt: skip
     _check("conformance", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data,
            families=FINITE, max_len=ONE_BLOCK, masks=("causal", "window"))  # fmt: skip
+
+
+@fewer(10)
+@given(data=st.data())
+def test_options_change_the_output_where_they_should(flashcheck_kernel, flashcheck_dtype,
+                                                     flashcheck_device, data):  # fmt: skip
+    # A kernel that ignores causal, window or scale is caught even where its error would be
+    # small: the option must change the output wherever it changes the exact answer.
+    kern = flashcheck_kernel
+    if not (set(kern.masks) & {"causal", "window"}) and not (
+        kern.options is None or "scale" in kern.options
+    ):
+        pytest.skip("the kernel takes none of causal, window, scale")
+    _check("options-applied", kern, flashcheck_dtype, flashcheck_device, data, families=FINITE)

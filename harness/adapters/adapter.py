@@ -169,11 +169,16 @@ class Kernel:
             else f"any <= {self.max_head_dim}"
         )
         yes = {True: "yes", False: "no"}
+        if not self.dtypes and self.unsupported:
+            return [f"arithmetic {self.arithmetic}; ran on none of the probe inputs: "
+                    f"{self.unsupported[0][1]}"]  # fmt: skip
+        masks = ", ".join(sorted(self.masks)) or "none"
+        if not self.masks and self.options is not None and not self.options & ALL_MASKS:
+            masks += " (the signature names no causal, window or mask keyword)"
         lines = [
             f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
             f"devices {', '.join(self.devices)}",
-            f"head dims {dims}; masks {', '.join(sorted(self.masks)) or 'none'}; "
-            f"sequence lengths multiple of {self.seq_multiple}",
+            f"head dims {dims}; masks {masks}; sequence lengths multiple of {self.seq_multiple}",
             f"GQA {yes[self.gqa]}; Nq != Nk {yes[self.unequal_lengths]}; dv != d "
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
             f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",

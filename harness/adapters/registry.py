@@ -233,8 +233,11 @@ def resolve(spec: str) -> Kernel:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as err:  # ImportError, or whatever the user's module raised on import
+        hint = ""
+        if isinstance(err, ModuleNotFoundError) and err.name == mod_name.split(".")[0]:
+            hint = " (run from the folder it is importable from, or set PYTHONPATH)"
         raise ValueError(
-            f"cannot import {mod_name!r} for kernel {spec!r}: {type(err).__name__}: {err}"
+            f"cannot import {mod_name!r} for kernel {spec!r}: {type(err).__name__}: {err}{hint}"
         ) from None
     try:
         obj = getattr(mod, attr)

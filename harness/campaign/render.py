@@ -402,7 +402,8 @@ def _limitations(data) -> list[str]:
     skips = Counter((r["kernel"], r["reasons"][0]) for r in data["results"]
                     if r["status"] == "SKIP")  # fmt: skip
     if skips:
-        lines += ["", "Cases outside a kernel's declared contract (not run, not counted):", ""]
+        lines += ["", "Cases outside a kernel's contract (declared or probed; not run, not "
+                  "counted):", ""]  # fmt: skip
         lines += [f"- {k}: {n} × {why}" for (k, why), n in sorted(skips.items())]
     return lines or ["None detected."]
 

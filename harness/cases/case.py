@@ -49,8 +49,8 @@ class Case:
         names = {x.dtype for x in (self.q, self.k, self.v)}
         if len(names) != 1 or next(iter(names)) not in DTYPES.values():
             raise ValueError(
-                f"q, k, v must be numpy arrays of one dtype among {sorted(DTYPES)}, got "
-                f"{[str(x.dtype) for x in (self.q, self.k, self.v)]}"
+                f"q, k, v must share one dtype among {sorted(DTYPES)} (numpy arrays or torch "
+                f"tensors), got {[str(x.dtype) for x in (self.q, self.k, self.v)]}"
             )
         if self.mask is not None and self.mask.dtype != np.bool_:
             raise ValueError("mask must be a boolean array (True = keep)")

@@ -65,6 +65,7 @@ U_TF32 = 2.0**-10  # tf32 operands are truncated by the MMA unit: relative error
 # fraction bits, an absolute error < 2^-136 (measured on H100: a subnormal V lost 8.5 %).
 TF32_SUB = 2.0**-136
 FTZ = 2.0**-126  # fp32 values below the normal range may be flushed to zero (ex2.approx.ftz)
+HALF_SUB32 = 2.0**-150  # half the spacing of fp32's subnormals: rounding error below 2^-126
 SAFETY = 8  # the bound is multiplied by 1 + SAFETY·u_F: covers second-order cross terms
 _CHUNK = 1 << 22  # elements of the (rows, keys, dv) work tensor per chunk
 
@@ -357,8 +358,14 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
         else:
             total = total + n_resc[:, None] * U32 * (w_plus + o_plus)  # acc·α and l·α
             total = total + U32 * o_plus  # acc / l
+            # Below fp32's normal range those steps round on the fixed subnormal grid: an
+            # absolute 2^-150 each, in output units (l >= 1), which no relative term covers
+            # (found by the report campaign: FA1 on subnormal fp32 V, docs/error-bounds.md).
+            steps = n_resc + 1
             if arith == "flash-fa1":
                 total = total + (3 * n_blocks[:, None] + 1) * U32 * (w_plus + o_plus)
+                steps = steps + 3 * n_blocks + 1
+            total = total + steps[:, None] * HALF_SUB32
         total = total + store_u * (o_plus + total) + store_sub  # store O in F
         results.append(total * (1 + SAFETY * store_u))
     return results

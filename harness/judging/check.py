@@ -21,6 +21,7 @@ from flashcheck.harness.adapters.probe import default_probe_device
 from flashcheck.harness.adapters.registry import as_kernel
 from flashcheck.harness.cases.case import DTYPES, Case
 from flashcheck.harness.cases.store import save_case
+from flashcheck.harness.core.semantics import make_problem
 from flashcheck.harness.judging.bounds import Bounds, error_bounds
 from flashcheck.harness.judging.metrics import ErrorSummary
 from flashcheck.harness.judging.verdict import Verdict, judge, naive_error
@@ -173,6 +174,8 @@ def check(
     if device is None:
         tensor_dev = getattr(getattr(q, "device", None), "type", None)
         device = tensor_dev if tensor_dev in ("cpu", "cuda") else default_probe_device(adapter)
+    # The shapes, GQA grouping and masks checked before the kernel sees them (clear messages).
+    make_problem(case.q, case.k, case.v, **case.options())
     outside = adapter.options is not None and _missing_options(case, adapter.options)
     if outside:
         raise ValueError(
@@ -217,22 +220,26 @@ def format_check(res: CheckResult, *, worst: int = 5) -> str:
         f"{'NaN' if math.isnan(v.max_ulp) else '∞'} (the kernel returned NaN/Inf where the exact "
         "result is finite; those elements are listed first)"
     )  # fmt: skip
+    lse = "LSE not returned"
+    if res.output.lse is not None:
+        lse = f"LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"
     lines.append(
         f"max floored-ULP error {worst_text}; naive same-precision {v.naive_ulp:.4g} "
         f"(ratio {v.naive_ratio:.3g}); bound utilization det {v.det_util:.3g}, prob "
-        f"{v.prob_util:.3g}; LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"
+        f"{v.prob_util:.3g}; {lse}"
     )
     s = v.summary
     lines.append(
         f"normwise rel {s.normwise_rel:.3g}, RMSE {s.rmse:.3g}, max abs {s.max_abs:.3g}, "
         f"NaN/Inf mismatches {s.nonfinite_mismatches} of {s.count}"
     )
+    lines += ["", f"worst elements, by {'bound utilization' if res.bounds else 'floored ulp'}:"]
     head = "| (b, h, i, c) | kernel | bits | oracle (hi) | W_c | abs err | floored ulp |"
     sep = "|---|---|---|---|---|---|---|"
     if res.bounds is not None:
         head += " det bound | prob bound |"
         sep += "---|---|"
-    lines += ["", head, sep]
+    lines += [head, sep]
     for row in v.worst[:worst]:
         val = row["kernel"]
         bits = _bits_hex(val, res.output.o_dtype) if math.isfinite(val) else "-"

@@ -48,9 +48,9 @@ def replay(
     case, record = load_case(ref, directory)
     adapter = as_kernel(kernel if kernel is not None else record["kernel"])
     dev = device or default_device(adapter.devices, record.get("device"))
-    why = adapter.unavailable(case.dtype, dev)
+    why = adapter.unavailable(case.dtype, dev) or adapter.supports(case, dev)
     if why:
-        raise RuntimeError(f"cannot replay {record['id']} here: {why}")
+        raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
     res = check_case(adapter, case, device=dev)
     recorded = (record.get("verdict") or {}).get("verdict")
     prop = (record.get("context") or {}).get("property", "accuracy")
@@ -59,10 +59,12 @@ def replay(
     echo(format_check(res))
     verdict = res.verdict.verdict
     if prop in CHECKS:
-        # A structural property failed: re-run that property, which decides the verdict.
+        # A structural property failed: re-run that property, which decides the verdict; the
+        # accuracy check above is shown for reference.
         ok, msg = CHECKS[prop](adapter, case, dev)
         verdict = "PASS" if ok else "FAIL"
-        echo(f"\nproperty {prop}: {verdict}: {msg}")
+        echo(f"\n(the accuracy verdict above is for reference; the case was saved by property "
+             f"{prop})\nproperty {prop}: {verdict}: {msg}")  # fmt: skip
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
