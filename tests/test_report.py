@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.harness.campaign.report import ReportOptions, gate_exit_code, run_report
+from flashcheck.harness.campaign.report import (
+    ReportOptions,
+    gate_exit_code,
+    gate_findings,
+    run_report,
+)
 from flashcheck.harness.campaign.runner import PRESETS, plan_items
 from flashcheck.harness.core.resultlog import read_records
 
@@ -36,7 +41,9 @@ USER_KERNELS = textwrap.dedent(
             i = torch.arange(nq)[:, None]
             j = torch.arange(nk)[None, :]
             s = s.masked_fill(j > i + (nk - nq), float("-inf"))
-        p = torch.softmax(s, -1).nan_to_num(0.0)
+        p = torch.softmax(s, -1)
+        if causal:  # a row that keeps no key is 0; NaN inputs still give NaN
+            p = torch.where((j <= i + (nk - nq)).any(-1, keepdim=True), p, torch.zeros_like(p))
         return (p @ v).to(q.dtype)
 
 
@@ -123,7 +130,7 @@ def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
 
 def test_hanging_and_wrong_shape_kernels_are_recorded_and_the_campaign_goes_on(user_dir):
     args = ["--name", "h", "--kernel", "userkern:hangs", "--kernel", "userkern:bad_shape",
-            "--timeout", "5", "--fail-on", "error"]  # fmt: skip
+            "--timeout", "5"]  # fmt: skip
     out = _cli([*SMOKE, *args], cwd=user_dir)
     assert out.returncode == 1, out.stdout + out.stderr
     res = _results(user_dir / "reports/h/results.jsonl")
@@ -213,18 +220,35 @@ def test_plan_is_deterministic_and_covers_every_family():
     assert a == b and a != plan_items(p, ("fp16", "fp32"), 1)
     grid = {(it.recipe.dtype, it.recipe.family) for it in a if it.part == "grid"}
     assert {f for _, f in grid} == set(p.families)
-    assert {it.part for it in a} == {"grid", "length", "logit", "fa3"}
+    assert {it.part for it in a} == {"grid", "length", "edge", "logit", "fa3"}
     assert all(it.recipe.dtype != "fp32" for it in a if it.part == "fa3")
 
 
+def _res(status, **kw):
+    return {"type": "result", "status": status, "kernel": "k", "dtype": "fp16", "part": "grid",
+            **kw}  # fmt: skip
+
+
 def test_gate_exit_codes():
-    res = [{"status": s} for s in ("PASS", "FAIL", "SKIP")]
+    res = [_res(s) for s in ("PASS", "FAIL", "SKIP")]
     assert gate_exit_code(res, "fail-hard") == 0
     assert gate_exit_code(res, "fail") == 1
-    assert gate_exit_code([{"status": "BAD-OUTPUT"}], "fail-hard") == 1
-    assert gate_exit_code([{"status": "TIMEOUT"}], "fail") == 0
-    assert gate_exit_code([{"status": "TIMEOUT"}], "error") == 1
-    assert gate_exit_code([{"status": "FAIL-HARD"}], "never") == 0
+    for status in ("BAD-OUTPUT", "ERROR", "TIMEOUT", "FAIL-HARD"):
+        assert gate_exit_code([_res(status)], "fail-hard") == 1, status
+        assert gate_exit_code([_res(status)], "never") == 0, status
+    # a failed structural property, a stopped kernel and one that could not run are gated too
+    bad = _res("FAIL", part="structural", property="nan-rule")
+    assert gate_exit_code([bad], "fail-hard") == 1
+    found = gate_findings([bad], "fail-hard")
+    assert found == ["structural property nan-rule failed: k fp16"]
+    stopped = {"type": "stopped", "kernel": "k", "dtype": "fp16", "count": 5, "reason": "x"}
+    assert gate_exit_code([stopped], "fail-hard") == 1
+    no_run = {"type": "limitation", "kernel": "k", "dtype": "fp16", "reason": "x", "no_run": True}
+    assert gate_exit_code([no_run], "fail-hard") == 1
+    unavailable = {**no_run, "no_run": False}
+    assert gate_exit_code([unavailable], "fail-hard") == 0
+    # the message names what was found, and only that
+    assert gate_findings([_res("FAIL-HARD"), _res("FAIL-HARD")], "fail") == ["2 FAIL-HARD: k fp16"]
 
 
 def test_report_usage_errors(tmp_path):
