@@ -59,7 +59,7 @@ MUTANTS = {
         TRITON,
         [
             ("alpha = tl.math.exp2(m_i - m_safe)", "alpha = tl.math.exp2(m_i * 0.0)"),
-            ("p = tl.math.exp2(t - m_safe[:, None])", "p = tl.math.exp2(t)"),
+            ("x = s * qk_scale - m_safe[:, None]", "x = s * qk_scale"),
             (
                 "(m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
                 "(0.0 * m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
@@ -112,7 +112,7 @@ MUTANTS = {
         [
             (
                 "l_i = l_i * alpha + tl.sum(p, 1)",
-                "l_i = l_i * alpha + tl.sum(p.to(Q.dtype.element_ty).to(tl.float32), 1)",
+                "l_i = l_i * alpha + tl.sum(p.to(q.dtype).to(tl.float32), 1)",
             )
         ],
         TRITON_TESTS,

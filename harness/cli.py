@@ -83,7 +83,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")), device=args.device, out=args.out,
         timeout=args.timeout, isolate=not args.no_isolate, fresh=args.fresh,
         render=not args.no_render, fail_on=args.fail_on, streak=args.stop_after,
-        arithmetic=args.arithmetic,
+        arithmetic=args.arithmetic, workers=args.workers, kernel_workers=args.kernel_workers,
+        executor=args.executor, address=args.address,
     )  # fmt: skip
     try:
         return run_report(opts)
@@ -325,6 +326,19 @@ def _add_report(sub) -> None:
                    help="declare the arithmetic class of the --kernel functions that do not "
                    "declare one, so that class's error bounds apply (default: unknown, the "
                    "loosest bound of every class)")  # fmt: skip
+    p.add_argument("--workers", type=_positive, default=None, metavar="N",
+                   help="processes for the oracle, bounds and baselines (default: one per "
+                   "core); results do not depend on it")  # fmt: skip
+    p.add_argument("--kernel-workers", type=_positive, default=None, metavar="N",
+                   help="isolated processes running the kernels (default: one per GPU with "
+                   "--device cuda, else one per core); with more than the GPUs, they share "
+                   "them")  # fmt: skip
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="run on this machine (default) or on a Ray cluster (pip install "
+                   "'flashcheck[ray]'; docs/report.md)")  # fmt: skip
+    p.add_argument("--address", default=None,
+                   help="with --executor ray: the cluster's address (default: a Ray instance "
+                   "started on this machine)")  # fmt: skip
     p.add_argument("--stop-after", type=_positive, default=5, metavar="N",
                    help="stop a kernel for a dtype after N identical failures in a row "
                    "(raised, hung or bad output; default 5)")  # fmt: skip

@@ -23,6 +23,7 @@ from typing import Any
 
 from flashcheck.harness.adapters.adapter import KernelOutputError
 from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout, resolved
+from flashcheck.harness.campaign.executor import Executor, LocalExecutor, outcome
 from flashcheck.harness.campaign.runner import (
     PRESETS,
     SEVERITY,
@@ -34,7 +35,7 @@ from flashcheck.harness.campaign.runner import (
     kernel_device,
     resolve_kernels,
 )
-from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
+from flashcheck.harness.campaign.worker import KernelFailure
 from flashcheck.harness.core.environment import environment_record
 from flashcheck.harness.core.resultlog import ResultLog, num
 
@@ -71,6 +72,10 @@ class ReportOptions:
     fail_on: str = "fail-hard"
     streak: int = STREAK
     arithmetic: str | None = None
+    workers: int | None = None  # reference processes (default: one per core)
+    kernel_workers: int | None = None  # isolated kernel workers (default: one per GPU or core)
+    executor: str = "local"  # or "ray"
+    address: str | None = None  # the Ray cluster (default: start one on this machine)
 
 
 def _has_cuda() -> bool:
@@ -140,10 +145,10 @@ def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
     return int(bool(gate_findings(records, fail_on)))
 
 
-def _probe_runner(worker: KernelWorker, spec: str, device: str):
+def _probe_runner(executor: Executor, spec: str, device: str):
     def run(case):
         try:
-            worker.run(spec, case, device)
+            outcome(executor.run(spec, case, device))
         except KernelFailure as fail:
             if fail.status == "TIMEOUT":
                 raise ProbeTimeout(fail.message) from None
@@ -152,6 +157,19 @@ def _probe_runner(worker: KernelWorker, spec: str, device: str):
             raise ProbeFailure(fail.message) from None
 
     return run
+
+
+def make_executor(opts: ReportOptions, device: str) -> Executor:
+    """The executor ``opts`` asks for: local processes, or a Ray cluster."""
+    if opts.executor == "ray":
+        from flashcheck.harness.campaign.ray_executor import RayExecutor
+
+        return RayExecutor(address=opts.address, device=device, timeout=opts.timeout,
+                           kernel_workers=opts.kernel_workers)  # fmt: skip
+    if opts.executor != "local":
+        raise ValueError(f"executor must be 'local' or 'ray', got {opts.executor!r}")
+    return LocalExecutor(workers=opts.workers, kernel_workers=opts.kernel_workers, device=device,
+                         timeout=opts.timeout, isolate=opts.isolate)  # fmt: skip
 
 
 def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
@@ -182,7 +200,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     results_path = out_dir / "results.jsonl"
     with (
         ResultLog.open(results_path, header, fresh=opts.fresh) as log,
-        KernelWorker(timeout=opts.timeout, isolate=opts.isolate) as worker,
+        make_executor(opts, device) as executor,
     ):
         log.append({"type": "session", "env": environment_record(device)})
         adapters = {}
@@ -190,7 +208,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             if kern.pending:
                 echo(f"probing the contract of {spec} on {devices[spec]} ...")
             adapters[spec] = resolved(
-                kern, devices[spec], _probe_runner(worker, spec, devices[spec])
+                kern, devices[spec], _probe_runner(executor, spec, devices[spec])
             )
         for spec in opts.kernels:
             why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
@@ -204,7 +222,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
              f"{device}; kernels {', '.join(runnable) or '(none can run here)'}; results -> "
              f"{results_path}")  # fmt: skip
         camp = Campaign(
-            log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, worker,
+            log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, executor,
             case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
         )  # fmt: skip
         try:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ import numpy as np
 
 from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.campaign.executor import Executor, Reference, outcome
 from flashcheck.harness.campaign.plan import (
     PRESETS,
     STRUCTURAL,
@@ -63,16 +65,15 @@ from flashcheck.harness.campaign.plan import (
     rng_for,
     structural_items,
 )
-from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
+from flashcheck.harness.campaign.worker import KernelFailure
 from flashcheck.harness.cases.case import DTYPES, Case
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.cases.store import save_case
 from flashcheck.harness.core.progress import Progress
 from flashcheck.harness.core.resultlog import ResultLog, num
-from flashcheck.harness.judging.bounds import Bounds, error_bounds
-from flashcheck.harness.judging.check import CheckResult, check_case, naive_reference
+from flashcheck.harness.judging.bounds import Bounds
+from flashcheck.harness.judging.check import CheckResult, check_case
 from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
-from flashcheck.harness.oracle.evaluate import oracle
 
 __all__ = [
     "PRESETS",
@@ -116,17 +117,24 @@ def gist(message: str) -> str:
     return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e[-+]?\d+)?", "N", message)
 
 
-def _max_logit(case: Case) -> float:
-    """``max |scale·q·k|`` over finite entries, in float64 (for plotting, not for judging)."""
-    *_, d, _ = case.shape
-    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(d)
-    q = np.nan_to_num(case.q.astype(np.float64), nan=0, posinf=0, neginf=0)
-    k = np.nan_to_num(case.k.astype(np.float64), nan=0, posinf=0, neginf=0)
-    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = np.abs(tau * (q @ np.swapaxes(k, -1, -2)))
-    s = s[np.isfinite(s)]
-    return float(s.max()) if s.size else 0.0
+@dataclass
+class _Group:
+    """One fitted case of an item and what runs on it: a kernel future, or a SKIP reason, per
+    spec (``check``: the structural property, for the structural part)."""
+
+    recipe: Recipe
+    case: Case
+    reference: Any
+    runs: dict[str, Any]
+    check: str | None = None
+
+
+@dataclass
+class _Task:
+    item: Item
+    specs: list[str]
+    done: list[str]
+    groups: list[_Group] = field(default_factory=list)
 
 
 @dataclass
@@ -139,7 +147,7 @@ class Campaign:
     kernels: dict[str, Kernel]  # spec → adapter
     devices: dict[str, str]  # spec → device it runs on
     dtypes: tuple[str, ...]
-    worker: KernelWorker
+    executor: Executor
     case_dir: Path
     echo: Callable[[str], None] = print
     progress_stream: Any = None
@@ -207,90 +215,125 @@ class Campaign:
         rec.update(fields)
         return rec
 
-    def _evaluate(self, item: Item, specs: list[str], progress: Progress) -> None:
-        """Run the kernels ``specs`` (none done yet) on ``item``'s case fitted to each one's
-        contract: one oracle call per distinct fitted case."""
+    # -- running items: submitted ahead, results written in plan order ---------------------
+    def _execute(self, items: Sequence[Item], specs: Sequence[str], progress: Progress) -> None:
+        """Evaluate ``items`` for ``specs`` with the executor's parallelism; results are
+        written in the order a one-worker run writes them."""
+        window = 2 * (self.executor.workers + self.executor.kernel_workers)
+        pending: deque[_Task] = deque()
+        todo = iter(items)
+        for item in todo:
+            pending.append(self._submit(item, specs))
+            if len(pending) >= window:
+                break
+        while pending:
+            task = pending.popleft()
+            self._collect(task)
+            ran = len(task.specs) - len(task.done)
+            if ran:
+                item = task.item
+                progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(self._submit(nxt, specs))
+
+    def _submit(self, item: Item, specs: Sequence[str]) -> _Task:
+        dtype = item.recipe.dtype
+        live = [s for s in specs if self._runnable(s, dtype)]
+        task = _Task(item, live, [s for s in live if item.key(s) in self._done])
+        new = [s for s in live if item.key(s) not in self._done]
+        if item.part == "structural":
+            for spec in new:
+                task.groups.append(self._submit_check(item, spec))
+            return task
         fitted: dict[Recipe, list[str]] = {}
-        for spec in specs:
+        for spec in new:
             fitted.setdefault(fit_recipe(item.recipe, self.kernels[spec]), []).append(spec)
         for recipe, group in fitted.items():
-            self._evaluate_case(item, recipe, group, progress)
+            case = make_case(recipe)
+            runs: dict[str, Any] = {}
+            for spec in group:
+                why = self.kernels[spec].supports(case, self.devices[spec])
+                runs[spec] = (
+                    why if why is not None else self.executor.run(spec, case, self.devices[spec])
+                )
+            task.groups.append(_Group(recipe, case, self.executor.reference(recipe), runs))
+        return task
 
-    def _evaluate_case(self, item: Item, recipe: Recipe, specs: list[str], progress) -> None:
-        case = make_case(recipe)
-        t0 = time.perf_counter()
-        ref = oracle(case.q, case.k, case.v, **case.options())
-        naive = naive_reference(case, ref)
-        t_oracle = time.perf_counter() - t0
-        max_logit = _max_logit(case)
-        finite = all(
-            bool(np.isfinite(x.astype(np.float32)).all()) for x in (case.q, case.k, case.v)
-        )
-        # The loosest-class bounds hold every class's own (the class-fit table needs them all):
-        # computed once per case, and each class's part serves the kernels of that class.
-        every = error_bounds(case.q, case.k, case.v, arithmetic="unknown", **case.options())
-        bounds_cache: dict = {("unknown", None): every}
-        bounds_cache.update({(cls, None): b for cls, b in every.parts.items()})
-        for spec in specs:
-            if (spec, recipe.dtype) in self._stopped:
-                continue
-            adapter = self.kernels[spec]
-            why = adapter.supports(case, self.devices[spec])
-            common = {"max_logit": max_logit, "finite_inputs": finite,
-                      "seconds": {"oracle": round(t_oracle, 4)}}  # fmt: skip
-            if why is not None:
-                self._append(self._record(item, spec, case, recipe, status="SKIP",
-                                          reasons=[why], score=0.0, **common))  # fmt: skip
-                continue
-            t1 = time.perf_counter()
-            try:
-                out = self.worker.run(spec, case, self.devices[spec])
-            except KernelFailure as fail:
-                common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
-                score = 0.0 if fail.status == "SKIP" else math.inf
-                rec = self._record(item, spec, case, recipe, status=fail.status,
-                                   reasons=[fail.message], score=score, **common)  # fmt: skip
-                self._append(rec)
-                progress.note = f"{spec} {fail.status}"
-                continue
-            common["seconds"]["kernel"] = round(time.perf_counter() - t1, 4)
-            res = check_case(adapter, case, device=self.devices[spec], output=out, ref=ref,
-                             naive=naive, bounds_cache=bounds_cache)  # fmt: skip
-            fields = _result_fields(res, every)
-            self._append(self._record(item, spec, case, recipe, **common, **fields))
-
-    def _append(self, rec: dict[str, Any]) -> None:
-        self.log.append(rec)
-        self._done[rec["key"]] = rec
-        self._tally(rec)
-
-    def _structural(self, item: Item, spec: str) -> None:
-        """Structural property ``item.tag``'s name on the item's case fitted to ``spec``."""
+    def _submit_check(self, item: Item, spec: str) -> _Group:
         name = item.tag.split("/")[0]
         adapter = self.kernels[spec]
         recipe = fit_recipe(item.recipe, adapter)
         case = make_case(recipe)
-        common: dict[str, Any] = {"property": name, "score": 0.0}
         why = adapter.supports(case, self.devices[spec])
         if why is None and name == "batch-head-independence" and not adapter.batched:
             why = "the kernel takes one (batch, head) slice per call"
-        if why is not None:
-            self._append(self._record(item, spec, case, recipe, status="SKIP", reasons=[why],
-                                      **common))  # fmt: skip
-            return
-        b, hq = case.shape[:2]
-        calls = 1 + b * hq if name == "batch-head-independence" else 4
-        t0 = time.perf_counter()
-        try:
-            ok, msg = self.worker.check(name, spec, case, self.devices[spec], calls)
-            status = "PASS" if ok else "FAIL"
-        except KernelFailure as fail:
-            status, msg = fail.status, fail.message
-        common["seconds"] = {"check": round(time.perf_counter() - t0, 4)}
+        if why is None:
+            b, hq = case.shape[:2]
+            calls = 1 + b * hq if name == "batch-head-independence" else 4
+            why = self.executor.check(name, spec, case, self.devices[spec], calls)
+        return _Group(recipe, case, None, {spec: why}, check=name)
+
+    def _collect(self, task: _Task) -> None:
+        for spec in task.done:
+            self._tally(self._done[task.item.key(spec)])  # a resumed run follows the same runs
+        for group in task.groups:
+            if group.check is not None:
+                self._collect_check(task.item, group)
+            else:
+                self._collect_group(task.item, group)
+
+    def _collect_check(self, item: Item, group: _Group) -> None:
+        ((spec, job),) = group.runs.items()
+        common: dict[str, Any] = {"property": group.check, "score": 0.0}
+        if isinstance(job, str):
+            status, msg = "SKIP", job
+        else:
+            t0 = time.perf_counter()
+            try:
+                ok, msg = outcome(job)
+                status = "PASS" if ok else "FAIL"
+            except KernelFailure as fail:
+                status, msg = fail.status, fail.message
+            common["seconds"] = {"wait": round(time.perf_counter() - t0, 4)}
         if status not in ("PASS", "SKIP"):
             common["score"] = math.inf
-        self._append(self._record(item, spec, case, recipe, status=status, reasons=[msg],
-                                  **common))  # fmt: skip
+        self._append(self._record(item, spec, group.case, group.recipe, status=status,
+                                  reasons=[msg], **common))  # fmt: skip
+
+    def _collect_group(self, item: Item, group: _Group) -> None:
+        ref: Reference = group.reference.result()
+        # Every class's bounds, computed once per case, serve the kernels of that class.
+        bounds_cache: dict = {("unknown", None): ref.every}
+        bounds_cache.update({(cls, None): b for cls, b in ref.every.parts.items()})
+        common = {"max_logit": ref.max_logit, "finite_inputs": ref.finite}
+        for spec, job in group.runs.items():
+            seconds = {"oracle": round(ref.seconds, 4)}
+            if isinstance(job, str):
+                self._append(self._record(item, spec, group.case, group.recipe, status="SKIP",
+                                          reasons=[job], score=0.0, seconds=seconds,
+                                          **common))  # fmt: skip
+                continue
+            try:
+                out = outcome(job)
+            except KernelFailure as fail:
+                score = 0.0 if fail.status == "SKIP" else math.inf
+                self._append(self._record(item, spec, group.case, group.recipe,
+                                          status=fail.status, reasons=[fail.message],
+                                          score=score, seconds=seconds, **common))  # fmt: skip
+                continue
+            res = check_case(self.kernels[spec], group.case, device=self.devices[spec],
+                             output=out, ref=ref.ref, naive=ref.naive,
+                             bounds_cache=bounds_cache)  # fmt: skip
+            self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
+                                      **common, **_result_fields(res, ref.every)))  # fmt: skip
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        if (rec["kernel"], rec["dtype"]) in self._stopped:
+            return  # submitted ahead, but a one-worker run would not have run it
+        self.log.append(rec)
+        self._done[rec["key"]] = rec
+        self._tally(rec)
 
     # -- the parts --------------------------------------------------------------------------
     def run(self) -> None:
@@ -309,23 +352,7 @@ class Campaign:
         if n_done:
             self.echo(f"resuming: {n_done} results already in {self.log.path}")
         progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
-        for item in fixed:
-            todo = []
-            for s in specs:
-                if not self._runnable(s, item.recipe.dtype):
-                    continue
-                if item.key(s) in self._done:
-                    self._tally(self._done[item.key(s)])  # a resumed run follows the same runs
-                else:
-                    todo.append(s)
-            if not todo:
-                continue
-            if item.part == "structural":
-                for s in todo:
-                    self._structural(item, s)
-            else:
-                self._evaluate(item, todo, progress)
-            progress.advance(item.cost() * len(todo), f"{item.part} {item.recipe.dtype} {item.tag}")
+        self._execute(fixed, specs, progress)
         for spec in specs:
             for dt in self.dtypes:
                 if self._runnable(spec, dt):
@@ -344,9 +371,10 @@ class Campaign:
                     and _generation(r) < gen]  # fmt: skip
             pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
             parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
-            if not parents:
+            if not parents or not self._runnable(spec, dtype):
                 return
             rng = rng_for(self.seed, "search", spec, dtype, gen)
+            children = []
             for c in range(p.search_population):
                 parent = parents[c % len(parents)]
                 child = parent
@@ -354,14 +382,8 @@ class Campaign:
                     child = mutate(rng, parent, p, adapter)
                     if adapter.supports(make_case(child), self.devices[spec]) is None:
                         break
-                item = Item("search", f"{gen}/{c}", child)
-                if not self._runnable(spec, dtype):
-                    return
-                if item.key(spec) in self._done:
-                    self._tally(self._done[item.key(spec)])
-                else:
-                    self._evaluate(item, [spec], progress)
-                progress.advance(item.cost(), f"search {spec} {dtype} gen {gen}")
+                children.append(Item("search", f"{gen}/{c}", child))
+            self._execute(children, [spec], progress)
 
     # -- case files for the worst cases -----------------------------------------------------
     def save_worst(self, per_group: int = 3) -> None:
@@ -390,14 +412,14 @@ class Campaign:
         prop = r.get("property", "accuracy")
         if prop in STRUCTURAL:
             try:
-                ok, msg = self.worker.check(prop, spec, case, dev, 8)
+                ok, msg = outcome(self.executor.check(prop, spec, case, dev, 8))
             except KernelFailure as fail:
                 self.echo(f"warning: re-running {prop} of {spec} on {r['key']} failed: {fail}")
                 return
             verdict = {"verdict": "PASS" if ok else "FAIL", "property": prop, "message": msg}
         else:
             try:
-                out = self.worker.run(spec, case, dev)
+                out = outcome(self.executor.run(spec, case, dev))
             except KernelFailure as fail:
                 self.echo(f"warning: re-running {spec} on {r['key']} for its case file failed: "
                           f"{fail}")  # fmt: skip

@@ -20,6 +20,8 @@ debugging with pdb, and for tests of code that is not about isolation.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.cases.case import Case
 from flashcheck.harness.judging.structural import CHECKS
 
-__all__ = ["KernelFailure", "KernelWorker"]
+__all__ = ["KernelFailure", "KernelWorker", "poisoned"]
+
+_ENV_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,15 @@ def _serve(conn) -> None:  # pragma: no cover - runs in the child process
 
     # Ctrl-C reaches the whole process group; the parent handles it and stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.environ.get("OMP_NUM_THREADS") == "1":
+        # A single-threaded campaign (flashcheck.harness.campaign.executor): torch too, so
+        # results do not depend on how many workers share the machine.
+        try:
+            import torch
+
+            torch.set_num_threads(1)
+        except ImportError:
+            pass
     kernels: dict[str, Any] = {}
     while True:
         try:
@@ -90,7 +103,7 @@ def _serve(conn) -> None:  # pragma: no cover - runs in the child process
         conn.send(_call(kernels, msg))
 
 
-def _poisoned(message: str) -> bool:
+def poisoned(message: str) -> bool:
     """Whether an exception may have left the device unusable (then the child is replaced)."""
     low = message.lower()
     return "cuda" in low or "device-side" in low or "illegal memory" in low
@@ -100,11 +113,14 @@ class KernelWorker:
     """Run ``resolve(spec).run(case, device)`` (or a structural property) with a time limit,
     in a child process."""
 
-    def __init__(self, *, timeout: float = 300.0, isolate: bool = True) -> None:
+    def __init__(
+        self, *, timeout: float = 300.0, isolate: bool = True, env: dict[str, str] | None = None
+    ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self.isolate = isolate
+        self.env = dict(env or {})  # extra environment of the child (e.g. the GPU it sees)
         self._proc = None
         self._conn = None
         self._local: dict[str, Any] = {}
@@ -120,7 +136,17 @@ class KernelWorker:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="flashcheck-kernel")
-        proc.start()
+        with _ENV_LOCK:  # a spawned child takes this process's environment as it is now
+            saved = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            try:
+                proc.start()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         child.close()
         self._proc, self._conn = proc, parent
 
@@ -180,7 +206,7 @@ class KernelWorker:
             code = self._proc.exitcode if self._proc is not None else None
             self._kill()
             return "ERROR", f"the kernel process died (exit code {code})"
-        if status == "ERROR" and _poisoned(payload):
+        if status == "ERROR" and poisoned(payload):
             self._kill()  # a fresh process and CUDA context for the next call
         return status, payload
 

@@ -32,6 +32,7 @@ from flashcheck.harness.core.formats import FORMATS, round_to_format, ulp
 from flashcheck.harness.core.semantics import make_problem, nan_rows_and_cols
 from flashcheck.harness.judging.bounds import RHO_EXP, U32, gamma
 from flashcheck.harness.judging.check import kernel_bounds
+from flashcheck.harness.judging.verdict import CONVENTION
 from flashcheck.harness.oracle.evaluate import oracle
 
 __all__ = ["CHECKS", "ONE_BLOCK", "agree", "padded_inputs", "same_bits"]
@@ -150,10 +151,16 @@ def nan_rule(adapter: Kernel, case: Case, device: str):
     ref = oracle(case.q, case.k, case.v, **case.options())
     leak = np.isfinite(ref.o_hi) & ~np.isfinite(out.o)
     if leak.any():
-        i = tuple(int(x) for x in np.argwhere(leak)[0])
+        masked = np.isneginf(ref.lse_hi)[..., None] & np.ones_like(leak)
+        if not (leak & ~masked).any():
+            return False, (
+                f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
+                "O = 0 (flashcheck's contract, as FlashAttention)"
+            )
+        i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return False, (
-            f"NaN/Inf leaked into {int(leak.sum())} outputs of finite inputs (first: O{i} = "
-            f"{out.o[i]!r} where the exact result is {ref.o_hi[i]:.6g})"
+            f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs of finite inputs "
+            f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o_hi[i]:.6g})"
         )
     p = make_problem(case.q, case.k, case.v, **case.options())
     b_n, hq, _, nq, *_ = p.shape
@@ -170,7 +177,7 @@ def nan_rule(adapter: Kernel, case: Case, device: str):
             if missed.any():
                 i, c = (int(x) for x in np.argwhere(missed)[0])
                 return False, (
-                    f"a NaN input did not reach O{(b, h, i, c)} = {out.o[b, h, i, c]!r} "
+                    f"a NaN input did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
                     f"({int(missed.sum())} such outputs in (b={b}, h={h}))"
                 )
     return True, (

@@ -1,0 +1,82 @@
+"""Campaign throughput against the number of workers: wall time, results per second, and
+whether every run wrote the same results bit for bit.
+
+    python benchmarks/campaign_speed.py            # the default campaign, 1 and all cores
+    python benchmarks/campaign_speed.py --runs 1 2 --preset smoke --kernel naive-numpy
+    python benchmarks/campaign_speed.py --runs 16:1 16:2 --kernel mod:fn   # N:K, K kernel workers
+    python benchmarks/campaign_speed.py --executor ray          # the same on a local Ray instance
+
+Each run is a fresh ``flashcheck report`` (a new process, ``--fail-on never --no-render``) into
+a temporary folder, with ``--workers N --kernel-workers K`` (a run ``N`` alone: ``K = N``); the
+table gives the speedup over the first run and whether its results are the first run's, bit for
+bit. Not a timed test: numbers depend on the machine (record them in RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _results(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "result":
+            out.append({k: v for k, v in rec.items() if k != "seconds"})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=["1", str(os.cpu_count() or 1)],
+        help="N or N:K per run (workers : kernel workers)",
+    )
+    ap.add_argument("--preset", default=None, help="campaign preset (default: the machine's)")
+    ap.add_argument("--kernel", action="append", help="kernels (default: every built-in one)")
+    ap.add_argument("--dtype", action="append", help="dtypes (default: all three)")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local")
+    args = ap.parse_args()
+    rows, first = [], None
+    with tempfile.TemporaryDirectory(prefix="campaign-speed-") as tmp:
+        for i, run in enumerate(args.runs):
+            n, _, k = run.partition(":")
+            k = k or n
+            cmd = [sys.executable, "-m", "flashcheck.harness.cli", "report", "--name", f"run{i}",
+                   "--out", tmp, "--fail-on", "never", "--no-render", "--workers", n,
+                   "--kernel-workers", k, "--executor", args.executor]  # fmt: skip
+            if args.preset:
+                cmd += ["--preset", args.preset]
+            for k in args.kernel or ():
+                cmd += ["--kernel", k]
+            for dt in args.dtype or ():
+                cmd += ["--dtype", dt]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+                return proc.returncode
+            res = _results(Path(tmp) / f"run{i}" / "results.jsonl")
+            first = first or (res, wall)
+            same = "yes" if res == first[0] else "NO"
+            rows.append((n, k, wall, len(res), len(res) / wall, first[1] / wall, same))
+            print(f"run {run}: {wall:.1f} s", file=sys.stderr, flush=True)
+    print("| workers | kernel workers | wall (s) | results | results/s | speedup | same results |")
+    print("|---|---|---|---|---|---|---|")
+    for n, k, wall, count, rate, speedup, same in rows:
+        print(f"| {n} | {k} | {wall:.1f} | {count} | {rate:.2f} | {speedup:.2f}x | {same} |")
+    return 0 if all(r[-1] == "yes" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Where a campaign's work runs: references on a process pool, kernels on isolated workers.
+
+A campaign has two kinds of work. *References* (the oracle, the same-precision naive baseline
+and the bounds of every arithmetic class for one case) are pure CPU work: they go to a pool of
+processes over the machine's cores. *Kernel calls* (and structural properties, which call the
+kernel several times) go to isolated kernel workers (:class:`KernelWorker`): one per visible GPU
+when the kernels run on CUDA, one per core on a CPU machine. The campaign submits work ahead and
+consumes results in plan order, so what it writes does not depend on who finished first.
+
+Results are bitwise identical whatever the number of workers: every worker process computes
+single-threaded (``OMP_NUM_THREADS=1`` and friends, set before it starts, and one torch thread),
+so no float64 sum is split differently across threads; the campaign process itself only judges
+(elementwise numpy). :class:`LocalExecutor` runs on this machine; :class:`RayExecutor` (the
+``ray`` extra) runs the same two kinds of work on a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import multiprocessing as mp
+import os
+import queue
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.judging.bounds import Bounds, error_bounds
+from flashcheck.harness.judging.check import naive_reference
+from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+
+__all__ = ["SINGLE_THREAD", "Executor", "LocalExecutor", "Reference", "compute_reference"]
+
+# Set for every worker process before it starts: one thread each, so that results do not
+# depend on how many workers share the machine.
+SINGLE_THREAD = {
+    name: "1"
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                 "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+}  # fmt: skip
+
+
+@dataclass
+class Reference:
+    """What judging a case needs besides the kernel's output."""
+
+    ref: OracleResult
+    naive: tuple[float | None, float | None]
+    every: Bounds  # class "unknown": its parts are every class's own bounds
+    max_logit: float
+    finite: bool
+    seconds: float
+
+
+def _max_logit(case: Case) -> float:
+    """``max |scale·q·k|`` over finite entries, in float64 (for plotting, not for judging)."""
+    *_, d, _ = case.shape
+    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(d)
+    q = np.nan_to_num(case.q.astype(np.float64), nan=0, posinf=0, neginf=0)
+    k = np.nan_to_num(case.k.astype(np.float64), nan=0, posinf=0, neginf=0)
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.abs(tau * (q @ np.swapaxes(k, -1, -2)))
+    s = s[np.isfinite(s)]
+    return float(s.max()) if s.size else 0.0
+
+
+def compute_reference(recipe: Recipe) -> Reference:
+    """The oracle, the naive baseline and every class's bounds for ``make_case(recipe)``."""
+    case = make_case(recipe)
+    t0 = time.perf_counter()
+    ref = oracle(case.q, case.k, case.v, **case.options())
+    naive = naive_reference(case, ref)
+    seconds = time.perf_counter() - t0
+    every = error_bounds(case.q, case.k, case.v, arithmetic="unknown", **case.options())
+    finite = all(bool(np.isfinite(x.astype(np.float32)).all()) for x in (case.q, case.k, case.v))
+    return Reference(ref, naive, every, _max_logit(case), finite, seconds)
+
+
+def _single_threaded() -> None:  # pragma: no cover - runs in pool processes
+    import signal
+
+    # Ctrl-C reaches the whole process group; the campaign handles it and shuts the pool down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+class Executor:
+    """The interface a campaign runs on: futures of references, kernel outputs and structural
+    checks. A kernel future's result is ``("ok", payload)`` or ``(status, message)`` with the
+    status of :class:`KernelFailure` (never raised across processes)."""
+
+    workers: int = 1
+    kernel_workers: int = 1
+
+    def reference(self, recipe: Recipe) -> cf.Future:
+        raise NotImplementedError
+
+    def run(self, spec: str, case: Case, device: str) -> cf.Future:
+        raise NotImplementedError
+
+    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def outcome(fut: cf.Future) -> Any:
+    """The payload of a kernel future, or :class:`KernelFailure`."""
+    status, payload = fut.result()
+    if status != "ok":
+        raise KernelFailure(status, payload)
+    return payload
+
+
+class LocalExecutor(Executor):
+    """References on ``workers`` processes, kernels on ``kernel_workers`` isolated workers
+    (on CUDA, worker ``i`` sees GPU ``i % device_count`` only), all single-threaded.
+    ``isolate=False`` runs everything in this process (no time limit: for debugging)."""
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        kernel_workers: int | None = None,
+        device: str = "cpu",
+        timeout: float = 300.0,
+        isolate: bool = True,
+    ) -> None:
+        cores = os.cpu_count() or 1
+        self.workers = workers or cores
+        gpus = _gpu_count() if device == "cuda" else 0
+        self.kernel_workers = kernel_workers or (gpus or cores)
+        if self.workers < 1 or self.kernel_workers < 1:
+            raise ValueError("workers and kernel workers must be >= 1")
+        self.isolate = isolate
+        self._saved = {k: os.environ.get(k) for k in SINGLE_THREAD}
+        if isolate:
+            os.environ.update(SINGLE_THREAD)  # inherited by every process started below
+        self._pool = None
+        if isolate:
+            self._pool = cf.ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_single_threaded
+            )
+        self._slots: queue.Queue[KernelWorker] = queue.Queue()
+        self._all: list[KernelWorker] = []
+        for i in range(self.kernel_workers if isolate else 1):
+            env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
+            w = KernelWorker(timeout=timeout, isolate=isolate, env=env)
+            self._all.append(w)
+            self._slots.put(w)
+        self._threads = cf.ThreadPoolExecutor(len(self._all), thread_name_prefix="kernel")
+
+    def reference(self, recipe: Recipe) -> cf.Future:
+        if self._pool is None:
+            fut: cf.Future = cf.Future()
+            fut.set_result(compute_reference(recipe))
+            return fut
+        return self._pool.submit(compute_reference, recipe)
+
+    def _on_slot(self, fn: str, *args: Any) -> tuple[str, Any]:
+        worker = self._slots.get()
+        try:
+            return "ok", getattr(worker, fn)(*args)
+        except KernelFailure as fail:
+            return fail.status, fail.message
+        finally:
+            self._slots.put(worker)
+
+    def run(self, spec: str, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_slot, "run", spec, case, device)
+
+    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
+        return self._threads.submit(self._on_slot, "check", name, spec, case, device, calls)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        for w in self._all:
+            w.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0

@@ -1,0 +1,118 @@
+"""A campaign on a Ray cluster: ``flashcheck report --executor ray [--address ...]``.
+
+The same two kinds of work as :class:`~flashcheck.harness.campaign.executor.LocalExecutor`,
+scheduled by Ray: each reference (oracle, naive baseline, bounds of one case) is a Ray task of
+one CPU; kernels run in Ray actors of one GPU each (for a CPU campaign, as many actors as the
+cluster has CPUs). An actor
+is the kernel's isolated process, as a kernel worker is locally: a call past the time limit
+kills it and a fresh actor takes its place, as does an actor that died (a crash) or an
+exception that mentions CUDA. The campaign process
+(the driver) writes the JSONL and renders the report; results are bitwise identical to a local
+run, because every worker computes single-threaded.
+
+What is shipped to the workers: the inputs of each task (a recipe, a case's arrays) and the
+kernel's *spec string*. Workers import flashcheck and the kernel's module themselves, so both
+must be installed on every node (a local instance finds the driver's current directory through
+``PYTHONPATH``, set for its workers). Requires ``pip install 'flashcheck[ray]'``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import queue
+from typing import Any
+
+from flashcheck.harness.campaign.executor import SINGLE_THREAD, Executor, compute_reference
+from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker, poisoned
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.families import Recipe
+
+__all__ = ["KernelActor", "RayExecutor"]
+
+
+class KernelActor:
+    """A Ray actor that runs kernel calls in its own process (Ray's worker process is the
+    isolation; the driver enforces the time limit and replaces the actor)."""
+
+    def __init__(self) -> None:
+        self.worker = KernelWorker(isolate=False)
+
+    def call(self, fn: str, *args: Any) -> tuple[str, Any]:
+        try:
+            return "ok", getattr(self.worker, fn)(*args)
+        except KernelFailure as fail:
+            return fail.status, fail.message
+
+
+class RayExecutor(Executor):
+    """References as Ray tasks, kernels on Ray actors; ``address`` None starts a Ray instance
+    on this machine (and stops it at the end)."""
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        device: str = "cpu",
+        timeout: float = 300.0,
+        kernel_workers: int | None = None,
+    ) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ValueError("--executor ray needs Ray: pip install 'flashcheck[ray]'") from None
+        self._ray = ray
+        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+        env = {**SINGLE_THREAD, "PYTHONPATH": path}
+        self._started = not ray.is_initialized()
+        if self._started:
+            ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False,
+                     log_to_driver=False, logging_level="ERROR")  # fmt: skip
+        resources = ray.cluster_resources()
+        self.workers = max(1, int(resources.get("CPU", 1)))
+        gpus = int(resources.get("GPU", 0)) if device == "cuda" else 0
+        self.kernel_workers = kernel_workers or (gpus or self.workers)
+        # A CPU actor keeps Ray's default (a CPU to be placed, none held while it runs), so
+        # that kernel actors never starve the reference tasks of CPUs.
+        self._actor = ray.remote(num_gpus=1)(KernelActor) if gpus else ray.remote(KernelActor)
+        self.timeout = float(timeout)
+        self._free: queue.Queue = queue.Queue()
+        for _ in range(self.kernel_workers):
+            self._free.put(self._actor.remote())
+        self._reference = ray.remote(num_cpus=1)(compute_reference)
+        self._threads = cf.ThreadPoolExecutor(self.kernel_workers, thread_name_prefix="ray")
+
+    def reference(self, recipe: Recipe) -> cf.Future:
+        return self._reference.remote(recipe).future()
+
+    def _on_actor(self, fn: str, *args: Any, calls: int = 1) -> tuple[str, Any]:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        actor = self._free.get()
+        try:
+            status, payload = self._ray.get(actor.call.remote(fn, *args),
+                                            timeout=self.timeout * calls)  # fmt: skip
+        except GetTimeoutError:
+            status, payload = "TIMEOUT", f"no result within {self.timeout * calls:g} s"
+        except RayActorError as err:
+            status, payload = "ERROR", f"the kernel process died ({type(err).__name__})"
+        if status in ("TIMEOUT", "ERROR") and (status == "TIMEOUT" or poisoned(str(payload))
+                                               or "process died" in str(payload)):  # fmt: skip
+            self._ray.kill(actor)
+            actor = self._actor.remote()
+        self._free.put(actor)
+        return status, payload
+
+    def run(self, spec: str, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_actor, "run", spec, case, device)
+
+    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
+        return self._threads.submit(self._on_actor, "check", name, spec, case, device, calls,
+                                    calls=calls)  # fmt: skip
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        while not self._free.empty():
+            self._ray.kill(self._free.get())
+        if self._started:
+            self._ray.shutdown()
