@@ -56,8 +56,8 @@ def main() -> int:
                    "--kernel-workers", k, "--executor", args.executor]  # fmt: skip
             if args.preset:
                 cmd += ["--preset", args.preset]
-            for k in args.kernel or ():
-                cmd += ["--kernel", k]
+            for spec in args.kernel or ():
+                cmd += ["--kernel", spec]
             for dt in args.dtype or ():
                 cmd += ["--dtype", dt]
             t0 = time.perf_counter()

@@ -22,7 +22,7 @@ inputs it accepts, and kernels whose fitted cases coincide share one oracle eval
   (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
   seed). The score is the *failure margin*: the larger of the deterministic-bound utilization
   and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
-  above 1 means the case fails.
+  above 1 means the case fails. A generation runs for every kernel and dtype at once.
 
 Every result is appended to a JSONL file (:mod:`flashcheck.harness.core.resultlog`) as soon as
 it exists. A re-run with the same configuration skips every result already there: the plan is
@@ -216,13 +216,14 @@ class Campaign:
         return rec
 
     # -- running items: submitted ahead, results written in plan order ---------------------
-    def _execute(self, items: Sequence[Item], specs: Sequence[str], progress: Progress) -> None:
-        """Evaluate ``items`` for ``specs`` with the executor's parallelism; results are
-        written in the order a one-worker run writes them."""
-        window = 2 * (self.executor.workers + self.executor.kernel_workers)
+    def _execute(self, work: Sequence[tuple[Item, Sequence[str]]], progress: Progress) -> None:
+        """Evaluate each ``(item, specs)`` with the executor's parallelism; results are written
+        in the order of ``work``, as a one-worker run writes them. Work is submitted far ahead
+        (a slow case must not leave the other workers idle) and collected in order."""
+        window = max(256, 8 * (self.executor.workers + self.executor.kernel_workers))
         pending: deque[_Task] = deque()
-        todo = iter(items)
-        for item in todo:
+        todo = iter(work)
+        for item, specs in todo:
             pending.append(self._submit(item, specs))
             if len(pending) >= window:
                 break
@@ -235,7 +236,7 @@ class Campaign:
                 progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
             nxt = next(todo, None)
             if nxt is not None:
-                pending.append(self._submit(nxt, specs))
+                pending.append(self._submit(*nxt))
 
     def _submit(self, item: Item, specs: Sequence[str]) -> _Task:
         dtype = item.recipe.dtype
@@ -352,38 +353,44 @@ class Campaign:
         if n_done:
             self.echo(f"resuming: {n_done} results already in {self.log.path}")
         progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
-        self._execute(fixed, specs, progress)
-        for spec in specs:
-            for dt in self.dtypes:
-                if self._runnable(spec, dt):
-                    self._search(spec, dt, progress)
+        self._execute([(item, specs) for item in fixed], progress)
+        # The search, a generation at a time for every kernel and dtype together: generation
+        # g of one pair depends only on that pair's earlier results.
+        for gen in range(p.search_generations):
+            work = []
+            for spec in specs:
+                for dt in self.dtypes:
+                    if self._runnable(spec, dt):
+                        work += [(child, [spec]) for child in self._children(spec, dt, gen)]
+            self._execute(work, progress)
         progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
 
-    def _search(self, spec: str, dtype: str, progress: Progress) -> None:
+    def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:
+        """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``: mutations of
+        the highest-scoring cases so far (none if there are none)."""
         p = self.preset
         adapter = self.kernels[spec]
-        for gen in range(p.search_generations):
-            # Parents come from the fixed parts and earlier generations only, so a resumed
-            # generation sees exactly the pool the uninterrupted run saw.
-            pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
-                    and r["status"] != "SKIP" and r["part"] != "structural"
-                    and _generation(r) < gen]  # fmt: skip
-            pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
-            parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
-            if not parents or not self._runnable(spec, dtype):
-                return
-            rng = rng_for(self.seed, "search", spec, dtype, gen)
-            children = []
-            for c in range(p.search_population):
-                parent = parents[c % len(parents)]
-                child = parent
-                for _ in range(20):
-                    child = mutate(rng, parent, p, adapter)
-                    if adapter.supports(make_case(child), self.devices[spec]) is None:
-                        break
-                children.append(Item("search", f"{gen}/{c}", child))
-            self._execute(children, [spec], progress)
+        # Parents come from the fixed parts and earlier generations only, so a resumed
+        # generation sees exactly the pool the uninterrupted run saw.
+        pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
+                and r["status"] != "SKIP" and r["part"] != "structural"
+                and _generation(r) < gen]  # fmt: skip
+        pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
+        parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
+        if not parents:
+            return []
+        rng = rng_for(self.seed, "search", spec, dtype, gen)
+        children = []
+        for c in range(p.search_population):
+            parent = parents[c % len(parents)]
+            child = parent
+            for _ in range(20):
+                child = mutate(rng, parent, p, adapter)
+                if adapter.supports(make_case(child), self.devices[spec]) is None:
+                    break
+            children.append(Item("search", f"{gen}/{c}", child))
+        return children
 
     # -- case files for the worst cases -----------------------------------------------------
     def save_worst(self, per_group: int = 3) -> None:
