@@ -11,7 +11,7 @@ pytest reports a failing test; the script then checks that a case file was writt
     python benchmarks/mutation_check.py            # the same, with flashcheck installed
     python benchmarks/mutation_check.py --only wrong-scale off-by-one-causal
 
-Takes ~10–30 minutes on 2 cores (each caught mutant also shrinks its failing example).
+Takes about 2 minutes on 2 cores (each caught mutant also shrinks its failing example).
 """
 
 from __future__ import annotations

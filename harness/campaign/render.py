@@ -145,6 +145,7 @@ def _failures(data, kernels, dtypes) -> list[str]:
                 for why in r["reasons"][:3]:
                     # Numbers inside a reason vary per case: group on the words.
                     text = re.sub(r"^(FAIL(-HARD)?: )?\d+ ", r"\1N ", why)
+                    text = re.sub(r"(convention difference: )\d+ ", r"\1N ", text)
                     text = re.sub(r" \((max|naive)[^)]*\)", "", text)
                     text = re.sub(r"error [-+\d.e]+ above", "error above", text)
                     reasons[f"{r['status']}: {text}" if r["status"] in BROKEN else text].append(
