@@ -24,14 +24,13 @@ from typing import Any
 from flashcheck.harness.adapters.adapter import KernelOutputError
 from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout, resolved
 from flashcheck.harness.campaign.executor import Executor, LocalExecutor, outcome
+from flashcheck.harness.campaign.records import SEVERITY, gist
 from flashcheck.harness.campaign.runner import (
     PRESETS,
-    SEVERITY,
     STREAK,
     Campaign,
     check_dtypes,
     default_kernels,
-    gist,
     kernel_device,
     resolve_kernels,
 )

@@ -1,0 +1,119 @@
+"""What a campaign's result record holds: statuses, the failure margin that steers the search,
+the metrics of a judged case and its fit to every arithmetic class.
+
+One record per kernel and case, appended to ``results.jsonl``
+(:mod:`flashcheck.harness.core.resultlog`); the renderer and the gate read nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.judging.bounds import Bounds
+from flashcheck.harness.judging.check import CheckResult
+from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
+
+__all__ = [
+    "BROKEN",
+    "SEVERITY",
+    "STATUSES",
+    "class_utilization",
+    "failure_margin",
+    "gist",
+    "result_fields",
+]
+
+STATUSES = ("PASS", "FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT", "SKIP")
+SEVERITY = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2, "BAD-OUTPUT": 2}
+BROKEN = ("ERROR", "TIMEOUT", "BAD-OUTPUT")
+
+
+def failure_margin(res: CheckResult) -> float:
+    """How close the case is to failing: the largest of the deterministic-bound utilizations
+    (O and LSE) and ``max_ulp / (2·E_naive + 1)``, the empirical rule's utilization. Above 1
+    the case fails; a FAIL-HARD for another reason (NaN/Inf, masked rows) scores just above 1.
+    """
+    v = res.verdict
+    if not math.isfinite(v.max_ulp):  # NaN/Inf where the exact result is finite
+        return math.inf
+    margin = 0.0
+    if math.isfinite(v.det_util):
+        margin = max(margin, v.det_util)
+    if math.isfinite(v.naive_ulp):
+        margin = max(margin, v.max_ulp / (2 * v.naive_ulp + 1))
+    if math.isfinite(v.lse_det_util):
+        margin = max(margin, v.lse_det_util)
+    if v.verdict == "FAIL-HARD":
+        margin = max(margin, 1.0 + 1e-9)
+    return margin
+
+
+def gist(message: str) -> str:
+    """A failure message without the numbers that vary from case to case (shapes, lengths,
+    addresses): two failures with the same gist are the same failure."""
+    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e[-+]?\d+)?", "N", message)
+
+
+def class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None]:
+    """Max |error| / deterministic bound of O against each known arithmetic class (``None``
+    where the output is not finite where the oracle is)."""
+    o, ref = res.output.o, res.ref
+    ok = np.isfinite(ref.o_hi) & np.isfinite(o)
+    if (np.isfinite(ref.o_hi) & ~np.isfinite(o)).any():
+        return dict.fromkeys(every.parts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
+        out = {}
+        for cls, b in every.parts.items():
+            u = np.where(b.o_det > 0, err / b.o_det, np.where(err > 0, np.inf, 0.0))
+            out[cls] = float(u.max()) if u.size else 0.0
+    return out
+
+
+def _missing(x: float) -> float | None:
+    """``None`` for a value that does not apply (NaN in the verdict means 'not computed')."""
+    return None if math.isnan(x) else x
+
+
+def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
+    v, s = res.verdict, res.verdict.summary
+    ref = res.ref
+    e = floored_ulp_error(res.output.o, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
+    ok = np.isfinite(ref.o_hi) & np.isfinite(res.output.o)
+    with np.errstate(invalid="ignore"):
+        d = ((res.output.o - ref.o_hi) - ref.o_lo)[ok]
+        # The error of the correctly rounded output: the floor no kernel can go below.
+        rn = ((ref.o_rounded.astype(np.float64) - ref.o_hi) - ref.o_lo)[ok]
+    return {
+        "status": v.verdict,
+        "reasons": v.reasons,
+        "score": failure_margin(res),
+        "class_util": class_utilization(res, every),
+        "metrics": {
+            # NaN/inf here: the kernel returned NaN/±Inf where the exact result is finite.
+            "max_ulp": v.max_ulp,
+            "median_ulp": s.median_floored_ulp,
+            "max_ulp_int": s.max_ulp_int,
+            "det_util": _missing(v.det_util),
+            "prob_util": _missing(v.prob_util),
+            "naive_ulp": _missing(v.naive_ulp),
+            "naive_ratio": _missing(v.naive_ratio),
+            "lse_err": _missing(v.lse_err),
+            "lse_det_util": _missing(v.lse_det_util),
+            "normwise_rel": s.normwise_rel,
+            "rmse": s.rmse,
+            "sse": float(np.sum(d * d)),
+            "oracle_rn_sse": float(np.sum(rn * rn)),
+            "n_finite": int(d.size),
+            "max_abs": s.max_abs,
+            "nonfinite_mismatches": s.nonfinite_mismatches,
+            "count": s.count,
+            "has_lse": res.output.lse is not None,
+        },
+        "ulp_hist": ulp_histogram(np.where(ok, e, np.nan)),
+        "worst": v.worst[:3],
+    }
