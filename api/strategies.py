@@ -9,8 +9,11 @@ Families: ``randn``, ``huge_logits`` (scores near and past the format's and exp'
 ``near_ties`` and ``exact_ties`` of the row max, ``subnormal``, ``tiny``, ``spike``,
 ``fa3_outliers``, ``sink``, ``monotone`` (the running max grows at every key), ``cancel_v``
 (outputs near 0), ``uniform``, ``one_hot`` and ``nonfinite`` (NaN/±Inf inputs).
+
+A drawn case prints as ``make_case(Recipe(...))``: with ``from flashcheck.strategies import
+Recipe, make_case`` that expression rebuilds exactly the values tested.
 """
 
-from flashcheck.properties.strategies import FAMILIES, attention_cases
+from flashcheck.properties.strategies import FAMILIES, Recipe, attention_cases, make_case
 
-__all__ = ["FAMILIES", "attention_cases"]
+__all__ = ["FAMILIES", "Recipe", "attention_cases", "make_case"]

@@ -179,7 +179,9 @@ def _add_bench(sub) -> None:
 
 def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import importlib.resources
+    import os
     import subprocess
+    import tempfile
 
     import pytest
 
@@ -202,10 +204,20 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     argv += extra[1:] if extra[:1] == ["--"] else extra
     # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
     # (from inside this process it would warn that the package is already imported).
-    try:
-        code = subprocess.run([sys.executable, "-m", "pytest", *argv], check=False).returncode
-    except KeyboardInterrupt:
-        return 130
+    with tempfile.TemporaryDirectory(prefix="flashcheck-test-") as tmp:
+        mark = Path(tmp) / "session"
+        env = dict(os.environ, FLASHCHECK_SESSION_FILE=str(mark))
+        try:
+            code = subprocess.run([sys.executable, "-m", "pytest", *argv], env=env).returncode
+        except KeyboardInterrupt:
+            return 130
+        last = mark.read_text() if mark.exists() else ""
+    if last != "finished" and code not in (0, pytest.ExitCode.USAGE_ERROR):
+        where = f"in {last}" if last else "before the first test"
+        print(f"\nflashcheck test: the test process ended abruptly {where} (exit status {code}): "
+              "the kernel probably killed it (a crash, os._exit). 'flashcheck report --kernel "
+              f"{args.spec}' runs the kernel in an isolated process and records such crashes "
+              "with their inputs.", file=sys.stderr)  # fmt: skip
     # pytest's own codes, except a usage error, which is 2 here as in every flashcheck command.
     return 2 if code == pytest.ExitCode.USAGE_ERROR else code
 
@@ -362,6 +374,11 @@ def _add_report(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    # `flashcheck replay <id> | head`: end quietly when the reader goes away, as Unix tools do.
+    if hasattr(signal, "SIGPIPE") and argv is None:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = argparse.ArgumentParser(
         prog="flashcheck",
         description="Numerics and property-testing harness for softmax attention kernels.",

@@ -41,6 +41,7 @@ import pytest
 __all__ = ["PROFILES", "RUN_CONTEXT", "final_example", "profile_name"]
 
 PROFILES = ("ci", "dev", "thorough", "sweep")
+PROBE_TIMEOUT = 120.0  # seconds one probe call may take (a first Triton compile included)
 # Filled at configure time: the Hypothesis profile and seed of this run, for case files.
 RUN_CONTEXT: dict[str, Any] = {}
 _KERNELS = pytest.StashKey[dict[str, Any]]()
@@ -182,26 +183,29 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dict[str, Any]:
     """The kernels under test with their contracts; a kernel that cannot run on this machine
-    at all (not installed, no device: not the kernel's fault) is a usage error."""
+    at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
+    a separate process with a time limit: a kernel that hangs or kills its process on a probe
+    input is then reported as such, not a silent end of the test session."""
     from flashcheck.harness.adapters.probe import resolved
     from flashcheck.harness.adapters.registry import resolve
+    from flashcheck.harness.campaign.worker import KernelWorker, probe_runner
 
     out: dict[str, Any] = {}
-    for spec in specs:
-        try:
-            kern = resolve(spec)
-        except ValueError as err:
-            raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
-        dev = kernel_device(kern, device)
-        if not kern.pending:
+    with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
+        for spec in specs:
             try:
-                why = [kern.unavailable(dt, dev) for dt in (dtypes or kern.dtypes)]
-            except Exception:  # a broken kernel's own canary: its tests will show the failure
-                why = []
-            if why and all(why):
-                if len(specs) == 1 or spec not in _builtin_suite():
+                kern = resolve(spec)
+            except ValueError as err:
+                raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+            dev = kernel_device(kern, device)
+            if not kern.pending:
+                try:
+                    why = [kern.unavailable(dt, dev) for dt in (dtypes or kern.dtypes)]
+                except Exception:  # a broken kernel's own canary: its tests show the failure
+                    why = []
+                if why and all(why) and (len(specs) == 1 or spec not in _builtin_suite()):
                     raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
-        out[spec] = resolved(kern, dev)
+            out[spec] = resolved(kern, dev, probe_runner(worker.run, spec, dev))
     return out
 
 
@@ -225,6 +229,23 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         lines.append(f"flashcheck kernel {spec}:")
         lines += [f"  {line}" for line in kern.contract_lines()]
     return lines
+
+
+def _mark(text: str) -> None:
+    """Leave ``text`` where `flashcheck test` looks after the run (if it asked): the test in
+    progress, or "finished". A kernel that kills the test process leaves its test's name."""
+    path = os.environ.get("FLASHCHECK_SESSION_FILE")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _mark(nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _mark("finished")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

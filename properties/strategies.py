@@ -10,7 +10,7 @@ tested. The saved case file holds the bit patterns as well.
 
 The families themselves (and :class:`Recipe`, :func:`make_case`) live in
 :mod:`flashcheck.harness.cases.families`, shared with the report campaign. Lengths are biased
-to block edges (or are 1, 2 and 3 times a kernel's required multiple); ``Nq != Nk``, causal
+to block edges (or are multiples of a kernel's required multiple); ``Nq != Nk``, causal
 with ``Nq > Nk`` (fully masked rows), sliding windows, explicit masks and GQA/MQA come from the
 shared shape draw, each only where the kernel's contract takes it.
 """
@@ -47,9 +47,10 @@ __all__ = [
 
 def lengths(max_len: int, multiple: int = 1) -> st.SearchStrategy[int]:
     """Sequence lengths, mostly at block edges, never above ``max_len``; with ``multiple > 1``,
-    1, 2 and 3 times the multiple."""
+    the multiples up to ``max_len`` (at least 1, 2 and 3 times the multiple)."""
     if multiple > 1:
-        return st.sampled_from([multiple * i for i in (1, 2, 3)])
+        top = max(3, max_len // multiple)
+        return st.sampled_from([multiple * i for i in range(1, top + 1)])
     edges = [n for n in EDGES if n <= max_len]
     return st.one_of(st.sampled_from(edges), st.integers(1, max_len))
 

@@ -61,7 +61,8 @@ def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -
     library GEMM that breaks the NaN rule there), judged on one small case; else ``None``."""
     m = kernel.seq_multiple
     d = 16 if kernel.head_dims is None else kernel.head_dims[0]
-    case = make_case(Recipe(dtype, family, 1, 1, 1, max(m, 17), max(m, 17), d, d, seed=0))
+    n = m if m > 1 else 17
+    case = make_case(Recipe(dtype, family, 1, 1, 1, n, n, d, d, seed=0))
     why = kernel.supports(case, device)
     return None if why is None else f"{family} inputs are outside the contract here: {why}"
 

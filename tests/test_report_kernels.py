@@ -49,8 +49,9 @@ def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert named in text, text
-    gate = [line for line in text.splitlines() if line.startswith("exit status 1")]
-    assert gate and f"user_kernels:{kernel} {dtype}" in gate[0]
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("exit status 1"))
+    assert any(f"user_kernels:{kernel} {dtype}" in line for line in lines[at + 1 :])
     # the report folder is named after the kernel, and every failure saved a replayable case
     records = read_records(user_dir / f"reports/user_kernels-{kernel}/results.jsonl")
     failing = [r for r in records if r.get("type") == "result"

@@ -116,6 +116,11 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<Kernel {self.name!r}: {'; '.join(self.contract_lines()[:3])}>"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Hypothesis prints a failing example's arguments with this protocol; without it a
+        # dataclass is spelled field by field (25 lines for one kernel).
+        printer.text(f"<Kernel {self.name!r}>")
+
     def unavailable(self, dtype: str, device: str) -> str | None:
         """Why this kernel cannot run ``dtype`` on ``device`` here, or ``None`` if it can."""
         if dtype not in self.dtypes:

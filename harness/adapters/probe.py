@@ -164,7 +164,7 @@ def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) ->
             m = 1
         else:
             # The smaller base lengths failed with every head dim and dtype: n0 is the multiple.
-            notes.pop()
+            # The ragged length's message stays in the notes: it says why.
             m = n0
         out["seq_multiple"] = m
     if "head_dims" in todo:

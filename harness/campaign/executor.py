@@ -191,11 +191,19 @@ class LocalExecutor(Executor):
         return self._threads.submit(self._on_slot, "check", name, spec, case, device, calls)
 
     def close(self) -> None:
-        self._threads.shutdown(wait=True, cancel_futures=True)
+        # A second Ctrl-C while shutting down must not leave processes behind: the steps are
+        # retried without waiting.
+        try:
+            self._threads.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            self._threads.shutdown(wait=False, cancel_futures=True)
         for w in self._all:
             w.close()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            try:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            except KeyboardInterrupt:
+                self._pool.shutdown(wait=False, cancel_futures=True)
         for k, v in self._saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -199,9 +199,9 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
             nk = int(rng.choice([n, n - 1, (n + 1) // 2])) if i % 2 else n
             opts: dict[str, Any] = {}
             if name == "options-applied":
-                which = ("causal", "window", "scale")[i % 3]
-                opts = {"causal": which == "causal", "scale": 0.5 if which == "scale" else None,
-                        "window": (4, 0) if which == "window" else None}  # fmt: skip
+                # Every option at once; the check takes each away in turn (those a kernel does
+                # not take are dropped when the case is fitted to it).
+                opts = {"causal": True, "window": (8, None), "scale": 0.5}
             elif name != "key-permutation":
                 opts = {"causal": bool(rng.random() < 0.5)}
             # Four query heads on two key/value heads: a wrong group mapping shows.
@@ -219,8 +219,8 @@ def fit_recipe(r: Recipe, kernel: Kernel) -> Recipe:
     """``r`` moved inside ``kernel``'s contract, deterministically: masks and an explicit scale
     it does not take are dropped, head dims move to the nearest it accepts, ``Hk = Hq`` without
     grouped-query heads, one (batch, head) slice if it takes no more, ``Nk = Nq`` if it needs
-    equal lengths, and lengths round up to its multiple ``m`` (at most ``3m``: the kernel's
-    granularity, as 1, 2 and 3 blocks). The score range is capped at the kernel's limit.
+    equal lengths, and lengths round up to its multiple ``m`` (so the preset's lengths keep
+    their reach). The score range is capped at the kernel's limit.
 
     Every kernel of a campaign runs the same plan, each on the plan's cases fitted to it;
     kernels whose fitted cases coincide share one oracle evaluation."""
@@ -245,11 +245,7 @@ def fit_recipe(r: Recipe, kernel: Kernel) -> Recipe:
         out = replace(out, nk=out.nq)
     m = kernel.seq_multiple
     if m > 1:
-
-        def up(n: int) -> int:
-            return m * min(3, max(1, -(-n // m)))
-
-        out = replace(out, nq=up(out.nq), nk=up(out.nk))
+        out = replace(out, nq=m * max(1, -(-out.nq // m)), nk=m * max(1, -(-out.nk // m)))
     limit = kernel.score_limit.get(out.dtype)
     if limit is not None and score_magnitude(make_case(out)) >= limit:
         # Only then: a recipe left alone keeps sharing its oracle call with other kernels.

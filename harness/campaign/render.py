@@ -238,7 +238,7 @@ def _worst_cases(data, kernels, dtypes, case_dir: str) -> list[str]:
     if broken:
         lines += ["", "Kernels that raised, hung or returned a wrong shape (first per kernel "
                   "and dtype; rebuild the inputs with the expression shown, from "
-                  "`flashcheck.harness.cases.families`):", ""]  # fmt: skip
+                  "`from flashcheck.strategies import Recipe, make_case`):", ""]  # fmt: skip
         seen = set()
         for r in broken:
             if (r["kernel"], r["dtype"], r["status"]) in seen:

@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import KernelOutputError
-from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout, resolved
+from flashcheck.harness.adapters.probe import resolved
 from flashcheck.harness.campaign.executor import Executor, LocalExecutor, outcome
 from flashcheck.harness.campaign.records import SEVERITY, gist
 from flashcheck.harness.campaign.runner import (
@@ -34,9 +33,9 @@ from flashcheck.harness.campaign.runner import (
     kernel_device,
     resolve_kernels,
 )
-from flashcheck.harness.campaign.worker import KernelFailure
+from flashcheck.harness.campaign.worker import probe_runner
 from flashcheck.harness.core.environment import environment_record
-from flashcheck.harness.core.resultlog import ResultLog, num
+from flashcheck.harness.core.resultlog import ResultLog, num, read_records
 
 __all__ = [
     "GATES",
@@ -144,20 +143,6 @@ def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
     return int(bool(gate_findings(records, fail_on)))
 
 
-def _probe_runner(executor: Executor, spec: str, device: str):
-    def run(case):
-        try:
-            outcome(executor.run(spec, case, device))
-        except KernelFailure as fail:
-            if fail.status == "TIMEOUT":
-                raise ProbeTimeout(fail.message) from None
-            if fail.status == "BAD-OUTPUT":
-                raise KernelOutputError(fail.message) from None
-            raise ProbeFailure(fail.message) from None
-
-    return run
-
-
 def make_executor(opts: ReportOptions, device: str) -> Executor:
     """The executor ``opts`` asks for: local processes, or a Ray cluster."""
     if opts.executor == "ray":
@@ -197,43 +182,46 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
               "command": _command(opts, name, preset_name, device, list(declared)),
               "case_dir": str(case_dir)}  # fmt: skip
     results_path = out_dir / "results.jsonl"
-    with (
-        ResultLog.open(results_path, header, fresh=opts.fresh) as log,
-        make_executor(opts, device) as executor,
-    ):
-        log.append({"type": "session", "env": environment_record(device)})
-        adapters = {}
-        for spec, kern in declared.items():
-            if kern.pending:
-                echo(f"probing the contract of {spec} on {devices[spec]} ...")
-            adapters[spec] = resolved(
-                kern, devices[spec], _probe_runner(executor, spec, devices[spec])
-            )
-        for spec in opts.kernels:
-            why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
-            if all(why) and adapters[spec].dtypes:
-                # Asked for by name and impossible here (not a failure of the kernel).
-                raise ValueError(f"{spec} cannot run here: {why[0]}")
-        _log_contracts(log, adapters, devices, dtypes)
-        runnable = [s for s, a in adapters.items()
-                    if any(a.unavailable(dt, devices[s]) is None for dt in dtypes)]  # fmt: skip
-        echo(f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, device "
-             f"{device}; kernels {', '.join(runnable) or '(none can run here)'}; results -> "
-             f"{results_path}")  # fmt: skip
-        camp = Campaign(
-            log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, executor,
-            case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
-        )  # fmt: skip
-        try:
-            camp.run()
-            camp.save_worst()
-            log.append({"type": "complete", "results": len(camp.results())})
-        except KeyboardInterrupt:
-            n = len(camp.results())
-            print(f"\ninterrupted: {n} results are safe in {results_path}; run the same "
-                  "command again to resume", file=sys.stderr)  # fmt: skip
-            return 130
-        records = list(log.records)
+    try:
+        with make_executor(opts, device) as executor:
+            adapters = {}
+            for spec, kern in declared.items():
+                if kern.pending:
+                    echo(f"probing the contract of {spec} on {devices[spec]} ...")
+                runner = probe_runner(lambda s, c, d: outcome(executor.run(s, c, d)), spec,
+                                      devices[spec])  # fmt: skip
+                adapters[spec] = resolved(kern, devices[spec], runner)
+            for spec in opts.kernels:
+                why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
+                if all(why) and adapters[spec].dtypes:
+                    # Asked for by name and impossible here (not a failure of the kernel): a
+                    # usage error, found before any results file is made.
+                    raise ValueError(f"{spec} cannot run here: {why[0]}")
+            with ResultLog.open(results_path, header, fresh=opts.fresh) as log:
+                log.append({"type": "session", "env": environment_record(device)})
+                _log_contracts(log, adapters, devices, dtypes)
+                runnable = [
+                    s for s, a in adapters.items()
+                    if any(a.unavailable(dt, devices[s]) is None for dt in dtypes)
+                ]  # fmt: skip
+                echo(f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, "
+                     f"device {device}; kernels {', '.join(runnable) or '(none can run here)'}"
+                     f"; results -> {results_path}")  # fmt: skip
+                camp = Campaign(
+                    log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, executor,
+                    case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
+                )  # fmt: skip
+                camp.run()
+                camp.save_worst()
+                log.append({"type": "complete", "results": len(camp.results())})
+                records = list(log.records)
+    except KeyboardInterrupt:
+        done = ""
+        if results_path.exists():
+            done = sum(1 for r in read_records(results_path) if r.get("type") == "result")
+            done = f"{done} results are safe in {results_path}; "
+        print(f"\ninterrupted: {done}run the same command again to resume", file=sys.stderr)
+        return 130
     for line in terminal_summary(records, str(case_dir)):
         echo(line)
     if opts.render:
@@ -243,7 +231,9 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
         echo(f"report: {path}")
     found = gate_findings(records, opts.fail_on)
     if found:
-        echo(f"exit status 1 (gate --fail-on {opts.fail_on}): " + "; ".join(found))
+        echo(f"exit status 1 (gate --fail-on {opts.fail_on}):")
+        for line in found:
+            echo(f"  - {line}")
     return int(bool(found))
 
 
@@ -290,7 +280,7 @@ def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[s
         reasons = Counter(gist(why) for r in bad for why in r["reasons"][:1])
         example = {gist(why): why for r in reversed(bad) for why in r["reasons"][:1]}
         for why, n in reasons.most_common(3):
-            lines.append(f"    {n} x {example[why]}" + (" (the first of them)" if n > 1 else ""))
+            lines.append(f"    {n} result{'s' if n > 1 else ''}, e.g. {example[why]}")
         worst = sorted(
             (r for r in rows if r["key"] in files),
             key=lambda r: (-SEVERITY.get(r["status"], 0), -num(r["score"])),

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashcheck.harness.adapters.adapter import KernelOutput, KernelOutputError, KernelUnsupported
+from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout
 from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.cases.case import Case
 from flashcheck.harness.judging.structural import CHECKS
 
-__all__ = ["KernelFailure", "KernelWorker", "poisoned"]
+__all__ = ["KernelFailure", "KernelWorker", "poisoned", "probe_runner"]
 
 _ENV_LOCK = threading.Lock()
 
@@ -194,6 +195,7 @@ class KernelWorker:
         deadline = time.monotonic() + timeout
         while not self._conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
             if not self._proc.is_alive():
+                self._proc.join()  # reaped: its exit code is known
                 code = self._proc.exitcode
                 self._kill()
                 return "ERROR", f"the kernel process died (exit code {code})"
@@ -203,7 +205,8 @@ class KernelWorker:
         try:
             status, payload = self._conn.recv()
         except EOFError:
-            code = self._proc.exitcode if self._proc is not None else None
+            self._proc.join()
+            code = self._proc.exitcode
             self._kill()
             return "ERROR", f"the kernel process died (exit code {code})"
         if status == "ERROR" and poisoned(payload):
@@ -218,3 +221,22 @@ class KernelWorker:
         """Structural property ``name`` of :data:`~flashcheck.harness.judging.structural.CHECKS`
         on ``case``, run in the child with ``calls`` times the per-call time limit."""
         return self._request(("check", name, spec, case, device), self.timeout * calls)
+
+
+def probe_runner(call: Any, spec: str, device: str) -> Any:
+    """A probe ``runner`` (:func:`flashcheck.harness.adapters.probe.probe`) over an isolated
+    call ``call(spec, case, device)`` that raises :class:`KernelFailure`: a hang becomes
+    :class:`ProbeTimeout`, a wrong output :class:`KernelOutputError`, anything else (an
+    exception, a crash of the kernel's process) :class:`ProbeFailure` with its message."""
+
+    def run(case: Case) -> None:
+        try:
+            call(spec, case, device)
+        except KernelFailure as fail:
+            if fail.status == "TIMEOUT":
+                raise ProbeTimeout(fail.message) from None
+            if fail.status == "BAD-OUTPUT":
+                raise KernelOutputError(fail.message) from None
+            raise ProbeFailure(fail.message) from None
+
+    return run
