@@ -59,3 +59,10 @@ def test_cross_batch_kernel_with_128_multiples_fails_with_a_replayable_case(user
     rep, _ = _flashcheck(["replay", record["id"]], user_dir)
     assert rep.returncode == 1, rep.stdout + rep.stderr
     assert "(same verdict)" in rep.stdout
+
+
+def test_a_kernel_that_kills_the_test_process_is_named(user_dir):
+    out, _ = _flashcheck(["test", "user_kernels:kills_its_process", "--dtype", "fp32"], user_dir)
+    assert out.returncode not in (0, 2), out.stdout + out.stderr
+    assert "the test process ended abruptly in test_" in out.stderr, out.stderr
+    assert "flashcheck report --kernel user_kernels:kills_its_process" in out.stderr
