@@ -197,6 +197,8 @@ def judge(
         with np.errstate(invalid="ignore"):
             lerr = np.where(okl, np.abs((lse - ref.lse_hi) - ref.lse_lo), 0.0)
         lse_err = float(lerr.max()) if lerr.size else 0.0
+        if bad_l.any():  # a wrong -inf/NaN/inf has no finite error: never shown as a small one
+            lse_err = math.inf
         floor = ulp(np.where(okl, ref.lse_hi, 0.0), FP32)
         if bounds is not None:
             lu = np.where(okl, _ratio(lerr, bounds.lse_det), 0.0)
