@@ -70,12 +70,11 @@ class Reference:
     ref: OracleResult
     naive_ulp: float
     inputs: tuple[Any, Any, Any]
-    _bounds: dict[str, Bounds | None] = field(default_factory=dict)
+    _bounds: dict[str, Bounds] = field(default_factory=dict)
 
-    def bounds(self, arithmetic: str) -> Bounds | None:
-        """Bounds of ``arithmetic`` on the sample (``None`` for ``"unknown"``), cached."""
-        if arithmetic == "unknown":
-            return None
+    def bounds(self, arithmetic: str) -> Bounds:
+        """Bounds of ``arithmetic`` on the sample (``"unknown"``: the loosest of every known
+        class, as in the error report), cached."""
         if arithmetic not in self._bounds:
             q, k, v = self.inputs
             self._bounds[arithmetic] = error_bounds(

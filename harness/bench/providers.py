@@ -39,7 +39,7 @@ class Provider:
     ``materializes`` marks forwards that hold the ``N × N`` score matrix in memory: the
     benchmark skips shapes where that would not fit, instead of running out of memory.
     ``arithmetic`` is the class of the bounds its outputs are judged with
-    (``"unknown"``: the empirical rule only).
+    (``"unknown"``: the loosest bound of every known class, as in the error report).
     """
 
     name: str
