@@ -5,6 +5,7 @@ whether every run wrote the same results bit for bit.
     python benchmarks/campaign_speed.py --runs 1 2 --preset smoke --kernel naive-numpy
     python benchmarks/campaign_speed.py --runs 16:1 16:2 --kernel mod:fn   # N:K, K kernel workers
     python benchmarks/campaign_speed.py --executor ray          # the same on a local Ray instance
+    python benchmarks/campaign_speed.py --cold-caches ...       # every run compiles its kernels
 
 Each run is a fresh ``flashcheck report`` (a new process, ``--fail-on never --no-render``) into
 a temporary folder, with ``--workers N --kernel-workers K`` (a run ``N`` alone: ``K = N``); the
@@ -45,6 +46,12 @@ def main() -> int:
     ap.add_argument("--kernel", action="append", help="kernels (default: every built-in one)")
     ap.add_argument("--dtype", action="append", help="dtypes (default: all three)")
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
+    ap.add_argument(
+        "--cold-caches",
+        action="store_true",
+        help="give every run empty Triton and TorchInductor caches, so that no run reuses the "
+        "kernels an earlier run compiled",
+    )
     args = ap.parse_args()
     rows, first = [], None
     with tempfile.TemporaryDirectory(prefix="campaign-speed-") as tmp:
@@ -60,8 +67,12 @@ def main() -> int:
                 cmd += ["--kernel", spec]
             for dt in args.dtype or ():
                 cmd += ["--dtype", dt]
+            env = dict(os.environ)
+            if args.cold_caches:
+                env["TRITON_CACHE_DIR"] = str(Path(tmp) / f"triton-cache{i}")
+                env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-cache{i}")
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)

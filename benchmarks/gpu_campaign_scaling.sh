@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Campaign scaling over GPUs (run on the two-GPU machine through the device tool): the same
+# campaign with one kernel worker (GPU 0 only) and with one kernel worker per GPU, every run
+# with empty compile caches (RUNS="..." overrides the N:K list, e.g. to repeat the first).
+# Results must be bit for bit identical; the goal is two GPUs >= 1.8x one GPU's results/s.
+#   bash benchmarks/gpu_campaign_scaling.sh        (writes $OUT/campaign_scaling.md)
+# Kernels: every built-in one that runs on this machine except flex (FlexAttention compiles
+# once per shape, about 3 s each, which alone would take one run past the device's
+# 10-minute command limit), plus one user kernel; fp16; the gpu preset.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/flashcheck-out}
+mkdir -p "$OUT"
+python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
+export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
+mkdir -p /tmp/uk && cp "$ROOT/tests/user/user_kernels.py" /tmp/uk/ && cd /tmp/uk
+python3 -m flashcheck.harness.cli env
+nvidia-smi --query-gpu=name --format=csv,noheader
+GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
+CORES=$(nproc)
+KERNELS=()
+for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math sdpa-flash \
+         sdpa-efficient sdpa-cudnn user_kernels:textbook; do
+    KERNELS+=(--kernel "$k")
+done
+python3 "$ROOT/benchmarks/campaign_speed.py" --cold-caches --preset gpu --dtype fp16 \
+    "${KERNELS[@]}" --runs ${RUNS:-"$CORES:1" "$CORES:$GPUS"} | tee "$OUT/campaign_scaling.md"
