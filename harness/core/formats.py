@@ -189,6 +189,10 @@ def round_mpf(x: mpmath.mpf, fmt: Format) -> float:
     sign, man, exp, bc = mpmath.mpf(x)._mpf_
     top = exp + bc - 1  # floor(log2 |x|)
     qexp = max(top, fmt.emin) - fmt.p + 1
+    if top < qexp - 1:
+        # Below half the smallest subnormal (e.g. a gradient weighted by exp(−10^35)): zero,
+        # decided without shifting by the huge exponent difference.
+        return -0.0 if sign else 0.0
     shift = qexp - exp
     if shift <= 0:
         n = man << -shift

@@ -25,8 +25,11 @@ def _prepare_keys(k, v):
     return {"ks": ks, "vs": vs, "abs_v": np.abs(v_aug), "bd": bd, "bn": bn, "shape": v.shape}
 
 
-def _fast_head(q, keep, prep, scale: Scale):
-    """Double-double evaluation with certified bounds; see docs/oracle.md §3."""
+def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
+    """Double-double evaluation with certified bounds; see docs/oracle.md §3. With
+    ``weights``, also the unnormalised weights ``e`` (dd ``e_hi + e_lo`` within
+    ``e_rel·e_hi + e_abs`` of the exact ``exp``), ``1/l`` as a dd and ``rel_l`` (the relative
+    bound on the computed ``l``): what the gradient oracle needs to form ``P``."""
     r_n, _d = q.shape
     nk, dv = prep["shape"]
     has = keep.any(axis=1)
@@ -40,6 +43,10 @@ def _fast_head(q, keep, prep, scale: Scale):
         "lse_err": np.zeros(r_n),
         "lse_floor": np.zeros(r_n),
     }
+    if weights:
+        zeros = np.zeros((r_n, nk))
+        out.update(e_hi=zeros, e_lo=zeros, e_rel=zeros, e_abs=zeros, inv_hi=np.zeros(r_n),
+                   inv_lo=np.zeros(r_n), rel_l=np.zeros(r_n))  # fmt: skip
     if r_n == 0 or nk == 0 or not has.any():
         return out
 
@@ -132,18 +139,21 @@ def _fast_head(q, keep, prep, scale: Scale):
         lse_err=np.where(has, lse_err, 0.0),
         lse_floor=np.where(has, lse_floor, 0.0),
     )
+    if weights:
+        out.update(e_hi=eh, e_lo=el, e_rel=eps, e_abs=alpha, inv_hi=np.where(has, inv_h, 0.0),
+                   inv_lo=np.where(has, inv_l, 0.0), rel_l=rel_l)  # fmt: skip
     return out
 
 
 _BLOCK_ELEMENTS = 1 << 16  # rows × keys per block: keeps the elementwise work in cache
 
 
-def fast_rows(q, k, v, keep, scale: Scale):
+def fast_rows(q, k, v, keep, scale: Scale, *, weights: bool = False):
     """:func:`_fast_head` over blocks of rows (rows are independent), results stacked."""
     step = max(32, _BLOCK_ELEMENTS // max(k.shape[0], 1))
     prep = _prepare_keys(k, v)
     parts = [
-        _fast_head(q[i : i + step], keep[i : i + step], prep, scale)
+        _fast_head(q[i : i + step], keep[i : i + step], prep, scale, weights)
         for i in range(0, q.shape[0], step)
     ]
     if len(parts) == 1:

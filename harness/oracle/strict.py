@@ -17,18 +17,18 @@ from flashcheck.harness.oracle import exact as ex
 from flashcheck.harness.oracle.common import Scale, target
 
 
-def _to_ints(x: np.ndarray, shift: int) -> np.ndarray:
+def to_ints(x: np.ndarray, shift: int) -> np.ndarray:
     """Exact integers ``x·2^shift`` (object array); every fmt value times 2^shift is an integer."""
     scaled = np.ldexp(x, shift)
     return np.array([int(t) for t in scaled.ravel()], dtype=object).reshape(x.shape)
 
 
-def _mpf(x: Any) -> mpmath.mpf:
+def mpf_of(x: Any) -> mpmath.mpf:
     return mpmath.mp.make_mpf(x)
 
 
 @contextlib.contextmanager
-def _iv_prec(prec: int):
+def iv_prec(prec: int):
     # mpmath.iv has no workprec(); its precision is a plain attribute.
     old = iv.prec
     iv.prec = prec
@@ -44,20 +44,20 @@ def _strict_row(q_int, k_int, v, v_iv, cols, shift2: int, scale: Scale, prec: in
     Returns ``{c: (lo, hi, floor)}`` for the requested columns and ``(lo, hi, floor)`` for LSE,
     endpoints as mpmath numbers.
     """
-    with _iv_prec(prec):
+    with iv_prec(prec):
         t_int = k_int.dot(q_int) if len(k_int) else np.array([], dtype=object)
         pow2 = iv.mpf(2) ** (-shift2)
         sc = scale.interval()
         s = [sc * (iv.mpf(int(t)) * pow2) for t in t_int]
-        m = max(_mpf(x._mpi_[1]) for x in s)
+        m = max(mpf_of(x._mpi_[1]) for x in s)
         m_iv = iv.mpf(m)
         e = [iv.exp(x - m_iv) for x in s]
         lsum = iv.mpf(0)
         for x in e:
             lsum += x
         # W (a scale, needed to ~1e-12 only) in float64 from the interval midpoints.
-        e_mid = np.array([float(_mpf(x._mpi_[0])) for x in e])
-        l_mid = float(_mpf(lsum._mpi_[0]))
+        e_mid = np.array([float(mpf_of(x._mpi_[0])) for x in e])
+        l_mid = float(mpf_of(lsum._mpi_[0]))
         res = {}
         for c in cols:
             num = iv.mpf(0)
@@ -66,14 +66,14 @@ def _strict_row(q_int, k_int, v, v_iv, cols, shift2: int, scale: Scale, prec: in
                     num += x * vi
             o = num / lsum
             w = float(np.dot(e_mid, np.abs(v[:, c])) / l_mid)
-            res[c] = (_mpf(o._mpi_[0]), _mpf(o._mpi_[1]), w)
+            res[c] = (mpf_of(o._mpi_[0]), mpf_of(o._mpi_[1]), w)
         lse = iv.log(lsum) + iv.mpf(m)
-        s_mid = np.array([abs(float(_mpf(x._mpi_[0]))) for x in s])
-        lse_out = (_mpf(lse._mpi_[0]), _mpf(lse._mpi_[1]), float(np.dot(e_mid, s_mid) / l_mid))
+        s_mid = np.array([abs(float(mpf_of(x._mpi_[0]))) for x in s])
+        lse_out = (mpf_of(lse._mpi_[0]), mpf_of(lse._mpi_[1]), float(np.dot(e_mid, s_mid) / l_mid))
     return res, lse_out
 
 
-def _interval_to_dd(lo: mpmath.mpf, hi: mpmath.mpf) -> tuple[float, float, float]:
+def interval_to_dd(lo: mpmath.mpf, hi: mpmath.mpf) -> tuple[float, float, float]:
     with mpmath.mp.workprec(max(mpmath.mp.prec, 64 + max(lo._mpf_[3], hi._mpf_[3]))):
         mid = (lo + hi) / 2
         rad = (hi - lo) / 2
@@ -96,12 +96,12 @@ def strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, ma
         if not keep.any():
             continue
         if k_int_all is None:
-            k_int_all = _to_ints(kfull, shift)
+            k_int_all = to_ints(kfull, shift)
             # interval copies of V made once per head (exact: doubles convert exactly)
             v_iv_all = np.array([[iv.mpf(x) for x in row] for row in vfull], dtype=object)
             v_iv_all = v_iv_all.reshape(vfull.shape)
         qrow = np.nan_to_num(problem.q[b, h, i], nan=0.0, posinf=0.0, neginf=0.0)
-        q_int = _to_ints(qrow, shift)
+        q_int = to_ints(qrow, shift)
         k_int = k_int_all[keep]
         vk = vfull[keep]
         cols = list(np.flatnonzero(todo_o[r]))
@@ -114,7 +114,7 @@ def strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, ma
             left = []
             for c in cols:
                 lo, hi, w = vals[c]
-                dh, dl, err = _interval_to_dd(lo, hi)
+                dh, dl, err = interval_to_dd(lo, hi)
                 decided = round_mpf(lo, fmt) == round_mpf(hi, fmt)
                 ok = err <= target(np.array(w), fmt)
                 res["o_hi"][r, c], res["o_lo"][r, c], res["o_err"][r, c] = dh, dl, err
@@ -126,7 +126,7 @@ def strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, ma
             lse_left = False
             if need_lse:
                 lo, hi, w = lse
-                dh, dl, err = _interval_to_dd(lo, hi)
+                dh, dl, err = interval_to_dd(lo, hi)
                 decided = round_mpf(lo, fmt) == round_mpf(hi, fmt)
                 ok = err <= target(np.array(max(w, abs(dh))), fmt)
                 res["lse_hi"][r], res["lse_lo"][r], res["lse_err"][r] = dh, dl, err

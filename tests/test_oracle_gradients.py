@@ -1,0 +1,231 @@
+"""The gradient oracle (``oracle(..., do=dO)``): fast and strict paths agree within their
+bounds, closed forms hold exactly, and finite differences of the oracle's own forward agree
+with its gradients."""
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from oracle_inputs import FMTS, cast, small_cases
+
+from flashcheck.harness.core.formats import FP16, round_mpf, round_to_format
+from flashcheck.harness.oracle.evaluate import oracle
+
+GRADS = ("dq", "dk", "dv")
+
+
+def _do_for(q, v, seed, family="normal"):
+    rng = np.random.default_rng(seed)
+    b, hq, nq, _ = q.shape
+    do = rng.standard_normal((b, hq, nq, v.shape[-1]))
+    if family == "huge":
+        do *= 2.0**10
+    name = {np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32"}.get(q.dtype, "bf16")
+    return cast(do, name)
+
+
+def _dd_diff(a_hi, a_lo, b_hi, b_lo):
+    with np.errstate(invalid="ignore"):
+        return np.abs((a_hi - b_hi) + (a_lo - b_lo))
+
+
+@given(case=small_cases(), seed=st.integers(0, 2**32 - 1), big=st.booleans())
+def test_fast_and_strict_gradients_agree_within_bounds(case, seed, big):
+    q, k, v, causal, extra = case
+    do = _do_for(q, v, seed, "huge" if big else "normal")
+    f = oracle(q, k, v, causal=causal, do=do, **extra)
+    s = oracle(q, k, v, causal=causal, do=do, mode="strict", **extra)
+    for g in GRADS:
+        fh, fl, fe = (getattr(f, f"{g}_{x}") for x in ("hi", "lo", "err"))
+        sh, sl, se = (getattr(s, f"{g}_{x}") for x in ("hi", "lo", "err"))
+        fin = np.isfinite(sh)
+        np.testing.assert_array_equal(fin, np.isfinite(fh))
+        assert np.all(_dd_diff(fh, fl, sh, sl)[fin] <= (fe + se)[fin]), g
+        both = getattr(f, f"{g}_certified") & getattr(s, f"{g}_certified")
+        np.testing.assert_array_equal(
+            getattr(f, f"{g}_rounded")[both], getattr(s, f"{g}_rounded")[both]
+        )
+        # the 100-bit contract on certified elements
+        cert = getattr(f, f"{g}_certified") & fin
+        tgt = np.maximum(np.ldexp(getattr(f, f"{g}_floor"), -100), f.fmt.min_subnormal * 2.0**-100)
+        assert np.all(fe[cert] <= tgt[cert]), g
+
+
+def test_one_key_gives_zero_dq_and_dv_equal_to_do():
+    # One key: P = 1 whatever the score, so dS = 0 (dQ = dK = 0) and dV = Σ over the group's
+    # rows of dO, exactly.
+    rng = np.random.default_rng(1)
+    q = cast(rng.standard_normal((2, 4, 5, 8)) * 30, "fp16")
+    k = cast(rng.standard_normal((2, 2, 1, 8)), "fp16")
+    v = cast(rng.standard_normal((2, 2, 1, 3)), "fp16")
+    do = cast(rng.standard_normal((2, 4, 5, 3)), "fp16")
+    for mode in ("fast", "strict"):
+        r = oracle(q, k, v, do=do, mode=mode)
+        assert np.all(r.dq_rounded == 0) and np.all(r.dk_rounded == 0)
+        want = do.astype(np.float64).reshape(2, 2, 10, 3).sum(axis=2, keepdims=True)
+        np.testing.assert_array_equal(r.dv_rounded, round_to_format(want, FP16))
+        assert r.dq_certified.all() and r.dk_certified.all() and r.dv_certified.all()
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
+def test_uniform_scores_match_exact_rationals(name):
+    # q = 0: every kept weight is 1/N exactly, and with a power-of-two scale every gradient is a
+    # rational number: compared after correct rounding, element by element.
+    fmt = FMTS[name][0]
+    rng = np.random.default_rng(2)
+    nq, nk, d, dv = 3, 5, 4, 2
+    q = cast(np.zeros((1, 1, nq, d)), name)
+    k = cast(rng.standard_normal((1, 1, nk, d)), name)
+    v = cast(rng.standard_normal((1, 1, nk, dv)), name)
+    do = cast(rng.standard_normal((1, 1, nq, dv)), name)
+    r = oracle(q, k, v, do=do, scale=0.5)
+    fr = lambda x: Fraction(float(x))  # noqa: E731
+    kk, vv, dd = k[0, 0], v[0, 0], do[0, 0]
+    p = Fraction(1, nk)
+    dp = [[sum(fr(dd[i, c]) * fr(vv[j, c]) for c in range(dv)) for j in range(nk)]
+          for i in range(nq)]  # fmt: skip
+    big_d = [sum(p * x for x in row) for row in dp]
+    ds = [[p * (dp[i][j] - big_d[i]) for j in range(nk)] for i in range(nq)]
+    half = Fraction(1, 2)
+    for i in range(nq):
+        for c in range(d):
+            exact = half * sum(ds[i][j] * fr(kk[j, c]) for j in range(nk))
+            assert r.dq_rounded[0, 0, i, c] == _round_fraction(exact, fmt)
+    for j in range(nk):
+        for c in range(d):
+            exact = half * sum(ds[i][j] * fr(q[0, 0, i, c]) for i in range(nq))
+            assert r.dk_rounded[0, 0, j, c] == _round_fraction(exact, fmt)
+        for c in range(dv):
+            exact = sum(p * fr(dd[i, c]) for i in range(nq))
+            assert r.dv_rounded[0, 0, j, c] == _round_fraction(exact, fmt)
+
+
+def _round_fraction(x: Fraction, fmt) -> float:
+    # 400 bits: wrong only if x lay within 2^-400 of a rounding midpoint without being on it,
+    # which a rational with these small denominators cannot.
+    with mpmath.workprec(400):
+        return round_mpf(mpmath.mpf(x.numerator) / x.denominator, fmt)
+
+
+def _loss(q, k, v, do, **kw):
+    """``Σ dO ∘ O`` to ~1e-30 relative (mpmath over the oracle's dd outputs)."""
+    r = oracle(q, k, v, **kw)
+    with mpmath.workprec(200):
+        total = mpmath.mpf(0)
+        for hi, lo, g in zip(r.o_hi.ravel(), r.o_lo.ravel(), do.astype(np.float64).ravel(),
+                             strict=True):  # fmt: skip
+            total += (mpmath.mpf(hi) + mpmath.mpf(lo)) * mpmath.mpf(g)
+    return total
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_finite_differences_of_the_forward_agree_with_the_gradients(causal):
+    # Inputs with 11 significant bits stored in fp32, so that x ± 2^-20 is exact in fp32; the
+    # central difference of Σ dO∘O then has a truncation error ~ eps²·|third derivative| ≈ 1e-12.
+    rng = np.random.default_rng(3)
+    q = cast(cast(rng.standard_normal((1, 2, 4, 3)), "fp16"), "fp32")
+    k = cast(cast(rng.standard_normal((1, 1, 5, 3)), "fp16"), "fp32")
+    v = cast(cast(rng.standard_normal((1, 1, 5, 2)), "fp16"), "fp32")
+    do = cast(cast(rng.standard_normal((1, 2, 4, 2)), "fp16"), "fp32")
+    r = oracle(q, k, v, do=do, causal=causal)
+    eps = 2.0**-20
+    spots = {"q": (q, r.dq_hi, [(0, 1, 2, 0), (0, 0, 3, 2)]),
+             "k": (k, r.dk_hi, [(0, 0, 1, 1), (0, 0, 4, 0)]),
+             "v": (v, r.dv_hi, [(0, 0, 0, 1), (0, 0, 3, 0)])}  # fmt: skip
+    for name, (x, grad, idxs) in spots.items():
+        for idx in idxs:
+            plus, minus = x.copy(), x.copy()
+            plus[idx] += np.float32(eps)
+            minus[idx] -= np.float32(eps)
+            assert plus[idx] - x[idx] == eps and x[idx] - minus[idx] == eps  # exact steps
+            args = {"q": q, "k": k, "v": v}
+            lp = _loss(**{**args, name: plus}, do=do, causal=causal)
+            lm = _loss(**{**args, name: minus}, do=do, causal=causal)
+            fd = float((lp - lm) / (2 * eps))
+            assert abs(fd - grad[idx]) <= 1e-9 * (1 + abs(grad[idx])), (name, idx, fd, grad[idx])
+
+
+def test_masked_rows_and_keys_get_zero_gradients_never_nan():
+    rng = np.random.default_rng(4)
+    q = cast(rng.standard_normal((1, 2, 4, 4)), "bf16")
+    k = cast(rng.standard_normal((1, 1, 6, 4)), "bf16")
+    v = cast(rng.standard_normal((1, 1, 6, 3)), "bf16")
+    do = cast(rng.standard_normal((1, 2, 4, 3)), "bf16")
+    mask = np.ones((1, 2, 4, 6), dtype=bool)
+    mask[0, 0, 1] = False  # a fully masked row
+    mask[:, :, :, 5] = False  # a key no row keeps
+    for mode in ("fast", "strict"):
+        r = oracle(q, k, v, do=do, mask=mask, mode=mode)
+        for g in GRADS:
+            assert not np.isnan(getattr(r, f"{g}_rounded")).any()
+        assert np.all(r.dq_rounded[0, 0, 1] == 0)
+        assert np.all(r.dk_rounded[0, 0, 5] == 0) and np.all(r.dv_rounded[0, 0, 5] == 0)
+
+
+def test_gradient_nan_rule():
+    rng = np.random.default_rng(5)
+    q = cast(rng.standard_normal((1, 1, 4, 3)), "fp16")
+    k = cast(rng.standard_normal((1, 1, 4, 3)), "fp16")
+    v = cast(rng.standard_normal((1, 1, 4, 2)), "fp16")
+    do = cast(rng.standard_normal((1, 1, 4, 2)), "fp16")
+    do[0, 0, 3, 1] = np.inf  # row 3 is poisoned: D_3 is infinite
+    r = oracle(q, k, v, do=do, causal=True)
+    assert np.isnan(r.dq_rounded[0, 0, 3]).all()
+    assert not np.isnan(r.dq_rounded[0, 0, :3]).any()
+    # causal: row 3 keeps every key, so every dK, dV row is poisoned
+    assert np.isnan(r.dk_rounded).all() and np.isnan(r.dv_rounded).all()
+    do[0, 0, 3, 1] = 0
+    q[0, 0, 0, 0] = np.nan  # row 0 keeps key 0 only
+    r = oracle(q, k, v, do=do, causal=True)
+    assert np.isnan(r.dq_rounded[0, 0, 0]).all() and not np.isnan(r.dq_rounded[0, 0, 1:]).any()
+    assert np.isnan(r.dk_rounded[0, 0, 0]).all() and not np.isnan(r.dk_rounded[0, 0, 1:]).any()
+
+
+def test_rows_and_keys_select_slices_of_the_full_result():
+    rng = np.random.default_rng(6)
+    q = cast(rng.standard_normal((2, 4, 7, 5)), "fp16")
+    k = cast(rng.standard_normal((2, 2, 9, 5)), "fp16")
+    v = cast(rng.standard_normal((2, 2, 9, 4)), "fp16")
+    do = cast(rng.standard_normal((2, 4, 7, 4)), "fp16")
+    full = oracle(q, k, v, do=do, window=(3, 1))
+    part = oracle(q, k, v, do=do, window=(3, 1), rows=[6, 2], keys=[0, 8, 3])
+    np.testing.assert_array_equal(part.dq_rounded, full.dq_rounded[:, :, [6, 2]])
+    np.testing.assert_array_equal(part.dk_rounded, full.dk_rounded[:, :, [0, 8, 3]])
+    np.testing.assert_array_equal(part.dv_hi, full.dv_hi[:, :, [0, 8, 3]])
+    np.testing.assert_array_equal(part.keys, [0, 8, 3])
+    plain = oracle(q, k, v, window=(3, 1))
+    assert plain.dq_hi is None and plain.keys is None
+    np.testing.assert_array_equal(plain.o_rounded, full.o_rounded)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"do": np.zeros((1, 1, 3, 2), np.float32)}, TypeError, "inputs' format"),
+        ({"do": np.zeros((1, 1, 2, 2), np.float16)}, ValueError, "O's shape"),
+        ({"keys": [0]}, ValueError, "do="),
+        ({"do": np.zeros((1, 1, 3, 2), np.float16), "keys": [4]}, ValueError, "keys must lie"),
+    ],
+)
+def test_bad_gradient_arguments_get_clear_errors(kwargs, exc, match):
+    q = np.zeros((1, 1, 3, 4), np.float16)
+    k = np.zeros((1, 1, 4, 4), np.float16)
+    v = np.zeros((1, 1, 4, 2), np.float16)
+    with pytest.raises(exc, match=match):
+        oracle(q, k, v, **kwargs)
+
+
+def test_gradients_of_a_longer_case_are_certified_quickly():
+    # The fast path on a campaign-sized case: every element certified, no strict fallback.
+    rng = np.random.default_rng(7)
+    q = cast(rng.standard_normal((1, 4, 128, 64)) * 3, "bf16")
+    k = cast(rng.standard_normal((1, 2, 160, 64)) * 3, "bf16")
+    v = cast(rng.standard_normal((1, 2, 160, 64)), "bf16")
+    do = cast(rng.standard_normal((1, 4, 128, 64)), "bf16")
+    r = oracle(q, k, v, do=do, causal=True)
+    for g in GRADS:
+        assert getattr(r, f"{g}_certified").all(), g
+    assert r.stats["seconds"] < 30
