@@ -13,9 +13,14 @@ stores P in the input format before P·V.
   to nearest-even), so its error is reproducible on any machine;
 - :func:`naive_torch` runs it with torch eager ops on any device (its GEMM accumulation order is
   the library's);
-- ``naive_numpy(..., precision="fp64")`` computes everything in float64 (a fully fp64 variant).
+- ``naive_numpy(..., precision="fp64")`` computes everything in float64 (a fully fp64 variant);
+- :func:`naive_numpy_backward` emulates exactly the gradients torch autograd computes through
+  :func:`naive_torch` (the naive class's backward: ``dV = Pᵀ·dO``, ``dP = dO·Vᵀ``, the fp32
+  softmax backward ``dS = P∘(dP − Σ_j P·dP)``, ``dQ = scale·dS·K``, ``dK = dSᵀ·(scale·q)``, each
+  GEMM accumulated in fp32 and stored in the input format; see its docstring for every rounding).
+  ``naive_torch`` itself is differentiable: fully masked rows get zero gradients, not NaN.
 
-Known limits: memory is O(Nq·Nk) per head by construction; forward only.
+Known limits: memory is O(Nq·Nk) per head by construction.
 This module imports nothing from the harness.
 """
 
@@ -28,9 +33,35 @@ import numpy as np
 
 from flashcheck.kernels.recurrence import FORMAT_DTYPES, keep_mask, sequential_dot
 
-__all__ = ["ARITHMETIC", "naive_numpy", "naive_torch"]
+__all__ = ["ARITHMETIC", "naive_numpy", "naive_numpy_backward", "naive_torch"]
 
 ARITHMETIC = "naive-same-precision"
+
+
+def _check(q: Any, k: Any, v: Any, precision: str) -> None:
+    if precision not in ("same", "fp64"):
+        raise ValueError("precision must be 'same' or 'fp64'")
+    din = q.dtype
+    if din not in FORMAT_DTYPES.values() or k.dtype != din or v.dtype != din:
+        raise ValueError(f"q, k, v must share one of {sorted(FORMAT_DTYPES)}'s dtypes, got {din}")
+    if k.shape[:3] != v.shape[:3] or k.shape[3] != q.shape[3] or q.shape[1] % k.shape[1]:
+        raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
+
+
+def _softmax(qh, kh, keep, sc, store, acc):
+    """One head's forward up to P: ``(qs, P32, has, m_safe, safe_t)``, P32 in ``acc``."""
+    qs = (qh.astype(acc) * acc.type(sc)).astype(store)
+    s = sequential_dot(qs, kh, acc).astype(store).astype(acc)
+    s = np.where(keep, s, acc.type(-np.inf))
+    m = s.max(axis=1)
+    has = m != -np.inf  # NaN/+inf maxima propagate; only fully masked rows are 0
+    m_safe = np.where(has, m, acc.type(0))
+    e = np.exp((s - m_safe[:, None]).astype(np.float64)).astype(acc)
+    total = np.zeros(len(qh), dtype=acc)
+    for j in range(kh.shape[0]):
+        total = total + e[:, j]
+    safe_t = np.where(has, total, acc.type(1))
+    return qs, e / safe_t[:, None], has, m_safe, safe_t
 
 
 def naive_numpy(
@@ -50,15 +81,10 @@ def naive_numpy(
     softmax. ``precision='fp64'``: every step in float64, O returned as float64. Returns
     ``(O, LSE)``; fully masked rows give ``O = 0``, ``LSE = −inf``.
     """
-    if precision not in ("same", "fp64"):
-        raise ValueError("precision must be 'same' or 'fp64'")
+    _check(q, k, v, precision)
     din = q.dtype
-    if din not in FORMAT_DTYPES.values() or k.dtype != din or v.dtype != din:
-        raise ValueError(f"q, k, v must share one of {sorted(FORMAT_DTYPES)}'s dtypes, got {din}")
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
-    if k.shape[:3] != v.shape[:3] or k.shape[3] != d or hq % hk:
-        raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
     store = np.dtype(np.float64) if precision == "fp64" else din
     acc = np.dtype(np.float64) if precision == "fp64" else np.dtype(np.float32)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -71,24 +97,92 @@ def naive_numpy(
             kh, vh = k[b, h // (hq // hk)], v[b, h // (hq // hk)]
             mk = None if m_full is None else m_full[b, h]
             keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
-            qs = (q[b, h].astype(acc) * acc.type(sc)).astype(store)
-            s = sequential_dot(qs, kh, acc).astype(store).astype(acc)
-            s = np.where(keep, s, acc.type(-np.inf))
-            m = s.max(axis=1)
-            has = m != -np.inf  # NaN/+inf maxima propagate; only fully masked rows are 0
-            m_safe = np.where(has, m, acc.type(0))
-            e = np.exp((s - m_safe[:, None]).astype(np.float64)).astype(acc)
-            total = np.zeros(nq, dtype=acc)
-            for j in range(nk):
-                total = total + e[:, j]
-            safe_t = np.where(has, total, acc.type(1))
-            p = (e / safe_t[:, None]).astype(store)
+            _, p32, has, m_safe, safe_t = _softmax(q[b, h], kh, keep, sc, store, acc)
+            p = p32.astype(store)
             o = sequential_dot(p, vh.T, acc).astype(store)
             out[b, h] = np.where(has[:, None], o, store.type(0))
             with np.errstate(divide="ignore"):
                 lg = np.log(safe_t.astype(np.float64))
             lse[b, h] = np.where(has, (m_safe.astype(np.float64) + lg).astype(acc), -np.inf)
     return out, lse
+
+
+def naive_numpy_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    do: np.ndarray,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: np.ndarray | None = None,
+    scale: float | None = None,
+    precision: str = "same",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gradients torch autograd computes through :func:`naive_torch`, emulated exactly.
+
+    ``do``: ``(B, Hq, Nq, dv)`` in the inputs' dtype F. Recomputes the forward as
+    :func:`naive_numpy` does (``qs = fl_F(fl32(q·fl32(scale)))``, ``S = fl_F(qs·kᵀ)`` as fp32,
+    ``P32`` the fp32 softmax, ``P_F = fl_F(P32)``); then per batch and query head, every dot
+    sequential over its inner index in fp32 (each product rounded first):
+
+    - ``dV_h = fl_F(P_Fᵀ·dO)``; ``dP = fl32(fl_F(dO·Vᵀ))`` (the matmul's backward stores F; the
+      ``.to(F)`` cast's backward widens), 0 where masked;
+    - softmax backward in fp32: ``D_i = Σ_j fl32(P32_ij·dP_ij)`` in order of j,
+      ``dS32 = fl32(P32·fl32(dP − D))``, 0 where masked; ``dS_F = fl_F(dS32)`` (the
+      ``.float()`` cast's backward);
+    - ``dQs = fl_F(dS_F·K)``, ``dK_h = fl_F(dS_Fᵀ·qs)``; ``dq = fl_F(fl32(dQs·fl32(scale)))``
+      (the backward of ``q*scale``);
+    - GQA/MQA (the backward of ``repeat_interleave``, an expand): ``dK = fl_F(Σ_h dK_h)``,
+      ``dV = fl_F(Σ_h dV_h)`` over the group's query heads in order, in fp32, rounded once.
+
+    ``precision='fp64'``: every step in float64 (stores and accumulators), gradients float64.
+    Fully masked rows give ``dq = 0`` and contribute nothing. Torch CPU differs from this in
+    summation order only: its GEMMs block their fp32 accumulation, its softmax uses a vectorised
+    ``exp``, multiplies by ``1/Σ`` and reduces ``D`` lane-wise; so it agrees within a few ulps
+    of F, not bitwise.
+    """
+    _check(q, k, v, precision)
+    din = q.dtype
+    bsz, hq, nq, d = q.shape
+    _, hk, nk, dv = v.shape
+    if not isinstance(do, np.ndarray) or do.dtype != din or do.shape != (bsz, hq, nq, dv):
+        raise ValueError(
+            f"do must be a numpy array of the inputs' dtype {din} and shape (B, Hq, Nq, dv) = "
+            f"{(bsz, hq, nq, dv)}, got {getattr(do, 'dtype', '')} {getattr(do, 'shape', '')}"
+        )
+    store = np.dtype(np.float64) if precision == "fp64" else din
+    acc = np.dtype(np.float64) if precision == "fp64" else np.dtype(np.float32)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    m_full = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
+    dq = np.zeros((bsz, hq, nq, d), dtype=store)
+    dk_acc = np.zeros((bsz, hk, nk, d), dtype=acc)
+    dv_acc = np.zeros((bsz, hk, nk, dv), dtype=acc)
+    rows, cols = np.arange(nq), np.arange(nk)
+    zero = acc.type(0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for b in range(bsz):
+            for h in range(hq):
+                g = h // (hq // hk)
+                kh, vh, doh = k[b, g], v[b, g], do[b, h]
+                mk = None if m_full is None else m_full[b, h]
+                keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
+                qs, p32, _, _, _ = _softmax(q[b, h], kh, keep, sc, store, acc)
+                dvh = sequential_dot(p32.astype(store).T, doh.T, acc).astype(store)
+                dp = sequential_dot(doh, vh, acc).astype(store).astype(acc)
+                dp = np.where(keep, dp, zero)
+                prod = (p32 * dp).astype(acc)
+                dsum = np.zeros(nq, dtype=acc)
+                for j in range(nk):
+                    dsum = dsum + prod[:, j]
+                ds32 = np.where(keep, (p32 * (dp - dsum[:, None])).astype(acc), zero)
+                dsf = ds32.astype(store)
+                dqs = sequential_dot(dsf, kh.T, acc).astype(store)
+                dkh = sequential_dot(dsf.T, qs.T, acc).astype(store)
+                dq[b, h] = (dqs.astype(acc) * acc.type(sc)).astype(store)
+                dk_acc[b, g] = dk_acc[b, g] + dkh.astype(acc)
+                dv_acc[b, g] = dv_acc[b, g] + dvh.astype(acc)
+    return dq, dk_acc.astype(store), dv_acc.astype(store)
 
 
 def naive_torch(

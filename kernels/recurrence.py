@@ -12,6 +12,26 @@ Algorithm (per batch, head and block of query rows; key blocks of ``block_k`` co
                                                       eq. 14, FlashAttention v1)
     LSE    = (m + log l)/c' with c' = 1 (exp) or log2 e (exp2), i.e. natural log
 
+Backward (:func:`online_attention_backward`, FlashAttention-2's Algorithm 2; the flash
+backward class). Given the forward's rounded ``O``, its natural-log ``LSE`` and ``dO``:
+
+    D_i    = Σ_c fl(dO_ic·O_ic)                      sequential over c, accumulator format
+    lse'   = fl(LSE·fl(log2 e)) for exp2, LSE for exp
+    for each key block j (outer), each query head of its kv head's group (in order), each
+    query block i (inner):
+        t  = fl(S·c),  P = E(fl(t − lse'))           S, c as in the forward; P = 0 exactly
+                                                      where masked or where LSE = −inf
+        dV_j += fl_p(P)ᵀ·dO                           block product sequential over the rows,
+                                                      then one add into the accumulator
+        dP  = dO·V_jᵀ                                 sequential over c
+        dS  = fl(P·fl(dP − D))                        P unrounded (accumulator format)
+        dK_j += fl_p(dS)ᵀ·q,   dQ_i += fl_p(dS)·k_j   dQ over key blocks in order
+    dQ = fl_out(fl(dQacc·fl(scale))),  dK = fl_out(fl(dKacc·fl(scale))),  dV = fl_out(dVacc)
+
+All accumulators (dQ, dK, dV; fp32 in the flash policy) are in the accumulator format; q and k
+enter unscaled and the scale is applied once at the end (in the exponent for P via ``c``).
+fl_p rounds to the P format, fl_out to the output format (the input's by default).
+
 ``block_k = 1`` is Milakov & Gimelshein's scalar online normaliser. Every intermediate is a
 numpy array of its declared dtype, so each elementwise operation rounds to nearest-even in that
 format (float16 and bfloat16 operations compute in float32 and round once, which is correctly
@@ -19,7 +39,8 @@ rounded because 24 ≥ 2p + 2). Dot products accumulate sequentially over their 
 the declared format, each product rounded first (products of fp16/bf16 values are exact in fp32).
 ``exp``/``exp2`` are evaluated in float64 and rounded to the accumulator format (within
 0.5 ulp + 2^−53 relative of the exact value). Known limits: this is a reference, not a fast
-kernel (Python loops over key blocks and head dims); no dropout; forward only.
+kernel (Python loops over key blocks and head dims); no dropout; the backward takes the
+saved ``O`` and ``LSE`` as given (it does not recompute or check them) and has no LSE gradient.
 
 This module imports nothing from the harness.
 """
@@ -39,6 +60,7 @@ __all__ = [
     "PrecisionPolicy",
     "keep_mask",
     "online_attention",
+    "online_attention_backward",
     "sequential_dot",
 ]
 
@@ -95,6 +117,8 @@ ARITHMETIC = {
     "flash": "flash: low-precision inputs, fp32 scores/softmax/accumulators, P rounded to input",
     "fp32": "fp32 recurrence: everything fp32, P not rounded",
     "fp64": "fp64 recurrence (structural reference)",
+    "flash-backward": "flash backward (FA2 Algorithm 2): P recomputed from the LSE in fp32, D from "
+    "the rounded O, P and dS rounded to the input before their dots, fp32 accumulators",
 }
 
 
@@ -258,3 +282,154 @@ def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk,
     else:
         lse = (m.astype(np.float64) + log_l).astype(da)
     return out.astype(da), np.where(has, lse, da.type(-np.inf))
+
+
+def online_attention_backward(
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    do: Any,
+    *,
+    policy: PrecisionPolicy,
+    block_q: int = 16,
+    block_k: int = 16,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: np.ndarray | None = None,
+    scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention-2's backward (Dao 2023, Algorithm 2) with the declared arithmetic.
+
+    ``q``, ``k``, ``v`` as in :func:`online_attention`; ``o`` and ``do``: ``(B, Hq, Nq, dv)`` in
+    the output format (``policy.output``, default the input's: the dtype of the forward's
+    rounded ``O``), the forward's output and the upstream gradient; ``lse``:
+    ``(B, Hq, Nq)`` natural-log LSE in ``policy.accum``'s dtype, ``−inf`` for rows that keep no
+    key. Returns ``(dq, dk, dv)`` in the output format (default: the input's).
+
+    Arithmetic (da = accumulator format, fl = round to da, fl_p to ``policy.p``, fl_out to the
+    output format; every dot accumulates sequentially in da, each product rounded first):
+
+    1. ``D_i = Σ_c fl(dO_ic·O_ic)`` in order of c, from the given ``o``.
+    2. ``c = fl_score(scale·log2 e)`` and ``lse'_i = fl(LSE_i·fl(log2 e))`` with ``exp2``;
+       ``c = fl_score(scale)``, ``lse' = LSE`` with ``exp``. Per (key block, query block):
+       ``S = q·kᵀ`` in the score format, ``t = fl(S·c)``, ``P = E(fl(t − lse'))`` (E evaluated
+       in float64, rounded to da). Masked entries and rows with ``LSE = −inf`` get ``P = 0``
+       exactly (a NaN LSE counts as live, so the NaN propagates).
+    3. Loops: key blocks of ``block_k`` (outer); for the kv head of the block, its query heads
+       ``h = g·(Hq/Hk) …`` in order; query blocks of ``block_q`` rows (inner). With ``r`` the
+       block's rows and ``j`` its keys:
+       ``dVacc_j = fl(dVacc_j + Σ_r fl_p(P)ᵀ·dO)`` (the block product accumulated over r, then
+       one add); ``dP = Σ_c dO·V_jᵀ``; ``dS = fl(P·fl(dP − D))``;
+       ``dKacc_j = fl(dKacc_j + Σ_r fl_p(dS)ᵀ·q)``; ``dQacc_i = fl(dQacc_i + Σ_j fl_p(dS)·k_j)``
+       (dQacc over key blocks in order). One dK and one dV accumulator per key block, shared by
+       all query heads of the group (GQA/MQA).
+    4. ``dQ = fl_out(fl(dQacc·fl(scale)))``, ``dK = fl_out(fl(dKacc·fl(scale)))``,
+       ``dV = fl_out(dVacc)``: q and k enter the dots unscaled; the scale is applied once here.
+
+    A row that keeps no key contributes nothing and gets ``dQ = 0``. NaN/Inf inputs propagate
+    (IEEE results, no warnings). ``scale`` defaults to ``1/√d``.
+    """
+    if block_q < 1 or block_k < 1:
+        raise ValueError("block_q and block_k must be >= 1 (block_k=1 is the scalar recurrence)")
+    din = FORMAT_DTYPES[policy.input]
+    dout = FORMAT_DTYPES[policy.output or policy.input]
+    for name, x, want, role in (
+        ("q", q, din, "policy.input"),
+        ("k", k, din, "policy.input"),
+        ("v", v, din, "policy.input"),
+        ("o", o, dout, "the forward's output format"),
+        ("do", do, dout, "the forward's output format"),
+    ):
+        if not isinstance(x, np.ndarray) or x.dtype != want or x.ndim != 4:
+            raise ValueError(
+                f"{name} must be a 4-D numpy array of dtype {want} ({role}), "
+                f"got {type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}"
+            )
+    bsz, hq, nq, d = q.shape
+    _, hk, nk, dv = v.shape
+    if k.shape[:3] != v.shape[:3] or k.shape[3] != d or k.shape[0] != bsz or hq % hk:
+        raise ValueError(
+            f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}: need matching batch, "
+            "head_dim of q and k, equal k/v lengths and Hq a multiple of Hk"
+        )
+    if o.shape != (bsz, hq, nq, dv) or do.shape != o.shape:
+        raise ValueError(
+            f"o {o.shape} and do {do.shape} must both have shape (B, Hq, Nq, dv) = "
+            f"{(bsz, hq, nq, dv)}: the forward's output and its upstream gradient"
+        )
+    ds, da, dp = FORMAT_DTYPES[policy.score], FORMAT_DTYPES[policy.accum], FORMAT_DTYPES[policy.p]
+    if not isinstance(lse, np.ndarray) or lse.dtype != da or lse.shape != (bsz, hq, nq):
+        raise ValueError(
+            f"lse must be a numpy array of dtype {da} (policy.accum) and shape {(bsz, hq, nq)} "
+            f"(the forward's natural-log LSE), got {type(lse).__name__} "
+            f"{getattr(lse, 'dtype', '')} {getattr(lse, 'shape', '')}"
+        )
+    try:
+        m_full = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
+    except ValueError as e:
+        raise ValueError(
+            f"mask of shape {np.shape(mask)} must broadcast to (B, Hq, Nq, Nk) = "
+            f"{(bsz, hq, nq, nk)}"
+        ) from e
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    c = ds.type(sc * LOG2E) if policy.exp == "exp2" else ds.type(sc)
+    sc_a = da.type(sc)
+    group = hq // hk
+    dq_acc = np.zeros((bsz, hq, nq, d), dtype=da)
+    dk = np.zeros((bsz, hk, nk, d), dtype=dout)
+    dvv = np.zeros((bsz, hk, nk, dv), dtype=dout)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lse_e = (lse * da.type(LOG2E)).astype(da) if policy.exp == "exp2" else lse
+        prod = (do.astype(da) * o.astype(da)).astype(da)
+        dsum = np.zeros((bsz, hq, nq), dtype=da)
+        for t in range(dv):
+            dsum = dsum + prod[..., t]
+        for b in range(bsz):
+            for g in range(hk):
+                for c0 in range(0, nk, block_k):
+                    cols = np.arange(c0, min(c0 + block_k, nk))
+                    dk_acc = np.zeros((len(cols), d), dtype=da)
+                    dv_acc = np.zeros((len(cols), dv), dtype=da)
+                    for h in range(g * group, (g + 1) * group):
+                        mk = None if m_full is None else m_full[b, h]
+                        for r0 in range(0, nq, block_q):
+                            rows = np.arange(r0, min(r0 + block_q, nq))
+                            keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
+                            dk_acc, dv_acc, dq_blk = _bwd_block(
+                                q[b, h, rows],
+                                k[b, g, cols],
+                                v[b, g, cols],
+                                do[b, h, rows],
+                                lse_e[b, h, rows],
+                                dsum[b, h, rows],
+                                keep,
+                                dk_acc,
+                                dv_acc,
+                                c,
+                                policy,
+                                ds,
+                                da,
+                                dp,
+                            )
+                            dq_acc[b, h, rows] = (dq_acc[b, h, rows] + dq_blk).astype(da)
+                    dk[b, g, cols] = (dk_acc * sc_a).astype(da).astype(dout)
+                    dvv[b, g, cols] = dv_acc.astype(dout)
+        dq = (dq_acc * sc_a).astype(da).astype(dout)
+    return dq, dk, dvv
+
+
+def _bwd_block(qb, kb, vb, dob, lse_b, dsum_b, keep, dk_acc, dv_acc, c, policy, ds, da, dp):
+    s = sequential_dot(qb, kb, ds)
+    t = (s * c).astype(da)
+    live = lse_b != -np.inf  # rows that kept a key; a NaN LSE counts as live and propagates
+    keep = keep & live[:, None]
+    x = np.where(keep, (t - np.where(live, lse_b, da.type(0))[:, None]).astype(da), -np.inf)
+    p = _exp(x.astype(da), policy.exp, da)  # exactly 0 where masked: E(−inf) = 0
+    dv_acc = (dv_acc + sequential_dot(p.astype(dp).T, dob.T, da)).astype(da)
+    dpm = sequential_dot(dob, vb, da)
+    dsc = (p * (dpm - dsum_b[:, None]).astype(da)).astype(da)
+    dsp = dsc.astype(dp)
+    dk_acc = (dk_acc + sequential_dot(dsp.T, qb.T, da)).astype(da)
+    return dk_acc, dv_acc, sequential_dot(dsp, kb.T, da)
