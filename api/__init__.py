@@ -4,8 +4,10 @@ The public API (docs/api.md); everything under ``flashcheck.harness``, ``flashch
 and ``flashcheck.properties`` is internal and may change.
 
 - :func:`oracle`: the exact ``softmax(scale·QKᵀ + mask)·V`` and its log-sum-exp, with
-  certified error bounds and correctly rounded values in the input format;
+  certified error bounds and correctly rounded values in the input format (and, given an
+  upstream gradient ``do=``, the exact dQ, dK, dV likewise);
 - :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
+- :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV (SPEC 3.7);
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
 - :func:`kernel`: declare a function's contract (arithmetic class, dtypes, head dims, masks, GQA,
   ``Nq != Nk``, sequence-length multiple, ...); undeclared parts are probed;
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from flashcheck.harness.adapters.registry import kernel
     from flashcheck.harness.cases.case import Case
     from flashcheck.harness.judging.check import CheckResult, check
+    from flashcheck.harness.judging.gradient_check import GradientCheckResult, check_gradients
     from flashcheck.harness.oracle.evaluate import OracleResult, oracle
     from flashcheck.properties.assertions import AttentionMismatch, assert_attention
 
@@ -35,11 +38,13 @@ __all__ = [
     "AttentionMismatch",
     "Case",
     "CheckResult",
+    "GradientCheckResult",
     "Kernel",
     "OracleResult",
     "__version__",
     "assert_attention",
     "check",
+    "check_gradients",
     "kernel",
     "oracle",
     "strategies",
@@ -50,6 +55,8 @@ _WHERE = {
     "OracleResult": "flashcheck.harness.oracle.evaluate",
     "check": "flashcheck.harness.judging.check",
     "CheckResult": "flashcheck.harness.judging.check",
+    "check_gradients": "flashcheck.harness.judging.gradient_check",
+    "GradientCheckResult": "flashcheck.harness.judging.gradient_check",
     "kernel": "flashcheck.harness.adapters.registry",
     "Kernel": "flashcheck.harness.adapters.adapter",
     "Case": "flashcheck.harness.cases.case",

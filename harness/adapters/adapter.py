@@ -31,6 +31,7 @@ __all__ = [
     "ALL_DTYPES",
     "CONTRACT_FIELDS",
     "Kernel",
+    "KernelGradients",
     "KernelOutput",
     "KernelOutputError",
     "KernelUnsupported",
@@ -65,6 +66,16 @@ class KernelOutput:
     o_dtype: str
 
 
+@dataclass(frozen=True)
+class KernelGradients:
+    """A kernel's ``dQ``, ``dK``, ``dV`` for the case's ``dO``, as exact float64 copies."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dtype: str
+
+
 @dataclass(frozen=True, repr=False)
 class Kernel:
     """A kernel and its contract.
@@ -84,6 +95,11 @@ class Kernel:
     ``deterministic``: repeated calls are bitwise identical. ``batch_invariant``: a (batch,
     head) slice computed alone is bitwise identical to the same slice of a batched call. Kernels
     that do not promise these are compared with themselves within their error bound instead.
+    ``backward``: how to get the kernel's gradients for an upstream ``dO``: ``"autograd"``
+    (torch autograd through ``fn``'s O), a function ``bwd(q, k, v, do, **options) -> (dQ, dK,
+    dV)``, or ``None`` (no backward: gradient checks skip the kernel). ``backward_arithmetic``:
+    the class whose gradient bounds apply (:mod:`flashcheck.harness.judging.gradient_bounds`;
+    ``"unknown"``, the default: the loosest of them, whatever the forward's class).
     ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
     ``pending``: contract fields not declared and not yet probed
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
@@ -110,6 +126,8 @@ class Kernel:
     score_limit: dict[str, float] = field(default_factory=dict)
     check_available: Callable[[str, str], str | None] | None = None
     check_case: Callable[[Case, str | None], str | None] | None = None
+    backward: Callable[..., Any] | str | None = None
+    backward_arithmetic: str = "unknown"
     unsupported: tuple[tuple[str, str], ...] = ()
     pending: frozenset[str] = frozenset()
 
@@ -191,17 +209,74 @@ class Kernel:
         lines += [f"unsupported: {what} ({why})" for what, why in self.unsupported]
         return lines
 
+    def _options(self, case: Case) -> dict[str, Any]:
+        opts = {"causal": case.causal, "window": case.window, "scale": case.scale}
+        if case.mask is not None:
+            opts["mask"] = case.mask
+        if self.options is not None:
+            opts = {key: val for key, val in opts.items() if key in self.options}
+        return opts
+
+    def run_backward(self, case: Case, device: str = "cpu") -> KernelGradients:
+        """The kernel's ``dQ``, ``dK``, ``dV`` for the case's upstream gradient
+        (:meth:`Case.grad_output`), copied exactly to float64."""
+        if self.backward is None:
+            raise ValueError(f"{self.name} declares no backward (Kernel.backward is None)")
+        opts = self._options(case)
+        do = case.grad_output()
+        if self.api == "numpy":
+            if not callable(self.backward):
+                raise ValueError(
+                    f"{self.name}: a numpy kernel needs a backward function; torch autograd "
+                    "only differentiates torch kernels"
+                )
+            with _ieee_quiet():
+                res = self.backward(case.q, case.k, case.v, do, **opts)
+        else:
+            import torch
+
+            q, k, v = (t.requires_grad_(True) for t in case.to_torch(device))
+            do_t = case.tensor(do, device)
+            if "mask" in opts:
+                opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
+            with torch.enable_grad(), _ieee_quiet():
+                if callable(self.backward):
+                    res = self.backward(q.detach(), k.detach(), v.detach(), do_t, **opts)
+                else:
+                    out = self.fn(q, k, v, **opts)
+                    o = out[0] if isinstance(out, tuple | list) else out
+                    if not getattr(o, "requires_grad", False):
+                        raise KernelOutputError(
+                            f"{self.name}'s O does not depend on q, k, v through torch "
+                            "autograd: declare backward=None, or pass a backward function"
+                        )
+                    res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t,
+                                              allow_unused=True)  # fmt: skip
+                    # An input O does not depend on has gradient 0 (judged as such).
+                    res = [torch.zeros_like(x) if g is None else g
+                           for g, x in zip(res, (q, k, v), strict=True)]  # fmt: skip
+        if not isinstance(res, tuple | list) or len(res) != 3:
+            raise KernelOutputError(f"{self.name}'s backward must return (dQ, dK, dV)")
+        grads = []
+        for name, g, like in zip(("dQ", "dK", "dV"), res, (case.q, case.k, case.v), strict=True):
+            try:
+                g64, _ = as_exact_array(g, f"kernel {name}")
+            except (TypeError, ValueError) as err:
+                raise KernelOutputError(f"{self.name} returned an unusable {name}: {err}") from None
+            if g64.shape != like.shape:
+                raise KernelOutputError(
+                    f"{self.name} returned {name} of shape {g64.shape}, expected {like.shape}"
+                )
+            grads.append(g64)
+        return KernelGradients(*grads, dtype=case.dtype)
+
     def run(self, case: Case, device: str = "cpu", inputs: tuple | None = None) -> KernelOutput:
         """Call the kernel on ``case`` and copy its outputs exactly to float64.
 
         ``inputs``: ``(q, k, v)`` to pass instead of the case's own arrays (same values, e.g.
         views into padded buffers); numpy arrays or tensors on ``device`` according to ``api``.
         """
-        opts = {"causal": case.causal, "window": case.window, "scale": case.scale}
-        if case.mask is not None:
-            opts["mask"] = case.mask
-        if self.options is not None:
-            opts = {key: val for key, val in opts.items() if key in self.options}
+        opts = self._options(case)
         if self.api == "numpy":
             q, k, v = inputs if inputs is not None else (case.q, case.k, case.v)
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged

@@ -38,6 +38,28 @@ def _recurrence(variant: str, block_k: int):
     return fn
 
 
+def _recurrence_backward(q, k, v, do, *, causal, window, scale, mask=None):
+    """The FA2 backward of the recurrence, after its own forward (for O and LSE)."""
+    from flashcheck.harness.core.formats import format_of
+    from flashcheck.kernels.recurrence import (
+        PrecisionPolicy,
+        online_attention,
+        online_attention_backward,
+    )
+
+    policy = PrecisionPolicy.flash(format_of(q.dtype).name)
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    o, lse = online_attention(q, k, v, policy=policy, block_q=16, block_k=16, **opts)
+    return online_attention_backward(q, k, v, o, lse, do, policy=policy, block_q=16,
+                                     block_k=16, **opts)  # fmt: skip
+
+
+def _naive_numpy_backward(q, k, v, do, *, causal, window, scale, mask=None):
+    from flashcheck.kernels.naive import naive_numpy_backward
+
+    return naive_numpy_backward(q, k, v, do, causal=causal, window=window, mask=mask, scale=scale)
+
+
 def _naive_numpy(q, k, v, *, causal, window, scale, mask=None):
     from flashcheck.kernels.naive import naive_numpy
 
@@ -176,7 +198,7 @@ def project_kernels() -> dict[str, Kernel]:
     return {
         "recurrence-fa2": Kernel(
             "recurrence-fa2", _recurrence("fa2", 16), "flash", api="numpy", devices=("cpu",),
-            key_block=16,
+            key_block=16, backward=_recurrence_backward, backward_arithmetic="flash",
         ),
         "recurrence-fa1": Kernel(
             "recurrence-fa1", _recurrence("fa1", 5), "flash-fa1", api="numpy", devices=("cpu",),
@@ -184,12 +206,12 @@ def project_kernels() -> dict[str, Kernel]:
         ),
         "naive-numpy": Kernel(
             "naive-numpy", _naive_numpy, "naive", api="numpy", devices=("cpu",),
-            score_limit=naive_limit,
+            score_limit=naive_limit, backward=_naive_numpy_backward, backward_arithmetic="naive",
         ),
         "naive-torch": Kernel(
             "naive-torch", _naive_torch, "naive", api="torch", batch_invariant=False,
             score_limit=naive_limit, check_available=torch_device_ok,
-            check_case=_naive_torch_case,
+            check_case=_naive_torch_case, backward="autograd", backward_arithmetic="naive",
         ),
         "triton": Kernel(
             "triton", _triton, "flash", api="torch", masks=frozenset({"causal", "window"}),

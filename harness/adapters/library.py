@@ -203,30 +203,30 @@ def library_kernels() -> dict[str, Kernel]:
     out = {
         "sdpa-math": Kernel(
             "sdpa-math", _sdpa("MATH", True), "unknown", masks=all_masks, batch_invariant=False,
-            check_available=_cuda_if_asked,
+            check_available=_cuda_if_asked, backward="autograd",
         ),
         "sdpa-flash": Kernel(
             "sdpa-flash", _sdpa("FLASH_ATTENTION", False), "flash", dtypes=_HALF,
             devices=("cuda",), masks=frozenset({"causal"}), check_available=_cuda_only,
-            check_case=_square_causal,
+            check_case=_square_causal, backward="autograd",
         ),
         "sdpa-efficient": Kernel(
             "sdpa-efficient", _sdpa("EFFICIENT_ATTENTION", True), "unknown", devices=("cuda",),
-            masks=all_masks, check_available=_cuda_only,
+            masks=all_masks, check_available=_cuda_only, backward="autograd",
         ),
         "sdpa-cudnn": Kernel(
             "sdpa-cudnn", _sdpa("CUDNN_ATTENTION", False), "unknown", dtypes=_HALF,
             devices=("cuda",), masks=frozenset({"causal"}), head_dims=mult8[:16],
-            check_available=_cuda_only, check_case=_square_causal,
+            check_available=_cuda_only, check_case=_square_causal, backward="autograd",
         ),
         "flex": Kernel(
             "flex", _flex_fn(), "unknown", devices=("cuda",), masks=all_masks, head_dims=pow2,
-            check_available=_flex_available,
+            check_available=_flex_available, backward="autograd",
         ),
         "flash-attn": Kernel(
             "flash-attn", _flash_attn, "flash", dtypes=_HALF, devices=("cuda",),
             masks=frozenset({"causal", "window"}), options=frozenset({"causal", "window",
-            "scale"}), check_available=_flash_attn_available,
+            "scale"}), check_available=_flash_attn_available, backward="autograd",
         ),
     }  # fmt: skip
     return out

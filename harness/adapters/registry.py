@@ -107,6 +107,8 @@ def kernel(
     deterministic: bool = False,
     batch_invariant: bool = False,
     score_limit: dict[str, float] | None = None,
+    backward: Callable[..., Any] | str | None = None,
+    backward_arithmetic: str = "unknown",
 ) -> Any:
     """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
     mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
@@ -133,6 +135,11 @@ def kernel(
         deterministic, batch_invariant: promise bitwise reproducibility across calls and across
             batch composition; otherwise the kernel is compared with itself within its bound.
         score_limit: per dtype, the largest ``scale·Σ|q||k|`` it is specified for.
+        backward: how to get its gradients for gradient checks: ``"autograd"`` (torch autograd
+            through ``fn``'s output) or a function ``bwd(q, k, v, do, *, causal=..., ...) ->
+            (dQ, dK, dV)`` taking the options ``fn`` takes; ``None``: no gradient checks.
+        backward_arithmetic: the class whose gradient bounds apply (``naive``, ``flash``,
+            ``flash-fa1``, ``tf32`` or ``unknown``, the loosest: docs/error-bounds.md §11).
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
@@ -150,6 +157,17 @@ def kernel(
         raise ValueError(f"seq_multiple must be a positive int, got {seq_multiple!r}")
     if not isinstance(max_head_dim, int) or max_head_dim < 1:
         raise ValueError(f"max_head_dim must be a positive int, got {max_head_dim!r}")
+    if backward is not None and backward != "autograd" and not callable(backward):
+        raise ValueError(
+            f"backward must be 'autograd', a function bwd(q, k, v, do, **options) -> (dQ, dK, "
+            f"dV), or None; got {backward!r}"
+        )
+    if backward == "autograd" and api != "torch":
+        raise ValueError("backward='autograd' needs api='torch': autograd differentiates torch")
+    if backward_arithmetic not in ARITHMETIC_CLASSES:
+        raise ValueError(
+            f"backward_arithmetic must be one of {ARITHMETIC_CLASSES}, got {backward_arithmetic!r}"
+        )
     opts = accepted_options(fn)
     # Until a probe narrows them, the masks are those the signature can take at all.
     declared: dict[str, Any] = {"options": opts}
@@ -180,6 +198,7 @@ def kernel(
         label, fn, arithmetic, api=api, devices=_names(devices, ("cpu", "cuda"), "device(s)"),
         max_head_dim=max_head_dim, key_block=key_block, deterministic=deterministic,
         batch_invariant=batch_invariant, score_limit=dict(score_limit or {}),
+        backward=backward, backward_arithmetic=backward_arithmetic,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         **{"masks": undeclared_masks, **declared},
     )  # fmt: skip

@@ -32,9 +32,19 @@ from flashcheck.harness.cases.case import Case
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.judging.bounds import Bounds, error_bounds
 from flashcheck.harness.judging.check import naive_reference
+from flashcheck.harness.judging.gradient_bounds import GradientBounds, gradient_bounds
+from flashcheck.harness.judging.gradient_check import gradient_oracle, naive_gradient_reference
 from flashcheck.harness.oracle.evaluate import OracleResult, oracle
 
-__all__ = ["SINGLE_THREAD", "Executor", "LocalExecutor", "Reference", "compute_reference"]
+__all__ = [
+    "SINGLE_THREAD",
+    "Executor",
+    "GradientReference",
+    "LocalExecutor",
+    "Reference",
+    "compute_gradient_reference",
+    "compute_reference",
+]
 
 # Set for every worker process before it starts: one thread each, so that results do not
 # depend on how many workers share the machine.
@@ -82,6 +92,30 @@ def compute_reference(recipe: Recipe) -> Reference:
     return Reference(ref, naive, every, _max_logit(case), finite, seconds)
 
 
+@dataclass
+class GradientReference:
+    """What judging a case's gradients needs besides the kernel's: the oracle with ``dO``, the
+    naive backward's errors, and every class's gradient bounds."""
+
+    ref: OracleResult
+    naive: dict[str, float] | None
+    every: GradientBounds  # class "unknown": its parts are every class's own bounds
+    seconds: float
+
+
+def compute_gradient_reference(recipe: Recipe) -> GradientReference:
+    """The gradient oracle, the naive backward and every class's gradient bounds for
+    ``make_case(recipe)`` and its ``dO`` (:meth:`Case.grad_output`)."""
+    case = make_case(recipe)
+    t0 = time.perf_counter()
+    ref = gradient_oracle(case)
+    naive = naive_gradient_reference(case, ref)
+    seconds = time.perf_counter() - t0
+    every = gradient_bounds(case.q, case.k, case.v, case.grad_output(), arithmetic="unknown",
+                            **case.options())  # fmt: skip
+    return GradientReference(ref, naive, every, seconds)
+
+
 def _single_threaded() -> None:  # pragma: no cover - runs in pool processes
     import signal
 
@@ -107,6 +141,12 @@ class Executor:
         raise NotImplementedError
 
     def run(self, spec: str, case: Case, device: str) -> cf.Future:
+        raise NotImplementedError
+
+    def gradient_reference(self, recipe: Recipe) -> cf.Future:
+        raise NotImplementedError
+
+    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
         raise NotImplementedError
 
     def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
@@ -186,6 +226,16 @@ class LocalExecutor(Executor):
 
     def run(self, spec: str, case: Case, device: str) -> cf.Future:
         return self._threads.submit(self._on_slot, "run", spec, case, device)
+
+    def gradient_reference(self, recipe: Recipe) -> cf.Future:
+        if self._pool is None:
+            fut: cf.Future = cf.Future()
+            fut.set_result(compute_gradient_reference(recipe))
+            return fut
+        return self._pool.submit(compute_gradient_reference, recipe)
+
+    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_slot, "backward", spec, case, device)
 
     def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
         return self._threads.submit(self._on_slot, "check", name, spec, case, device, calls)

@@ -30,11 +30,13 @@ from flashcheck.harness.cases.families import (
 )
 
 __all__ = [
+    "GRADIENT_SCENARIOS",
     "PRESETS",
     "STRUCTURAL",
     "Item",
     "Preset",
     "fit_recipe",
+    "gradient_items",
     "mutate",
     "plan_items",
     "rng_for",
@@ -64,6 +66,7 @@ class Preset:
     search_max_len: int = 129
     search_max_work: int = 1 << 14
     structural_cases: int = 2  # per structural property, kernel and dtype
+    gradient_cases: int = 7  # per dtype, for kernels with a backward (one per scenario first)
 
 
 PRESETS: dict[str, Preset] = {
@@ -73,7 +76,7 @@ PRESETS: dict[str, Preset] = {
         length_d=16,
         logit_magnitudes=(1, 100, 1e4), logit_n=16, fa3_shape=(1, 1, 32, 16), fa3_seeds=1,
         search_generations=1, search_population=2, search_parents=1, search_max_len=33,
-        search_max_work=1 << 10, structural_cases=1,
+        search_max_work=1 << 10, structural_cases=1, gradient_cases=2,
     ),
     "cpu": Preset("cpu"),
     "gpu": Preset(
@@ -81,7 +84,7 @@ PRESETS: dict[str, Preset] = {
         head_dims=(16, 40, 64, 111, 128, 256), length_sweep=(1, 17, 64, 129, 256, 512, 1024),
         length_d=128, logit_n=256, fa3_shape=(1, 2, 512, 128), fa3_seeds=2,
         search_generations=3, search_population=6, search_max_len=257, search_max_work=1 << 17,
-        structural_cases=3,
+        structural_cases=3, gradient_cases=14,
     ),
 }  # fmt: skip
 
@@ -208,6 +211,44 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
             r = Recipe(dtype, family, 2, 4, 2, n, nk, d, d, seed32(rng),
                        magnitude=float(rng.choice(magnitudes(family, dtype))), **opts)  # fmt: skip
             items.append(Item("structural", f"{name}/{i}", r))
+    return items
+
+
+# The gradient part's scenarios (SPEC 3.7), in order: where backward bugs and precision loss
+# live. Each is (family, options); lengths, head dims and seeds come from the campaign's RNG.
+GRADIENT_SCENARIOS = (
+    ("randn", {}),
+    ("randn", {"causal": True, "masked_rows": True}),  # Nq > Nk: rows that keep no key
+    ("randn", {"off_grid": True}),  # lengths just past the 16/32/64/128 block edges
+    ("huge_logits", {}),
+    ("near_ties", {"causal": True}),
+    ("spike", {"window": (16, 0)}),
+    ("negative_rows", {}),
+)
+
+
+def gradient_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
+    """The gradient part for one dtype: ``preset.gradient_cases`` cases cycling through
+    :data:`GRADIENT_SCENARIOS`, each with two batches of four query heads on two key/value heads
+    (dK and dV sum over a group) and ``dO`` drawn from the inputs' hash (Case.grad_output)."""
+    items = []
+    for i in range(preset.gradient_cases):
+        family, opts = GRADIENT_SCENARIOS[i % len(GRADIENT_SCENARIOS)]
+        opts = dict(opts)
+        rng = rng_for(seed, "gradients", dtype, i)
+        d = int(rng.choice(preset.head_dims))
+        n = int(rng.choice(preset.grid_lengths))
+        nq = nk = n
+        if opts.pop("masked_rows", False):
+            nq, nk = n + 8, max(1, n // 2)
+        if opts.pop("off_grid", False):
+            nq, nk = 17, int(rng.choice([33, 65, 129]))
+        # Grid-sized work at most: every query row of the group enters dK and dV.
+        while 2 * 4 * nq * nk > preset.grid_max_work and max(nq, nk) > 16:
+            nq, nk = max(1, nq // 2), max(1, nk // 2)
+        mag = float(rng.choice(magnitudes(family, dtype)))
+        r = Recipe(dtype, family, 2, 4, 2, nq, nk, d, d, seed32(rng), magnitude=mag, **opts)
+        items.append(Item("gradients", f"{family}/{i}", r))
     return items
 
 

@@ -23,7 +23,12 @@ import os
 import queue
 from typing import Any
 
-from flashcheck.harness.campaign.executor import SINGLE_THREAD, Executor, compute_reference
+from flashcheck.harness.campaign.executor import (
+    SINGLE_THREAD,
+    Executor,
+    compute_gradient_reference,
+    compute_reference,
+)
 from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker, poisoned
 from flashcheck.harness.cases.case import Case
 from flashcheck.harness.cases.families import Recipe
@@ -80,6 +85,7 @@ class RayExecutor(Executor):
         for _ in range(self.kernel_workers):
             self._free.put(self._actor.remote())
         self._reference = ray.remote(num_cpus=1)(compute_reference)
+        self._gradient_reference = ray.remote(num_cpus=1)(compute_gradient_reference)
         self._threads = cf.ThreadPoolExecutor(self.kernel_workers, thread_name_prefix="ray")
 
     def reference(self, recipe: Recipe) -> cf.Future:
@@ -105,6 +111,14 @@ class RayExecutor(Executor):
 
     def run(self, spec: str, case: Case, device: str) -> cf.Future:
         return self._threads.submit(self._on_actor, "run", spec, case, device)
+
+    def gradient_reference(self, recipe: Recipe) -> cf.Future:
+        return self._gradient_reference.remote(recipe).future()
+
+    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
+        # The KernelWorker's backward (in-process in the actor) has no limit of its own; the
+        # driver's wait is twice a forward call's, as for a local worker.
+        return self._threads.submit(self._on_actor, "backward", spec, case, device, calls=2)
 
     def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
         return self._threads.submit(self._on_actor, "check", name, spec, case, device, calls,

@@ -15,6 +15,7 @@ import numpy as np
 
 from flashcheck.harness.judging.bounds import Bounds
 from flashcheck.harness.judging.check import CheckResult
+from flashcheck.harness.judging.gradient_verdict import GradientVerdict
 from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "class_utilization",
     "failure_margin",
     "gist",
+    "gradient_fields",
     "result_fields",
 ]
 
@@ -116,4 +118,36 @@ def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
         },
         "ulp_hist": ulp_histogram(np.where(ok, e, np.nan)),
         "worst": v.worst[:3],
+    }
+
+
+def gradient_fields(verdicts: dict[str, GradientVerdict]) -> dict[str, Any]:
+    """The fields of a gradient result record: the worst verdict of dQ, dK, dV, the reasons,
+    a score (the failure margin of the worst gradient, as :func:`failure_margin`), and per
+    gradient its verdict and numbers."""
+    level = max((v.verdict for v in verdicts.values()), key=SEVERITY.__getitem__)
+    margins = []
+    for v in verdicts.values():
+        if not math.isfinite(v.max_ulp):
+            margins.append(math.inf)
+            continue
+        emp = v.max_ulp / (2 * v.naive_ulp + 1) if math.isfinite(v.naive_ulp) else 0.0
+        margins.append(max(emp, v.det_util if math.isfinite(v.det_util) else 0.0))
+    per = {
+        name: {
+            "verdict": v.verdict,
+            "max_ulp": v.max_ulp,
+            "det_util": _missing(v.det_util),
+            "prob_util": _missing(v.prob_util),
+            "naive_ulp": _missing(v.naive_ulp),
+            "naive_ratio": _missing(v.naive_ratio),
+            "worst": v.worst[:2],
+        }
+        for name, v in verdicts.items()
+    }
+    return {
+        "status": level,
+        "reasons": [r for v in verdicts.values() for r in v.reasons],
+        "score": max(margins),
+        "gradients": per,
     }

@@ -38,13 +38,14 @@ BROKEN = ("BAD-OUTPUT", "ERROR", "TIMEOUT")
 def load(path: str | os.PathLike) -> dict[str, Any]:
     """The results file split by record type (``header``, ``results``, ...)."""
     records = read_records(path)
-    out: dict[str, Any] = {"header": records[0], "results": [], "structural": [],
+    out: dict[str, Any] = {"header": records[0], "results": [], "structural": [], "gradients": [],
                            "sessions": [], "limitations": [], "case_files": {}, "contracts": {},
                            "stopped": [], "complete": False}  # fmt: skip
     for r in records[1:]:
         kind = r.get("type")
         if kind == "result":
-            out["structural" if r.get("part") == "structural" else "results"].append(r)
+            part = r.get("part")
+            out[part if part in ("structural", "gradients") else "results"].append(r)
         elif kind == "contract":
             out["contracts"][r["kernel"]] = r
         elif kind == "stopped":
@@ -333,6 +334,46 @@ def _structural_table(data, kernels, dtypes, case_dir: str) -> list[str]:
     return lines
 
 
+def _gradient_table(data, kernels, dtypes, case_dir: str) -> list[str]:
+    """Per kernel, dtype and gradient tensor: verdict counts and the largest errors."""
+    rows = data["gradients"]
+    if not rows:
+        return ["(no kernel with a backward in this campaign)"]
+    lines = [
+        "| kernel | dtype | gradient | cases | PASS | FAIL | FAIL-HARD | raised / hung / bad "
+        "shape | skipped | max ULP | max bound util. | max naive ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k, dt, grp in _groups(rows, kernels, dtypes):
+        st = Counter(r["status"] for r in grp)
+        judged = [r for r in grp if r["status"] in JUDGED]
+        broken = ", ".join(f"{st[s]} {s}" for s in BROKEN if st[s]) or "0"
+        for name, label in (("dq", "dQ"), ("dk", "dK"), ("dv", "dV")):
+            per = [r["gradients"][name] for r in judged]
+            vs = Counter(g["verdict"] for g in per)
+            ulps = [num(g["max_ulp"]) for g in per]
+            util = [num(g["det_util"]) for g in per if g["det_util"] is not None]
+            ratio = [num(g["naive_ratio"]) for g in per if g["naive_ratio"] is not None]
+            fail = f"**{vs['FAIL']}**" if vs["FAIL"] else "0"
+            hard = f"**{vs['FAIL-HARD']}**" if vs["FAIL-HARD"] else "0"
+            lines.append(
+                f"| {k} | {dt} | {label} | {len(per)} | {vs['PASS']} | {fail} | {hard} "
+                f"| {broken} | {st['SKIP']} | {_fmt(_max(ulps), nan='NaN') if ulps else '–'} "
+                f"| {_fmt(_max(util)) if util else '–'} | {_fmt(_max(ratio)) if ratio else '–'} |"
+            )
+    files = data["case_files"]
+    worst = []
+    for k, dt, grp in _groups(rows, kernels, dtypes):
+        for r in grp:
+            if r["key"] in files:
+                cid = files[r["key"]]["case_id"]
+                worst.append(f"- **{k} {dt}** {r['status']} ({r['family']}, {_shape(r)}): "
+                             f"`flashcheck replay {cid} --dir {case_dir}`")  # fmt: skip
+    if worst:
+        lines += ["", "Worst gradient cases, each replayable:", "", *worst]
+    return lines
+
+
 def _class_fit(data, kernels, dtypes) -> list[str]:
     """Bound utilization of each kernel's errors against every arithmetic class."""
     lines = [
@@ -484,6 +525,20 @@ def render_report(
         "its bound (docs/properties.md).",
         "",
         *_structural_table(data, kernels, dtypes, case_dir),
+        "",
+        "## Gradients",
+        "",
+        "dQ, dK and dV of the kernels with a backward (torch autograd, or a declared backward "
+        "function) for an upstream gradient dO drawn from a hash of the inputs, against the "
+        "oracle's exact gradients (docs/oracle.md §7): FAIL-HARD above the deterministic bound "
+        "of the kernel's backward class (docs/error-bounds.md §11; *unknown*: the loosest) or "
+        "NaN/Inf where the exact gradient is finite, FAIL above max(2 × the naive backward's "
+        "error + 1 floored ulp, the probabilistic bound). Floored ULP uses each gradient's "
+        "floor (dV: Σ_i P|dO|; dQ, dK: |τ|Σ P(|dP| + |D|)|K| or |Q|). Cases: masked rows, "
+        "lengths off the block grid, huge logits, ties, windows, two batches of four query "
+        "heads on two kv heads.",
+        "",
+        *_gradient_table(data, kernels, dtypes, case_dir),
         "",
         "## Arithmetic classes",
         "",

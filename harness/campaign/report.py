@@ -126,10 +126,11 @@ def gate_findings(records: Sequence[dict[str, Any]], fail_on: str) -> list[str]:
         kind = r.get("type")
         if kind == "result":
             structural = r.get("part") == "structural"
+            what = f"gradients {r['status']}" if r.get("part") == "gradients" else r["status"]
             if structural and r["status"] == "FAIL":
                 found[(r["kernel"], r["dtype"], f"structural property {r['property']} failed")] += 1
             elif r["status"] in gate and not (structural and r["status"] == "FAIL"):
-                found[(r["kernel"], r["dtype"], r["status"])] += 1
+                found[(r["kernel"], r["dtype"], what)] += 1
         elif kind == "stopped":
             found[(r["kernel"], r["dtype"], f"stopped after {r['count']} x {r['reason']}")] += 1
         elif kind == "limitation" and r.get("no_run"):
@@ -270,12 +271,16 @@ def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[s
         if r.get("type") == "limitation" and r.get("no_run"):
             lines.append(f"{r['kernel']} {r['dtype']}: could not run at all: {r['reason']}")
     for (k, dt), rows in groups.items():
-        acc = Counter(r["status"] for r in rows if r["part"] != "structural")
+        acc = Counter(r["status"] for r in rows if r["part"] not in ("structural", "gradients"))
         struct = Counter(r["status"] for r in rows if r["part"] == "structural")
+        grad = Counter(r["status"] for r in rows if r["part"] == "gradients")
         counts = ", ".join(f"{n} {s}" for s, n in sorted(acc.items()))
         sfail = struct.get("FAIL", 0)
         ran = sum(struct.values()) - struct.get("SKIP", 0)
-        lines.append(f"{k} {dt}: {counts}; structural: {ran} checks, {sfail} failed")
+        line = f"{k} {dt}: {counts}; structural: {ran} checks, {sfail} failed"
+        if grad:
+            line += "; gradients: " + ", ".join(f"{n} {s}" for s, n in sorted(grad.items()))
+        lines.append(line)
         bad = [r for r in rows if r["status"] not in ("PASS", "SKIP")]
         reasons = Counter(gist(why) for r in bad for why in r["reasons"][:1])
         example = {gist(why): why for r in reversed(bad) for why in r["reasons"][:1]}

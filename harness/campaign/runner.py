@@ -17,6 +17,10 @@ inputs it accepts, and kernels whose fitted cases coincide share one oracle eval
 - ``structural``: per kernel and dtype, the structural properties of
   :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
   determinism, key permutation, the NaN rule, options applied) on a few cases each;
+- ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
+  :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
+  huge logits, ties, windows; two batches of four query heads on two kv heads), judged against
+  the gradient oracle, the backward class's bounds and the naive backward;
 - ``search``: per kernel and dtype, a targeted search for the worst case. Generation ``g``
   mutates the ``parents`` highest-scoring cases found so far for that kernel and dtype
   (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
@@ -50,19 +54,30 @@ from typing import Any
 
 from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.adapters.registry import resolve
-from flashcheck.harness.campaign.executor import Executor, Reference, outcome
+from flashcheck.harness.campaign.executor import (
+    Executor,
+    GradientReference,
+    Reference,
+    outcome,
+)
 from flashcheck.harness.campaign.plan import (
     PRESETS,
     STRUCTURAL,
     Item,
     Preset,
     fit_recipe,
+    gradient_items,
     mutate,
     plan_items,
     rng_for,
     structural_items,
 )
-from flashcheck.harness.campaign.records import SEVERITY, gist, result_fields
+from flashcheck.harness.campaign.records import (
+    SEVERITY,
+    gist,
+    gradient_fields,
+    result_fields,
+)
 from flashcheck.harness.campaign.worker import KernelFailure
 from flashcheck.harness.cases.case import DTYPES, Case
 from flashcheck.harness.cases.families import Recipe, make_case
@@ -70,6 +85,8 @@ from flashcheck.harness.cases.store import save_case
 from flashcheck.harness.core.progress import Progress
 from flashcheck.harness.core.resultlog import ResultLog, num
 from flashcheck.harness.judging.check import check_case
+from flashcheck.harness.judging.gradient_check import check_gradients_case
+from flashcheck.harness.judging.gradient_verdict import judge_gradients
 
 __all__ = [
     "PRESETS",
@@ -217,18 +234,19 @@ class Campaign:
             for spec in new:
                 task.groups.append(self._submit_check(item, spec))
             return task
+        gradients = item.part == "gradients"
         fitted: dict[Recipe, list[str]] = {}
         for spec in new:
             fitted.setdefault(fit_recipe(item.recipe, self.kernels[spec]), []).append(spec)
         for recipe, group in fitted.items():
             case = make_case(recipe)
             runs: dict[str, Any] = {}
+            call = self.executor.backward if gradients else self.executor.run
             for spec in group:
                 why = self.kernels[spec].supports(case, self.devices[spec])
-                runs[spec] = (
-                    why if why is not None else self.executor.run(spec, case, self.devices[spec])
-                )
-            task.groups.append(_Group(recipe, case, self.executor.reference(recipe), runs))
+                runs[spec] = why if why is not None else call(spec, case, self.devices[spec])
+            ref = self.executor.gradient_reference if gradients else self.executor.reference
+            task.groups.append(_Group(recipe, case, ref(recipe), runs))
         return task
 
     def _submit_check(self, item: Item, spec: str) -> _Group:
@@ -251,6 +269,8 @@ class Campaign:
         for group in task.groups:
             if group.check is not None:
                 self._collect_check(task.item, group)
+            elif task.item.part == "gradients":
+                self._collect_gradients(task.item, group)
             else:
                 self._collect_group(task.item, group)
 
@@ -301,6 +321,29 @@ class Campaign:
             self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
                                       **common, **result_fields(res, ref.every)))  # fmt: skip
 
+    def _collect_gradients(self, item: Item, group: _Group) -> None:
+        ref: GradientReference = group.reference.result()
+        for spec, job in group.runs.items():
+            seconds = {"oracle": round(ref.seconds, 4)}
+            if isinstance(job, str):
+                self._append(self._record(item, spec, group.case, group.recipe, status="SKIP",
+                                          reasons=[job], score=0.0, seconds=seconds))  # fmt: skip
+                continue
+            try:
+                grads = outcome(job)
+            except KernelFailure as fail:
+                score = 0.0 if fail.status == "SKIP" else math.inf
+                self._append(self._record(item, spec, group.case, group.recipe,
+                                          status=fail.status, reasons=[fail.message],
+                                          score=score, seconds=seconds))  # fmt: skip
+                continue
+            cls = self.kernels[spec].backward_arithmetic
+            bounds = ref.every if cls == "unknown" else ref.every.parts[cls]
+            verdicts = judge_gradients({"dq": grads.dq, "dk": grads.dk, "dv": grads.dv},
+                                       ref.ref, bounds, naive=ref.naive)  # fmt: skip
+            self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
+                                      **gradient_fields(verdicts)))  # fmt: skip
+
     def _append(self, rec: dict[str, Any]) -> None:
         if (rec["kernel"], rec["dtype"]) in self._stopped:
             return  # submitted ahead, but a one-worker run would not have run it
@@ -313,19 +356,26 @@ class Campaign:
         items = plan_items(self.preset, self.dtypes, self.seed)
         checks = [it for dt in self.dtypes for it in structural_items(self.preset, dt, self.seed)]
         specs = list(self.kernels)
+        backward = [s for s in specs if self.kernels[s].backward is not None]
+        grads = [it for dt in self.dtypes for it in gradient_items(self.preset, dt, self.seed)]
+        grads = grads if backward else []
         p = self.preset
         search_cost = (
             len(specs) * len(self.dtypes) * p.search_generations * p.search_population
             * (1 + p.search_max_work * 128 / 65536)
         )  # fmt: skip
-        fixed = items + checks
-        total = sum(it.cost() * len(specs) for it in fixed) + search_cost
-        done = sum(it.cost() for it in fixed for s in specs if it.key(s) in self._done)
+        fixed = [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
+        # A backward costs about three forwards (its oracle and bounds likewise).
+        weight = {"gradients": 3.0}
+        total = sum(it.cost() * weight.get(it.part, 1.0) * len(sp) for it, sp in fixed)
+        total += search_cost
+        done = sum(it.cost() * weight.get(it.part, 1.0) for it, sp in fixed for s in sp
+                   if it.key(s) in self._done)  # fmt: skip
         n_done = len(self._done)
         if n_done:
             self.echo(f"resuming: {n_done} results already in {self.log.path}")
         progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
-        self._execute([(item, specs) for item in fixed], progress)
+        self._execute(fixed, progress)
         # The search, a generation at a time for every kernel and dtype together: generation
         # g of one pair depends only on that pair's earlier results.
         for gen in range(p.search_generations):
@@ -346,7 +396,7 @@ class Campaign:
         # Parents come from the fixed parts and earlier generations only, so a resumed
         # generation sees exactly the pool the uninterrupted run saw.
         pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
-                and r["status"] != "SKIP" and r["part"] != "structural"
+                and r["status"] != "SKIP" and r["part"] not in ("structural", "gradients")
                 and _generation(r) < gen]  # fmt: skip
         pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
         parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
@@ -373,7 +423,7 @@ class Campaign:
         for spec in self.kernels:
             for dt in self.dtypes:
                 mine = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt]
-                rows = [r for r in mine if r["part"] != "structural"
+                rows = [r for r in mine if r["part"] not in ("structural", "gradients")
                         and r["status"] in ("PASS", "FAIL", "FAIL-HARD")]  # fmt: skip
                 rows.sort(key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]))
                 pick = rows[:1] + [r for r in rows[1:] if r["status"] != "PASS"][: per_group - 1]
@@ -381,6 +431,12 @@ class Campaign:
                 for r in mine:
                     if r["part"] == "structural" and r["status"] == "FAIL":
                         first.setdefault(r["property"], r)
+                # The worst gradient case and the first failing one.
+                grad = sorted((r for r in mine if r["part"] == "gradients"
+                               and r["status"] in ("PASS", "FAIL", "FAIL-HARD")),
+                              key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]),
+                                             r["key"]))  # fmt: skip
+                pick += grad[:1]
                 for r in [*pick, *first.values()]:
                     if r["key"] not in saved:
                         self._save_case(spec, r)
@@ -388,8 +444,17 @@ class Campaign:
     def _save_case(self, spec: str, r: dict[str, Any]) -> None:
         case = make_case(Recipe(**_recipe_args(r["recipe"])))
         dev = self.devices[spec]
-        prop = r.get("property", "accuracy")
-        if prop in STRUCTURAL:
+        prop = "gradients" if r["part"] == "gradients" else r.get("property", "accuracy")
+        if prop == "gradients":
+            try:
+                grads = outcome(self.executor.backward(spec, case, dev))
+            except KernelFailure as fail:
+                self.echo(f"warning: re-running the backward of {spec} on {r['key']} for its "
+                          f"case file failed: {fail}")  # fmt: skip
+                return
+            res = check_gradients_case(self.kernels[spec], case, device=dev, grads=grads)
+            verdict = res.as_dict()
+        elif prop in STRUCTURAL:
             try:
                 ok, msg = outcome(self.executor.check(prop, spec, case, dev, 8))
             except KernelFailure as fail:

@@ -27,7 +27,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import KernelOutput, KernelOutputError, KernelUnsupported
+from flashcheck.harness.adapters.adapter import (
+    KernelGradients,
+    KernelOutput,
+    KernelOutputError,
+    KernelUnsupported,
+)
 from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout
 from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.cases.case import Case
@@ -56,15 +61,16 @@ class KernelFailure(Exception):
 
 
 def _call(kernels: dict[str, Any], msg: tuple) -> tuple[str, Any]:
-    """Execute one request: ``("run", spec, case, device)`` or ``("check", name, spec, case,
-    device)``; returns ``(status, payload)``."""
+    """Execute one request: ``("run", spec, case, device)``, ``("backward", spec, case,
+    device)`` or ``("check", name, spec, case, device)``; returns ``(status, payload)``."""
     kind, *args = msg
     try:
-        if kind == "run":
+        if kind in ("run", "backward"):
             spec, case, device = args
             if spec not in kernels:
                 kernels[spec] = resolve(spec)
-            return "ok", kernels[spec].run(case, device)
+            call = kernels[spec].run if kind == "run" else kernels[spec].run_backward
+            return "ok", call(case, device)
         name, spec, case, device = args
         if spec not in kernels:
             kernels[spec] = resolve(spec)
@@ -216,6 +222,12 @@ class KernelWorker:
     def run(self, spec: str, case: Case, device: str) -> KernelOutput:
         """The kernel's output, or :class:`KernelFailure` if it raised, hung or misbehaved."""
         return self._request(("run", spec, case, device), self.timeout)
+
+    def backward(self, spec: str, case: Case, device: str) -> KernelGradients:
+        """The kernel's gradients for the case's ``dO`` (``Kernel.run_backward``), or
+        :class:`KernelFailure`; the time limit is twice a forward call's (a backward runs the
+        forward too)."""
+        return self._request(("backward", spec, case, device), 2 * self.timeout)
 
     def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> tuple[bool, str]:
         """Structural property ``name`` of :data:`~flashcheck.harness.judging.structural.CHECKS`

@@ -8,6 +8,7 @@ made from their bit patterns (:meth:`Case.to_torch`), never through a rounding c
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ class Case:
 
     ``family``, ``seed`` and ``params`` record where the case came from (the input family of
     SPEC 4 and the RNG seed that filled its tensors); they do not affect the computation.
+    ``do``: the upstream gradient ``dO`` ``(B, Hq, Nq, dv)`` for gradient checks, in the
+    inputs' dtype; ``None`` means the default one of :meth:`grad_output`.
     """
 
     q: np.ndarray
@@ -44,6 +47,7 @@ class Case:
     family: str = "manual"
     seed: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    do: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         names = {x.dtype for x in (self.q, self.k, self.v)}
@@ -54,6 +58,27 @@ class Case:
             )
         if self.mask is not None and self.mask.dtype != np.bool_:
             raise ValueError("mask must be a boolean array (True = keep)")
+        if self.do is not None:
+            want = (*self.q.shape[:3], self.v.shape[3])
+            if self.do.dtype != self.q.dtype or self.do.shape != want:
+                raise ValueError(
+                    f"do must be an array of O's shape {want} and the inputs' dtype "
+                    f"{self.q.dtype}, got {self.do.dtype} {self.do.shape}"
+                )
+
+    def grad_output(self) -> np.ndarray:
+        """The upstream gradient ``dO`` of gradient checks: :attr:`do` if given, else standard
+        normal values in the inputs' format drawn from a seed that is a hash of the inputs'
+        bits, so that the same inputs always get the same ``dO`` (and a replay needs nothing
+        more than the case)."""
+        if self.do is not None:
+            return self.do
+        h = hashlib.sha256()
+        for name in ("q", "k", "v"):
+            h.update(self.bits(name).tobytes() + str(getattr(self, name).shape).encode())
+        rng = np.random.default_rng(int.from_bytes(h.digest()[:8], "little"))
+        shape = (*self.q.shape[:3], self.v.shape[3])
+        return rng.standard_normal(shape).astype(np.float32).astype(self.q.dtype)
 
     def __repr__(self) -> str:
         rec = self.params.get("recipe")
@@ -161,19 +186,20 @@ class Case:
 
     def to_torch(self, device: str = "cpu") -> tuple[Any, Any, Any]:
         """``(q, k, v)`` as torch tensors on ``device``, bit-exact."""
+        return tuple(self.tensor(getattr(self, name), device) for name in ("q", "k", "v"))
+
+    def tensor(self, x: np.ndarray, device: str = "cpu") -> Any:
+        """A torch tensor on ``device`` with the bits of ``x`` (an array of the case's dtype)."""
         import torch
 
-        out = []
-        for name in ("q", "k", "v"):
-            bits = self.bits(name)
-            if self.dtype == "fp32":
-                t = torch.from_numpy(np.ascontiguousarray(getattr(self, name)))
-            else:
-                t = torch.from_numpy(bits.view(np.int16)).view(
-                    torch.bfloat16 if self.dtype == "bf16" else torch.float16
-                )
-            out.append(t.to(device))
-        return tuple(out)
+        x = np.ascontiguousarray(x)
+        if self.dtype == "fp32":
+            t = torch.from_numpy(x.copy())
+        else:
+            t = torch.from_numpy(x.view(np.int16).copy()).view(
+                torch.bfloat16 if self.dtype == "bf16" else torch.float16
+            )
+        return t.to(device)
 
     def slice(self, b: int, h: int) -> Case:
         """The single-(batch, head) case of query head ``h`` (with its key/value head)."""
@@ -196,4 +222,5 @@ class Case:
             family=self.family,
             seed=self.seed,
             params=dict(self.params),
+            do=None if self.do is None else np.ascontiguousarray(self.do[b : b + 1, h : h + 1]),
         )

@@ -62,6 +62,8 @@ def case_id(case: Case, kernel: str) -> str:
         h.update(x.tobytes())
     if case.mask is not None:
         h.update(np.packbits(case.mask).tobytes() + str(case.mask.shape).encode())
+    if case.do is not None:  # (cases without dO keep the ids they always had)
+        h.update(b"do" + np.ascontiguousarray(case.do).tobytes())
     h.update(json.dumps(_options_json(case), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -100,6 +102,8 @@ def save_case(
     arrays = {name: case.bits(name) for name in ("q", "k", "v")}
     if case.mask is not None:
         arrays["mask"] = np.ascontiguousarray(case.mask)
+    if case.do is not None:
+        arrays["do"] = np.ascontiguousarray(case.do).view(case.bits("q").dtype)
     np.savez_compressed(buf, **arrays)
     data = buf.getvalue()
     _atomic_write(out / f"{cid}.npz", data)
@@ -182,6 +186,9 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
             seed=record.get("seed"),
             params=record.get("params") or {},
         )
+        if "do" in arrays:
+            case.do = np.ascontiguousarray(arrays["do"]).view(DTYPES[record["dtype"]])
+            case.__post_init__()  # checks its shape and dtype
     except (KeyError, ValueError, OSError) as err:
         raise CaseFileError(f"{npz}: cannot rebuild the case ({err})") from None
     shape = dict(zip(("B", "Hq", "Hk", "Nq", "Nk", "d", "dv"), case.shape, strict=True))

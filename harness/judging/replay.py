@@ -14,6 +14,11 @@ from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.adapters.registry import as_kernel
 from flashcheck.harness.cases.store import load_case
 from flashcheck.harness.judging.check import CheckResult, check_case, format_check
+from flashcheck.harness.judging.gradient_check import (
+    check_gradients_case,
+    format_gradient_check,
+    gradient_determinism,
+)
 from flashcheck.harness.judging.structural import CHECKS
 
 __all__ = ["default_device", "replay"]
@@ -65,6 +70,17 @@ def replay(
         verdict = "PASS" if ok else "FAIL"
         echo(f"\n(the accuracy verdict above is for reference; the case was saved by property "
              f"{prop})\nproperty {prop}: {verdict}: {msg}")  # fmt: skip
+    if prop in ("gradients", "gradient-determinism"):
+        echo(f"\n(the forward verdict above is for reference; the case was saved by property "
+             f"{prop})")  # fmt: skip
+        if prop == "gradients":
+            g = check_gradients_case(adapter, case, device=dev)
+            echo(format_gradient_check(g))
+            verdict = g.verdict
+        else:
+            ok, msg = gradient_determinism(adapter, case, dev)
+            verdict = "PASS" if ok else "FAIL"
+            echo(f"property {prop}: {verdict}: {msg}")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")

@@ -1,0 +1,107 @@
+"""Gradients of the kernel under test, for kernels that declare a backward (SPEC 3.7).
+
+- accuracy of dQ, dK and dV against the oracle's exact gradients: each within its
+  deterministic bound (else FAIL-HARD), within max(2 × the naive backward's error + 1 floored
+  ulp, probabilistic bound) (else FAIL), and never NaN/Inf where the exact gradient is finite;
+- fixed cases where backward bugs live: rows that keep no key (causal with Nq > Nk), lengths
+  off every power-of-two block grid, and grouped-query heads (dK, dV summed over a group);
+- determinism of the backward: bitwise for a kernel declared deterministic, else within twice
+  the gradient bound.
+
+A kernel without a backward is skipped with that reason.
+"""
+
+import math
+
+import pytest
+from hypothesis import assume, given, target
+from hypothesis import strategies as st
+
+from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.judging.gradient_check import (
+    check_gradients_case,
+    format_gradient_check,
+    gradient_determinism,
+)
+from flashcheck.properties.assertions import fail
+from flashcheck.properties.strategies import FAMILIES
+from flashcheck.properties.support import case_strategy, fewer, run_or_fail, slow_ok
+
+FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
+
+
+def _needs_backward(kern):
+    if kern.backward is None:
+        pytest.skip(f"{kern.name} declares no backward (flashcheck.kernel(..., backward=...))")
+
+
+def _judge(kern, case, dev, prop="gradients"):
+    res = run_or_fail(kern, case, dev, prop, lambda: check_gradients_case(kern, case, device=dev))
+    if res.verdict != "PASS":
+        fail(case, kern.name, dev, prop, "\n" + format_gradient_check(res), res.as_dict())
+    return res
+
+
+@slow_ok()
+@given(data=st.data())
+def test_gradients_within_bounds_and_policy(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    # Non-finite inputs give NaN gradients by the oracle's NaN rule; the accuracy of finite
+    # gradients is what is judged here.
+    case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
+    assume(kern.supports(case, dev) is None)
+    res = _judge(kern, case, dev)
+    worst = max(v.max_ulp for v in res.verdicts.values())
+    target(math.log2(1 + (worst if math.isfinite(worst) else 2.0**60)),
+           label=f"log2(1 + floored ulp) of gradients {kern.name} {dtype}")  # fmt: skip
+
+
+def _fixed_cases(kern, dtype):
+    """Masked rows, off-grid lengths and GQA, each inside the kernel's contract (or skipped)."""
+    m = kern.seq_multiple
+    d = 16 if kern.head_dims is None else kern.head_dims[0]
+    if m == 1:
+        # causal, Nq > Nk, bottom-right aligned: the first Nq − Nk rows keep no key
+        masked = (41, 16)
+        # 17 and 129 sit just past the 16-, 32-, 64- and 128-wide block edges
+        off_grid = (17, 129)
+        square = 33
+    else:
+        masked, off_grid, square = (2 * m, m), (m, 3 * m), 2 * m
+    return {
+        "masked-rows": Recipe(dtype, "randn", 1, 2, 2, *masked, d, d, seed=1, causal=True),
+        "off-grid": Recipe(dtype, "randn", 1, 2, 2, *off_grid, d, d, seed=2),
+        "gqa": Recipe(dtype, "randn", 2, 4, 2, square, square, d, d, seed=3),
+    }
+
+
+@pytest.mark.parametrize("which", ["masked-rows", "off-grid", "gqa"])
+def test_gradients_on_the_cases_backward_bugs_live_in(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, which
+):
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    case = make_case(_fixed_cases(kern, dtype)[which])
+    why = kern.supports(case, dev)
+    if why is not None:
+        pytest.skip(f"the {which} case is outside {kern.name}'s contract: {why}")
+    _judge(kern, case, dev)
+
+
+@fewer(5)
+@given(data=st.data())
+def test_backward_is_deterministic_or_within_its_bound(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
+    assume(kern.supports(case, dev) is None)
+    ok, msg = run_or_fail(kern, case, dev, "gradient-determinism",
+                          lambda: gradient_determinism(kern, case, dev))  # fmt: skip
+    if not ok:
+        fail(case, kern.name, dev, "gradient-determinism", msg,
+             {"verdict": "FAIL", "property": "gradient-determinism", "message": msg})  # fmt: skip
