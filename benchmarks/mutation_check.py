@@ -33,6 +33,9 @@ TRITON = "kernels/triton_flash.py"
 RECUR = "kernels/recurrence.py"
 TRITON_TESTS = ["properties", "-k", "triton and not tf32", "tests/test_triton_flash.py"]
 RECUR_TESTS = ["properties", "tests/test_recurrence.py", "-k", "recurrence and not fa1"]
+BUILTIN = "harness/adapters/builtin.py"
+# The backward's mutants are judged by the gradient properties of the suite on recurrence-fa2.
+BWD_TESTS = ["properties/test_gradients.py", "-k", "recurrence-fa2"]
 
 # name: (description, file, [(old, new), ...], tests)
 MUTANTS = {
@@ -134,6 +137,64 @@ MUTANTS = {
         RECUR,
         [("keep &= j >= i + off - left", "keep &= j > i + off - left")],
         RECUR_TESTS,
+    ),
+    "bwd-ds-not-rounded": (
+        "backward: dS kept in fp32 for dQ and dK instead of being rounded to the input dtype",
+        RECUR,
+        [("dsp = dsc.astype(dp)", "dsp = dsc")],
+        BWD_TESTS,
+    ),
+    "bwd-d-from-unrounded-o": (
+        "backward: D = rowsum(dO * O) from the forward's fp32 O, not the rounded O it returned",
+        BUILTIN,
+        [
+            (
+                "bwd_policy = PrecisionPolicy.flash(format_of(q.dtype).name)",
+                "bwd_policy = PrecisionPolicy(input=format_of(q.dtype).name, "
+                "p=format_of(q.dtype).name, output='fp32')",
+            ),
+            (
+                "online_attention_backward(q, k, v, o, lse, do, policy=bwd_policy,",
+                "online_attention_backward(q, k, v, o, lse, do.astype(np.float32), "
+                "policy=bwd_policy,",
+            ),
+        ],
+        BWD_TESTS,
+    ),
+    "bwd-missing-dq-scale": (
+        "backward: dQ not multiplied by the softmax scale",
+        RECUR,
+        [("dq = (dq_acc * sc_a).astype(da).astype(dout)", "dq = dq_acc.astype(dout)")],
+        BWD_TESTS,
+    ),
+    "bwd-missing-dk-scale": (
+        "backward: dK not multiplied by the softmax scale",
+        RECUR,
+        [
+            (
+                "dk[b, g, cols] = (dk_acc * sc_a).astype(da).astype(dout)",
+                "dk[b, g, cols] = dk_acc.astype(dout)",
+            )
+        ],
+        BWD_TESTS,
+    ),
+    "bwd-gqa-wrong-heads": (
+        "backward: dK, dV of kv head g summed over query heads g..g+G-1 instead of its group",
+        RECUR,
+        [("for h in range(g * group, (g + 1) * group):", "for h in range(g, g + group):")],
+        BWD_TESTS,
+    ),
+    "bwd-masked-ds-not-zeroed": (
+        "backward: dS uses exp2(t - LSE) for masked entries too (P zeroed for dV only)",
+        RECUR,
+        [
+            (
+                "dsc = (p * (dpm - dsum_b[:, None]).astype(da)).astype(da)",
+                "dsc = (_exp((t - np.where(live, lse_b, da.type(0))[:, None]).astype(da), "
+                "policy.exp, da) * (dpm - dsum_b[:, None]).astype(da)).astype(da)",
+            )
+        ],
+        BWD_TESTS,
     ),
 }
 

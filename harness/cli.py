@@ -84,7 +84,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         timeout=args.timeout, isolate=not args.no_isolate, fresh=args.fresh,
         render=not args.no_render, fail_on=args.fail_on, streak=args.stop_after,
         arithmetic=args.arithmetic, workers=args.workers, kernel_workers=args.kernel_workers,
-        executor=args.executor, address=args.address,
+        executor=args.executor, address=args.address, parts=tuple(args.part or ()),
     )  # fmt: skip
     try:
         return run_report(opts)
@@ -291,6 +291,7 @@ def _positive_float(text: str) -> float:
 
 
 def _add_report(sub) -> None:
+    from flashcheck.harness.campaign.plan import PARTS
     from flashcheck.harness.campaign.report import GATES
     from flashcheck.harness.campaign.runner import PRESETS
 
@@ -354,6 +355,9 @@ def _add_report(sub) -> None:
     p.add_argument("--stop-after", type=_positive, default=5, metavar="N",
                    help="stop a kernel for a dtype after N identical failures in a row "
                    "(raised, hung or bad output; default 5)")  # fmt: skip
+    p.add_argument("--part", action="append", choices=PARTS, metavar="PART",
+                   help=f"run only this part of the campaign; repeat for several (default: "
+                   f"all: {', '.join(PARTS)})")  # fmt: skip
     p.set_defaults(func=_cmd_report)
     r = sub.add_parser(
         "render",

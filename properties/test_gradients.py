@@ -6,7 +6,8 @@
 - fixed cases where backward bugs live: rows that keep no key (causal with Nq > Nk), lengths
   off every power-of-two block grid, and grouped-query heads (dK, dV summed over a group);
 - determinism of the backward: bitwise for a kernel declared deterministic, else within twice
-  the gradient bound.
+  the gradient bound;
+- conformance of a flash-class backward to its declared roundings within one block.
 
 A kernel without a backward is skipped with that reason.
 """
@@ -18,11 +19,8 @@ from hypothesis import assume, given, target
 from hypothesis import strategies as st
 
 from flashcheck.harness.cases.families import Recipe, make_case
-from flashcheck.harness.judging.gradient_check import (
-    check_gradients_case,
-    format_gradient_check,
-    gradient_determinism,
-)
+from flashcheck.harness.judging.gradient_check import check_gradients_case, format_gradient_check
+from flashcheck.harness.judging.gradient_structural import GRADIENT_CHECKS, ONE_BLOCK
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import case_strategy, fewer, run_or_fail, slow_ok
@@ -52,7 +50,7 @@ def test_gradients_within_bounds_and_policy(
     # Non-finite inputs give NaN gradients by the oracle's NaN rule; the accuracy of finite
     # gradients is what is judged here.
     case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
-    assume(kern.supports(case, dev) is None)
+    assume(kern.backward_supports(case, dev) is None)
     res = _judge(kern, case, dev)
     worst = max(v.max_ulp for v in res.verdicts.values())
     target(math.log2(1 + (worst if math.isfinite(worst) else 2.0**60)),
@@ -85,7 +83,7 @@ def test_gradients_on_the_cases_backward_bugs_live_in(
     kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
     _needs_backward(kern)
     case = make_case(_fixed_cases(kern, dtype)[which])
-    why = kern.supports(case, dev)
+    why = kern.backward_supports(case, dev)
     if why is not None:
         pytest.skip(f"the {which} case is outside {kern.name}'s contract: {why}")
     _judge(kern, case, dev)
@@ -99,9 +97,34 @@ def test_backward_is_deterministic_or_within_its_bound(
     kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
     _needs_backward(kern)
     case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
-    assume(kern.supports(case, dev) is None)
-    ok, msg = run_or_fail(kern, case, dev, "gradient-determinism",
-                          lambda: gradient_determinism(kern, case, dev))  # fmt: skip
+    assume(kern.backward_supports(case, dev) is None)
+    _structural("gradient-determinism", kern, case, dev)
+
+
+def _structural(name, kern, case, dev):
+    check = GRADIENT_CHECKS[name]
+    ok, msg = run_or_fail(kern, case, dev, name, lambda: check(kern, case, dev))
     if not ok:
-        fail(case, kern.name, dev, "gradient-determinism", msg,
-             {"verdict": "FAIL", "property": "gradient-determinism", "message": msg})  # fmt: skip
+        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name,
+                                               "message": msg})  # fmt: skip
+
+
+@fewer(10)
+@given(data=st.data())
+def test_flash_backward_matches_its_declared_arithmetic(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # Catches a backward *more* accurate than its declared class (dS kept in fp32, D from an
+    # unrounded O), which no accuracy bound can see.
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    if kern.backward_arithmetic != "flash":
+        pytest.skip(f"conformance applies to the flash backward class, not "
+                    f"{kern.backward_arithmetic}")  # fmt: skip
+    if kern.seq_multiple > ONE_BLOCK:
+        pytest.skip(f"needs one {ONE_BLOCK}-row block; lengths are multiples of "
+                    f"{kern.seq_multiple}")  # fmt: skip
+    case = data.draw(case_strategy(kern, dtype, families=FINITE, max_len=ONE_BLOCK,
+                                   masks=("causal", "window")), label="case")  # fmt: skip
+    assume(kern.backward_supports(case, dev) is None)
+    _structural("gradient-conformance", kern, case, dev)

@@ -100,6 +100,9 @@ class Kernel:
     dV)``, or ``None`` (no backward: gradient checks skip the kernel). ``backward_arithmetic``:
     the class whose gradient bounds apply (:mod:`flashcheck.harness.judging.gradient_bounds`;
     ``"unknown"``, the default: the loosest of them, whatever the forward's class).
+    ``backward_score_limit``: the largest ``scale·Σ|q||k|`` the backward is specified for (a
+    FlashAttention-2 backward recomputes P from fp32 scores and LSE, each rounded by about
+    ``2^-24·|s|``: at huge logits P itself overflows).
     ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
     ``pending``: contract fields not declared and not yet probed
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
@@ -128,6 +131,7 @@ class Kernel:
     check_case: Callable[[Case, str | None], str | None] | None = None
     backward: Callable[..., Any] | str | None = None
     backward_arithmetic: str = "unknown"
+    backward_score_limit: float | None = None
     unsupported: tuple[tuple[str, str], ...] = ()
     pending: frozenset[str] = frozenset()
 
@@ -183,6 +187,18 @@ class Kernel:
         if self.check_case is not None:
             return self.check_case(case, device)
         return None
+
+    def backward_supports(self, case: Case, device: str | None = None) -> str | None:
+        """Why the gradients of ``case`` are outside this kernel's contract, or ``None``."""
+        if self.backward is None:
+            return f"{self.name} declares no backward"
+        why = self.supports(case, device)
+        if why is None and self.backward_score_limit is not None:
+            mag = score_magnitude(case)
+            if mag >= self.backward_score_limit:
+                why = (f"scores reach {mag:.3g} >= the backward's limit "
+                       f"{self.backward_score_limit:.3g}")  # fmt: skip
+        return why
 
     def contract_lines(self) -> list[str]:
         """The contract in words, one item a line (for terminal headers and reports)."""

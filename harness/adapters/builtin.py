@@ -17,11 +17,18 @@ from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.cases.case import Case
 
 __all__ = [
+    "BWD_FLASH_SCORES",
     "gemm_flushes_subnormals",
     "gemm_leaks_nan",
     "project_kernels",
     "torch_device_ok",
 ]
+
+
+# FA2's backward recomputes P = exp2(t − lse2) from the fp32 score t and LSE, each rounded by
+# ~2^-24 of its size: past |s| ~ 2^26 that rounding alone is 2^3 in the exponent, and near
+# 1e9 exp2 overflows. The backward is specified below this magnitude (the forward has no limit).
+BWD_FLASH_SCORES = 2.0**26
 
 
 def _recurrence(variant: str, block_k: int):
@@ -47,10 +54,10 @@ def _recurrence_backward(q, k, v, do, *, causal, window, scale, mask=None):
         online_attention_backward,
     )
 
-    policy = PrecisionPolicy.flash(format_of(q.dtype).name)
+    bwd_policy = PrecisionPolicy.flash(format_of(q.dtype).name)
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
-    o, lse = online_attention(q, k, v, policy=policy, block_q=16, block_k=16, **opts)
-    return online_attention_backward(q, k, v, o, lse, do, policy=policy, block_q=16,
+    o, lse = online_attention(q, k, v, policy=bwd_policy, block_q=16, block_k=16, **opts)
+    return online_attention_backward(q, k, v, o, lse, do, policy=bwd_policy, block_q=16,
                                      block_k=16, **opts)  # fmt: skip
 
 
@@ -199,6 +206,7 @@ def project_kernels() -> dict[str, Kernel]:
         "recurrence-fa2": Kernel(
             "recurrence-fa2", _recurrence("fa2", 16), "flash", api="numpy", devices=("cpu",),
             key_block=16, backward=_recurrence_backward, backward_arithmetic="flash",
+            backward_score_limit=BWD_FLASH_SCORES,
         ),
         "recurrence-fa1": Kernel(
             "recurrence-fa1", _recurrence("fa1", 5), "flash-fa1", api="numpy", devices=("cpu",),

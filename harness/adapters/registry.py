@@ -109,6 +109,7 @@ def kernel(
     score_limit: dict[str, float] | None = None,
     backward: Callable[..., Any] | str | None = None,
     backward_arithmetic: str = "unknown",
+    backward_score_limit: float | None = None,
 ) -> Any:
     """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
     mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
@@ -140,6 +141,7 @@ def kernel(
             (dQ, dK, dV)`` taking the options ``fn`` takes; ``None``: no gradient checks.
         backward_arithmetic: the class whose gradient bounds apply (``naive``, ``flash``,
             ``flash-fa1``, ``tf32`` or ``unknown``, the loosest: docs/error-bounds.md §11).
+        backward_score_limit: the largest ``scale·Σ|q||k|`` the backward is specified for.
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
@@ -199,6 +201,7 @@ def kernel(
         max_head_dim=max_head_dim, key_block=key_block, deterministic=deterministic,
         batch_invariant=batch_invariant, score_limit=dict(score_limit or {}),
         backward=backward, backward_arithmetic=backward_arithmetic,
+        backward_score_limit=backward_score_limit,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         **{"masks": undeclared_masks, **declared},
     )  # fmt: skip

@@ -31,6 +31,7 @@ from flashcheck.harness.cases.families import (
 
 __all__ = [
     "GRADIENT_SCENARIOS",
+    "PARTS",
     "PRESETS",
     "STRUCTURAL",
     "Item",
@@ -43,6 +44,10 @@ __all__ = [
     "seed32",
     "structural_items",
 ]
+
+
+# The parts of a campaign (runner.py's module docstring says what each one runs), in order.
+PARTS = ("grid", "length", "edge", "logit", "fa3", "structural", "gradients", "search")
 
 
 @dataclass(frozen=True)

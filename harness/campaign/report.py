@@ -23,6 +23,7 @@ from typing import Any
 
 from flashcheck.harness.adapters.probe import resolved
 from flashcheck.harness.campaign.executor import Executor, LocalExecutor, outcome
+from flashcheck.harness.campaign.plan import PARTS
 from flashcheck.harness.campaign.records import SEVERITY, gist
 from flashcheck.harness.campaign.runner import (
     PRESETS,
@@ -74,6 +75,7 @@ class ReportOptions:
     kernel_workers: int | None = None  # isolated kernel workers (default: one per GPU or core)
     executor: str = "local"  # or "ray"
     address: str | None = None  # the Ray cluster (default: start one on this machine)
+    parts: tuple[str, ...] = ()  # campaign parts to run (default: every one, plan.PARTS)
 
 
 def _has_cuda() -> bool:
@@ -110,6 +112,8 @@ def _command(opts: ReportOptions, name: str, preset: str, device: str, kernels) 
         parts += [f"--kernel {k}" for k in kernels]
     if opts.out != "reports":
         parts.append(f"--out {opts.out}")
+    if opts.parts:
+        parts += [f"--part {x}" for x in opts.parts]
     return " ".join(parts)
 
 
@@ -179,6 +183,11 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     case_dir = out_dir / "cases"
     config = {"name": name, "preset": preset_name, "seed": opts.seed, "kernels": list(declared),
               "dtypes": list(dtypes), "device": device}  # fmt: skip
+    unknown = [x for x in opts.parts if x not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown campaign part(s) {unknown}: choose from {list(PARTS)}")
+    if opts.parts:  # (absent when every part runs, so older results files still resume)
+        config["parts"] = [x for x in PARTS if x in opts.parts]
     header = {"type": "header", "config": config,
               "command": _command(opts, name, preset_name, device, list(declared)),
               "case_dir": str(case_dir)}  # fmt: skip
@@ -211,6 +220,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
                 camp = Campaign(
                     log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, executor,
                     case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
+                    parts=tuple(config.get("parts", PARTS)),
                 )  # fmt: skip
                 camp.run()
                 camp.save_worst()
@@ -277,10 +287,12 @@ def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[s
         counts = ", ".join(f"{n} {s}" for s, n in sorted(acc.items()))
         sfail = struct.get("FAIL", 0)
         ran = sum(struct.values()) - struct.get("SKIP", 0)
-        line = f"{k} {dt}: {counts}; structural: {ran} checks, {sfail} failed"
+        segments = [counts] if counts else []
+        if struct:
+            segments.append(f"structural: {ran} checks, {sfail} failed")
         if grad:
-            line += "; gradients: " + ", ".join(f"{n} {s}" for s, n in sorted(grad.items()))
-        lines.append(line)
+            segments.append("gradients: " + ", ".join(f"{n} {s}" for s, n in sorted(grad.items())))
+        lines.append(f"{k} {dt}: {'; '.join(segments)}")
         bad = [r for r in rows if r["status"] not in ("PASS", "SKIP")]
         reasons = Counter(gist(why) for r in bad for why in r["reasons"][:1])
         example = {gist(why): why for r in reversed(bad) for why in r["reasons"][:1]}

@@ -61,6 +61,7 @@ from flashcheck.harness.campaign.executor import (
     outcome,
 )
 from flashcheck.harness.campaign.plan import (
+    PARTS,
     PRESETS,
     STRUCTURAL,
     Item,
@@ -139,6 +140,7 @@ class Campaign:
     echo: Callable[[str], None] = print
     progress_stream: Any = None
     streak: int = STREAK
+    parts: tuple[str, ...] = PARTS
     _done: dict[str, dict[str, Any]] = field(default_factory=dict)
     _streaks: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _stopped: set[tuple[str, str]] = field(default_factory=set)
@@ -243,7 +245,9 @@ class Campaign:
             runs: dict[str, Any] = {}
             call = self.executor.backward if gradients else self.executor.run
             for spec in group:
-                why = self.kernels[spec].supports(case, self.devices[spec])
+                adapter = self.kernels[spec]
+                check = adapter.backward_supports if gradients else adapter.supports
+                why = check(case, self.devices[spec])
                 runs[spec] = why if why is not None else call(spec, case, self.devices[spec])
             ref = self.executor.gradient_reference if gradients else self.executor.reference
             task.groups.append(_Group(recipe, case, ref(recipe), runs))
@@ -353,15 +357,18 @@ class Campaign:
 
     # -- the parts --------------------------------------------------------------------------
     def run(self) -> None:
-        items = plan_items(self.preset, self.dtypes, self.seed)
+        items = [it for it in plan_items(self.preset, self.dtypes, self.seed)
+                 if it.part in self.parts]  # fmt: skip
         checks = [it for dt in self.dtypes for it in structural_items(self.preset, dt, self.seed)]
+        checks = checks if "structural" in self.parts else []
         specs = list(self.kernels)
         backward = [s for s in specs if self.kernels[s].backward is not None]
         grads = [it for dt in self.dtypes for it in gradient_items(self.preset, dt, self.seed)]
-        grads = grads if backward else []
+        grads = grads if backward and "gradients" in self.parts else []
         p = self.preset
+        generations = p.search_generations if "search" in self.parts else 0
         search_cost = (
-            len(specs) * len(self.dtypes) * p.search_generations * p.search_population
+            len(specs) * len(self.dtypes) * generations * p.search_population
             * (1 + p.search_max_work * 128 / 65536)
         )  # fmt: skip
         fixed = [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
@@ -378,7 +385,7 @@ class Campaign:
         self._execute(fixed, progress)
         # The search, a generation at a time for every kernel and dtype together: generation
         # g of one pair depends only on that pair's earlier results.
-        for gen in range(p.search_generations):
+        for gen in range(generations):
             work = []
             for spec in specs:
                 for dt in self.dtypes:

@@ -76,7 +76,7 @@ def gradient_errors(grads: dict[str, np.ndarray], ref: OracleResult) -> dict[str
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(den > 0, num / den, np.where(num > 0, np.inf, 0.0))
 
 

@@ -14,11 +14,8 @@ from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.adapters.registry import as_kernel
 from flashcheck.harness.cases.store import load_case
 from flashcheck.harness.judging.check import CheckResult, check_case, format_check
-from flashcheck.harness.judging.gradient_check import (
-    check_gradients_case,
-    format_gradient_check,
-    gradient_determinism,
-)
+from flashcheck.harness.judging.gradient_check import check_gradients_case, format_gradient_check
+from flashcheck.harness.judging.gradient_structural import GRADIENT_CHECKS
 from flashcheck.harness.judging.structural import CHECKS
 
 __all__ = ["default_device", "replay"]
@@ -70,7 +67,7 @@ def replay(
         verdict = "PASS" if ok else "FAIL"
         echo(f"\n(the accuracy verdict above is for reference; the case was saved by property "
              f"{prop})\nproperty {prop}: {verdict}: {msg}")  # fmt: skip
-    if prop in ("gradients", "gradient-determinism"):
+    if prop == "gradients" or prop in GRADIENT_CHECKS:
         echo(f"\n(the forward verdict above is for reference; the case was saved by property "
              f"{prop})")  # fmt: skip
         if prop == "gradients":
@@ -78,7 +75,7 @@ def replay(
             echo(format_gradient_check(g))
             verdict = g.verdict
         else:
-            ok, msg = gradient_determinism(adapter, case, dev)
+            ok, msg = GRADIENT_CHECKS[prop](adapter, case, dev)
             verdict = "PASS" if ok else "FAIL"
             echo(f"property {prop}: {verdict}: {msg}")
     if recorded is not None:
