@@ -3,13 +3,13 @@ kernels (tests/user/user_kernels.py), run as a user runs it: the installed comma
 holding only the user's module. Each buggy kernel exits 1 with its bug named in the terminal
 summary; the correct ones exit 0 with no FAIL."""
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_flashcheck
 
 from flashcheck.harness.core.resultlog import read_records
 
@@ -28,14 +28,6 @@ BUGGY = [
 ]
 
 
-def _flashcheck(args, cwd, timeout=400):
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-
-
 @pytest.fixture
 def user_dir(tmp_path):
     shutil.copy(HERE / "user_kernels.py", tmp_path / "user_kernels.py")
@@ -45,7 +37,7 @@ def user_dir(tmp_path):
 @pytest.mark.parametrize(("kernel", "dtype", "named"), BUGGY, ids=[b[0] for b in BUGGY])
 def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named):
     args = ["report", "--preset", "smoke", "--dtype", dtype, "--kernel", f"user_kernels:{kernel}"]
-    out = _flashcheck([*args, "--timeout", "5", "--no-render"], user_dir)
+    out = run_flashcheck([*args, "--timeout", "5", "--no-render"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert named in text, text
@@ -62,7 +54,7 @@ def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named)
 
 def test_correct_kernels_pass_every_dtype(user_dir):
     kernels = ["--kernel", "user_kernels:textbook", "--kernel", "user_kernels:online_softmax"]
-    out = _flashcheck(["report", "--preset", "smoke", *kernels, "--no-render"], user_dir)
+    out = run_flashcheck(["report", "--preset", "smoke", *kernels, "--no-render"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     records = read_records(user_dir / "reports/user_kernels-textbook+user_kernels-online_softmax"
@@ -77,7 +69,7 @@ def test_correct_kernels_pass_every_dtype(user_dir):
 
 
 def test_contract_keeps_cases_inside_and_batches_above_one(user_dir):
-    out = _flashcheck(["report", "--preset", "smoke", "--dtype", "fp32", "--kernel",
+    out = run_flashcheck(["report", "--preset", "smoke", "--dtype", "fp32", "--kernel",
                        "user_kernels:batch_leak", "--no-render"], user_dir)  # fmt: skip
     records = read_records(user_dir / "reports/user_kernels-batch_leak/results.jsonl")
     results = [r for r in records if r.get("type") == "result"]
@@ -94,7 +86,7 @@ def test_unusable_kernel_specs_are_usage_errors(user_dir):
     (user_dir / "broken_mod.py").write_text("raise RuntimeError('boom at import')\n")
     for args in (["report", "--kernel", "broken_mod:fn"], ["report", "--kernel", "nosuch:fn"],
                  ["test", "broken_mod:fn"]):  # fmt: skip
-        out = _flashcheck(args, user_dir)
+        out = run_flashcheck(args, user_dir)
         assert out.returncode == 2, out.stdout + out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "cannot import" in out.stderr

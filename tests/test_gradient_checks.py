@@ -1,0 +1,138 @@
+"""Gradient checks of kernels with a backward (SPEC 3.7), through the public API and the
+installed command, on kernels a user declares outside the package (tests/user/user_backward.py):
+a correct one passes, each planted backward bug is named, a failure replays."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import run_flashcheck
+
+import flashcheck
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.store import load_case, save_case
+from flashcheck.harness.judging.replay import replay
+
+HERE = Path(__file__).parent / "user"
+
+
+@pytest.fixture(scope="module")
+def ub():
+    sys.path.insert(0, str(HERE))
+    try:
+        import user_backward
+
+        yield user_backward
+    finally:
+        sys.path.remove(str(HERE))
+
+
+def _inputs(dtype=np.float16, b=2, hq=4, hk=2, nq=24, nk=16, d=16, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, hq, nq, d)).astype(dtype)
+    k = rng.standard_normal((b, hk, nk, d)).astype(dtype)
+    v = rng.standard_normal((b, hk, nk, d)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("name", ["textbook_autograd", "manual"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_correct_backward_passes(ub, name, dtype):
+    # causal with Nq > Nk: the first 8 rows keep no key, and their gradients must be 0
+    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(dtype), causal=True,
+                                     save="never")  # fmt: skip
+    assert res.passed, str(res)
+    assert set(res.verdicts) == {"dq", "dk", "dv"}
+    assert np.all(res.grads.dq[:, :, :8] == 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "gradient", "reason"),
+    [
+        ("no_dq_scale", "dq", "exceed the deterministic bound"),
+        ("gqa_first_head", "dk", "exceed the deterministic bound"),
+        ("nan_masked", "dq", "NaN/Inf where the oracle is finite"),
+    ],
+)
+def test_each_planted_backward_bug_is_named(ub, tmp_path, name, gradient, reason):
+    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(), causal=True,
+                                     case_dir=tmp_path)  # fmt: skip
+    assert res.verdict == "FAIL-HARD"
+    assert res.verdicts[gradient].verdict == "FAIL-HARD"
+    assert any(reason in r for r in res.verdicts[gradient].reasons), res.reasons
+    # saved, and the replay recomputes the same verdict from the case file alone
+    assert res.replay is not None and res.case_id is not None
+    _, verdict, record = replay(res.case_id, directory=tmp_path, kernel=getattr(ub, name),
+                                echo=lambda *_: None)  # fmt: skip
+    assert verdict == "FAIL-HARD"
+    assert record["context"]["property"] == "gradients"
+
+
+def test_a_kernel_without_backward_gets_a_clear_error():
+    def fwd(q, k, v, *, causal=False, scale=None):
+        return q
+
+    with pytest.raises(ValueError, match="backward='autograd'"):
+        flashcheck.check_gradients(fwd, *_inputs(b=1, hq=1, hk=1))
+    with pytest.raises(ValueError, match="needs api='torch'"):
+        flashcheck.kernel(fwd, api="numpy", backward="autograd")
+    with pytest.raises(ValueError, match="backward must be"):
+        flashcheck.kernel(fwd, backward="magic")
+
+
+def test_the_upstream_gradient_is_a_function_of_the_inputs_and_is_saved(tmp_path):
+    q, k, v = _inputs(b=1, hq=2, hk=1, nq=5, nk=7, d=8)
+    a, b = Case.from_arrays(q, k, v), Case.from_arrays(q, k, v)
+    np.testing.assert_array_equal(a.grad_output(), b.grad_output())
+    assert a.grad_output().dtype == q.dtype and a.grad_output().shape == (1, 2, 5, 8)
+    k2 = k.copy()
+    k2[0, 0, 0, 0] += np.float16(1)
+    assert not np.array_equal(Case.from_arrays(q, k2, v).grad_output(), a.grad_output())
+    # an explicit dO travels with a saved case, bit for bit
+    do = np.full((1, 2, 5, 8), 0.25, dtype=np.float16)
+    c = Case.from_arrays(q, k, v)
+    c.do = do
+    cid = save_case(c, kernel="naive-torch", device="cpu", directory=tmp_path)
+    back, _ = load_case(cid, tmp_path)
+    np.testing.assert_array_equal(back.grad_output(), do)
+    with pytest.raises(ValueError, match="O's shape"):
+        Case(q, k, v, do=do[:, :1])
+
+
+def test_explicit_do_changes_the_gradients(ub):
+    q, k, v = _inputs(b=1, hq=2, hk=1, nq=6, nk=6, d=8)
+    do = np.zeros((1, 2, 6, 8), dtype=np.float16)
+    res = flashcheck.check_gradients(ub.manual, q, k, v, do=do, save="never")
+    assert res.passed
+    for g in (res.grads.dq, res.grads.dk, res.grads.dv):
+        assert not g.any()  # dO = 0: every gradient is exactly 0
+    with pytest.raises(ValueError, match="inputs' dtype"):
+        flashcheck.check_gradients(ub.manual, q, k, v, do=do.astype(np.float32))
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    shutil.copy(HERE / "user_backward.py", tmp_path / "user_backward.py")
+    return tmp_path
+
+
+def test_report_on_a_backward_bug_exits_1_and_names_the_gradients(user_dir):
+    args = ["report", "--preset", "smoke", "--dtype", "fp16", "--part", "gradients",
+            "--kernel", "user_backward:no_dq_scale", "--no-render"]  # fmt: skip
+    out = run_flashcheck(args, user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "gradients FAIL-HARD: user_backward:no_dq_scale fp16" in text, text
+
+
+def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
+    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "gradients",
+            "--kernel", "user_backward:manual"]  # fmt: skip
+    out = run_flashcheck(args, user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "gradients: 2 PASS" in text, text
+    md = (user_dir / "reports" / "user_backward-manual" / "error-report.md").read_text()
+    assert "## Gradients" in md and "| user_backward:manual | fp32 | dQ | 2 | 2 | 0 | 0 |" in md

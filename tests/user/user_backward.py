@@ -1,0 +1,74 @@
+"""Attention kernels with a backward, as a user would declare them outside the package.
+
+``textbook_autograd`` lets torch autograd differentiate an fp32 textbook forward;
+``manual`` is the same forward with a hand-written backward (the formulas of SPEC 3.7 in fp32).
+The others are that backward with one real bug each.
+"""
+
+from functools import partial
+
+import torch
+
+import flashcheck
+
+
+def _scores(q, k, causal, scale):
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    i = torch.arange(nq, device=q.device)[:, None]
+    j = torch.arange(nk, device=q.device)[None, :]
+    keep = (j <= i + (nk - nq)) if causal else torch.ones(nq, nk, dtype=torch.bool)
+    return s.masked_fill(~keep.to(q.device), float("-inf")), keep.to(q.device)
+
+
+def _forward(q, k, v, *, causal=False, scale=None):
+    """fp32 softmax attention, GQA by repeating K and V; a row that keeps no key gives 0."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    s, keep = _scores(q, k, causal, scale)
+    p = torch.softmax(s, dim=-1)
+    p = torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p))
+    return (p @ v.float()).to(q.dtype)
+
+
+def _backward(q, k, v, do, *, causal=False, scale=None, bug=None):
+    """dQ, dK, dV in fp32 by the formulas; ``bug`` plants one mistake."""
+    d = q.shape[-1]
+    tau = d**-0.5 if scale is None else scale
+    rep = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    s, keep = _scores(q, kk, causal, scale)
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    if bug == "nan_masked":
+        p = torch.exp(s - lse)  # exp(-inf - (-inf)) = NaN for rows that keep no key
+    else:
+        p = torch.where(keep.any(-1, keepdim=True), torch.exp(s - lse), torch.zeros_like(s))
+    o = p @ vv
+    do = do.float()
+    dp = do @ vv.transpose(-1, -2)
+    ds = p * (dp - (do * o).sum(-1, keepdim=True))
+    dq = ds @ kk * (1.0 if bug == "no_dq_scale" else tau)
+    dk_h = ds.transpose(-1, -2) @ q.float() * tau
+    dv_h = p.transpose(-1, -2) @ do
+    b, hq, nk = q.shape[0], q.shape[1], k.shape[2]
+    if bug == "gqa_first_head":
+        # only the first query head of each group, counted once per head of the group
+        dk = dk_h[:, ::rep] * rep
+        dv = dv_h[:, ::rep] * rep
+    else:
+        dk = dk_h.reshape(b, hq // rep, rep, nk, -1).sum(2)
+        dv = dv_h.reshape(b, hq // rep, rep, nk, -1).sum(2)
+    return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype)
+
+
+textbook_autograd = flashcheck.kernel(_forward, name="textbook_autograd", backward="autograd")
+manual = flashcheck.kernel(_forward, name="manual", backward=_backward)
+no_dq_scale = flashcheck.kernel(
+    _forward, name="no_dq_scale", backward=partial(_backward, bug="no_dq_scale")
+)
+gqa_first_head = flashcheck.kernel(
+    _forward, name="gqa_first_head", backward=partial(_backward, bug="gqa_first_head")
+)
+nan_masked = flashcheck.kernel(
+    _forward, name="nan_masked", backward=partial(_backward, bug="nan_masked")
+)
