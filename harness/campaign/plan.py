@@ -89,7 +89,7 @@ PRESETS: dict[str, Preset] = {
         head_dims=(16, 40, 64, 111, 128, 256), length_sweep=(1, 17, 64, 129, 256, 512, 1024),
         length_d=128, logit_n=256, fa3_shape=(1, 2, 512, 128), fa3_seeds=2,
         search_generations=3, search_population=6, search_max_len=257, search_max_work=1 << 17,
-        structural_cases=3, gradient_cases=14,
+        structural_cases=3, gradient_cases=7,
     ),
 }  # fmt: skip
 

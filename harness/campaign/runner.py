@@ -342,7 +342,7 @@ class Campaign:
                                           score=score, seconds=seconds))  # fmt: skip
                 continue
             cls = self.kernels[spec].backward_arithmetic
-            bounds = ref.every if cls == "unknown" else ref.every.parts[cls]
+            bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
             verdicts = judge_gradients({"dq": grads.dq, "dk": grads.dk, "dv": grads.dv},
                                        ref.ref, bounds, naive=ref.naive)  # fmt: skip
             self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
