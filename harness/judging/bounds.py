@@ -47,7 +47,15 @@ import numpy as np
 from flashcheck.harness.core.formats import FP32, Format
 from flashcheck.harness.core.semantics import make_problem
 
-__all__ = ["ARITHMETIC_CLASSES", "KNOWN_CLASSES", "LAMBDA", "Bounds", "error_bounds", "gamma"]
+__all__ = [
+    "ARITHMETIC_CLASSES",
+    "KNOWN_CLASSES",
+    "LAMBDA",
+    "Bounds",
+    "error_bounds",
+    "gamma",
+    "weight_growth",
+]
 
 ARITHMETIC_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
 KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
@@ -75,6 +83,24 @@ def gamma(n: Any, u: float) -> np.ndarray:
     nu = np.asarray(n, dtype=np.float64) * u
     with np.errstate(divide="ignore"):
         return np.where(nu < 1, nu / np.maximum(1 - nu, 1e-300), np.inf)
+
+
+def weight_growth(p: np.ndarray, log_p: np.ndarray, x: Any) -> np.ndarray:
+    """``p·(e^x − 1)`` for weights ``p = e^log_p`` and perturbations ``x ≥ 0`` (nats).
+
+    A weight far below float64's range (``p = 0`` after ``exp``, say ``s − m = −1100`` when two
+    huge logits differ by a tenth of a percent) can still grow to order one when the kernel's
+    rounding of the logits is large enough to close the gap (a bf16 score of 3.7e5 has a
+    spacing of 2048). The product is therefore also formed in the log domain, and the larger of
+    the two forms is returned (they agree to rounding where both are representable).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        direct = p * np.expm1(x)
+        # log(e^x − 1) without overflow: x + log(1 − e^−x) for large x
+        log_grown = np.where(x > 30.0, x + np.log1p(-np.exp(-x)), np.log(np.expm1(x)))
+        logged = np.exp(log_p + log_grown)
+    return np.nan_to_num(np.fmax(direct, logged), nan=0.0, posinf=np.inf)
 
 
 @dataclass
@@ -258,7 +284,10 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
     delta_det = np.where(keep, dot_det + local + common + resc[:, None], 0.0)
     delta_prob = np.where(keep, dot_prob + local + common + resc[:, None], 0.0)
 
-    o_det, o_prob = _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
+    with np.errstate(invalid="ignore", divide="ignore"):
+        log_p = np.where(keep, s - m[:, None] - np.log(ell)[:, None], -np.inf)
+    o_det, o_prob = _o_bounds(p, log_p, e, v, keep, delta_det, delta_prob, fmt, arith, depth,
+                              n_blocks,
                               n_resc, n_keep, lam, fp32_only)  # fmt: skip
     lse = np.where(has, m + np.log(ell), -np.inf)
     lse_det = _lse_bound(p, delta_det + U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
@@ -283,7 +312,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
     }
 
 
-def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks, n_resc,
+def _o_bounds(p, log_p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks, n_resc,
               n_keep, lam, fp32_only=False):  # fmt: skip
     up = fmt.u
     store_u, store_sub = up, fmt.min_subnormal / 2
@@ -300,7 +329,8 @@ def _o_bounds(p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks,
         # convex combination of the v_j, so never more than max_j |v_jc − o_c|.
         dbar = (p * delta).sum(axis=1)
         with np.errstate(over="ignore", invalid="ignore"):
-            lt = np.einsum("rj,rjc->rc", p * np.expm1(delta), dev) * np.exp(dbar)[:, None]
+            lt = np.einsum("rj,rjc->rc", weight_growth(p, log_p, delta), dev)
+            lt = lt * np.exp(dbar)[:, None]
         return np.minimum(np.nan_to_num(lt, nan=np.inf), r_c)
 
     def grow(delta):

@@ -61,6 +61,7 @@ from flashcheck.harness.judging.bounds import (
     UA,
     error_bounds,
     gamma,
+    weight_growth,
 )
 
 __all__ = ["GRADIENT_CLASSES", "GradientBounds", "gradient_bounds"]
@@ -306,6 +307,7 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
     ell = np.where(has, e.sum(axis=1), 1.0)
     p = e / ell[:, None]
     lse = m + np.log(ell)
+    log_p = np.where(keep, s - lse[:, None], -np.inf)  # for weights below float64's range
     s0 = np.where(keep, s, 0.0)
     dp = do @ v.T
     big_a = np.abs(do) @ np.abs(v).T  # Σ_c |dO_ic||v_jc|
@@ -337,12 +339,14 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
         if naive:
             delta = (dot_s + (u_f + 2 * U32) * a + q_sub * k_abs_rows[None, :]
                      + u_f * np.abs(s0) + sub_f + U32 * (m[:, None] - s0) + RHO_EXP)  # fmt: skip
-            delta = np.where(keep, np.minimum(delta, 700.0), 0.0)
-            dbar = (p * delta).sum(axis=1)
+            delta_raw = np.where(keep, delta, 0.0)
+            delta = np.minimum(delta_raw, 700.0)
+            dbar_raw = (p * delta_raw).sum(axis=1)
             # P'/P = e^{Δ_j}/Σ p e^{Δ} lies in [e^{−δ_j−Λ}, e^{δ_j+δ̄}], Λ = log Σ p e^{δ} ≥ δ̄
             dmax = delta.max(axis=1, initial=0.0)
             big_l = dmax + np.log(np.maximum((p * np.exp(delta - dmax[:, None])).sum(1), 1e-300))
-            up = np.minimum(p * np.expm1(np.minimum(delta + dbar[:, None], 700.0)), 1 - p)
+            # uncapped: a weight that underflows float64 may still grow to order one
+            up = np.minimum(weight_growth(p, log_p, delta_raw + dbar_raw[:, None]), 1 - p)
             down = -p * np.expm1(-delta - big_l[:, None])
             pi = np.where(keep, np.maximum(up, down), 0.0)  # |P' − P|, P' = softmax(Ŝ)
             nu0 = gamma(n_keep + 1, U32) + 2 * U32  # fp32 sum and division: uncentred
@@ -358,12 +362,15 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
             ell_abs = np.abs(np.where(has, lse, 0.0))
             # row-common: the forward's LSE error and lse2 = fl(lse·log2 e)
             dc = np.where(has, np.nan_to_num(lse_err, nan=np.inf) + 2 * U32 * ell_abs, 0.0)
+            dc_raw = dc
             dc = np.minimum(dc, 700.0)
             # per key: the score dot, c = fl(scale·log2 e), t = fl(S·c), t − lse2, exp2
             dk_ = dot_s + 2 * U32 * np.abs(s0) + U32 * np.abs(lse[:, None] - s0) + RHO_EXP
-            dk_ = np.where(keep, np.minimum(dk_, 700.0), 0.0)
-            err_pk = np.where(keep, p * np.expm1(dk_) + FTZ * np.exp(dc)[:, None], 0.0)
-            err_p = np.where(keep, p * np.expm1(np.minimum(dk_ + dc[:, None], 700.0)) + FTZ, 0.0)
+            dk_raw = np.where(keep, dk_, 0.0)
+            err_pk = np.where(keep, weight_growth(p, log_p, dk_raw) + FTZ * np.exp(dc)[:, None],
+                              0.0)  # fmt: skip
+            grow = weight_growth(p, log_p, dk_raw + dc_raw[:, None])
+            err_p = np.where(keep, grow + FTZ, 0.0)
             p_plus = p + err_p
             pk_plus = p + err_pk
 
