@@ -93,6 +93,23 @@ def _row_delta(do, res):
     return dh, dl, d_err * SLACK
 
 
+def _row_delta_from_weights(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
+    """``D_i = Σ_j P_ij·dP_ij`` (equal to ``Σ_c dO_ic·O_ic`` since ``O = P·V``) as a dd from
+    the dd weights and the dd ``dP``, with its bound. When ``dO·O`` cancels across the head dim,
+    ``O``'s bound (relative to ``|O|``) makes the other form's bound large relative to ``|D|``;
+    this form's bound is relative to ``Σ_j P_ij·|dP_ij|`` instead."""
+    ph, pl, p_err = (np.where(keep, x, 0.0) for x in (ph, pl, p_err))
+    p, e = ex.two_prod(ph, dp_h)
+    x1, x2 = ph * dp_l, pl * dp_h
+    terms = [t for j in range(ph.shape[1]) for t in (p[:, j], e[:, j], x1[:, j], x2[:, j])]
+    dh, dl, derr = ex.expansion_to_dd(terms)
+    rounding = ex.U * (np.abs(x1) + np.abs(x2)) + np.abs(pl * dp_l)
+    carried = p_err * (np.abs(dp_h) + np.abs(dp_l) + dp_err) + (np.abs(ph) + np.abs(pl)) * dp_err
+    n = ph.shape[1] + 2
+    d_err = derr + np.sum(rounding + carried, axis=1) * (1 + n * ex.U) * (1 + 2.0**-40)
+    return dh, dl, d_err * SLACK
+
+
 def fast_group(q, k, v, do, keep, scale: Scale):
     """The gradients of one group: ``q`` ``(G, Nq, d)``, ``k`` ``(Nk, d)``, ``v`` ``(Nk, dv)``,
     ``do`` ``(G, Nq, dv)``, ``keep`` ``(G, Nq, Nk)`` (finite float64 values, taken as exact).
@@ -116,6 +133,11 @@ def fast_group(q, k, v, do, keep, scale: Scale):
         do_s, _ = ex.slice_rows(do[g], None, ex.beta_for(dv))
         dp_h, dp_l, dp_err = ex.expansion_to_dd(ex.sliced_matmul(do_s, v_s) or [np.zeros((nq, nk))])
         d_h, d_l, d_err = _row_delta(do[g], res)
+        # Two certified forms of D: keep the tighter one per row.
+        w_h, w_l, w_err = _row_delta_from_weights(ph, pl, p_err, dp_h, dp_l, dp_err, keep[g])
+        tighter = w_err < d_err
+        d_h, d_l, d_err = (np.where(tighter, a, b) for a, b in ((w_h, d_h), (w_l, d_l),
+                                                                 (w_err, d_err)))  # fmt: skip
         # dS = P ∘ (dP − D): the difference as a dd, then the product, bounds carried.
         diff_h, diff_l, add_err = ex.dd_add_err(dp_h, dp_l, -d_h[:, None], -d_l[:, None])
         diff_err = dp_err + d_err[:, None] + add_err
