@@ -111,6 +111,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from flashcheck.harness.bench.suite import PARTS, BenchOptions, run_bench
     from flashcheck.harness.core.resultlog import ResultLogError
 
+    def chosen(values):
+        return tuple(dict.fromkeys(values)) if values else None
+
     if args.render_only:
         if not args.name:
             print("flashcheck bench: error: --render-only needs --name (the directory under "
@@ -134,6 +137,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         name=args.name, out=args.out, parts=tuple(dict.fromkeys(args.part or PARTS)),
         providers=tuple(dict.fromkeys(args.provider)) if args.provider else None,
         quick=args.quick, fresh=args.fresh, render=not args.no_render, seed=args.seed,
+        passes=chosen(args.pass_) or ("fwd",), ns=chosen(args.n), head_dims=chosen(args.d),
+        dtypes=chosen(args.dtype), oracle_max_n=args.grad_oracle_max_n,
     )  # fmt: skip
     try:
         code = run_bench(opts)
@@ -144,8 +149,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub) -> None:
+    from flashcheck.harness.bench.grad_check import ORACLE_MAX_N
     from flashcheck.harness.bench.providers import PROVIDERS
-    from flashcheck.harness.bench.suite import PARTS
+    from flashcheck.harness.bench.suite import PARTS, PASSES
 
     b = sub.add_parser(
         "bench",
@@ -154,8 +160,9 @@ def _add_bench(sub) -> None:
         "cuDNN, efficient and math backends, compiled FlexAttention and naive attention, side "
         "by side on the same inputs (grid: N 1K-32K, d 64/128/256, fp16/bf16, causal and not, "
         "B*N = 16384, H*d = 2048); a model-width sweep; peak memory and wall-clock vs N; fp32 "
-        "with IEEE and tf32 dots. Every output is checked against the mpmath oracle on sampled "
-        "rows; a wrong output does not score. Writes reports/bench/<gpu>/results.jsonl "
+        "with IEEE and tf32 dots. --pass bwd times the backward (fwd+bwd: both) with "
+        "backward FLOPs 2.5x (3.5x) the forward's. Every output (every gradient) is checked "
+        "against the mpmath oracle on sampled rows (and keys); a wrong output does not score. Writes reports/bench/<gpu>/results.jsonl "
         "(resumable), bench.md, bench.json and figures. Needs a CUDA GPU. Exit status: 0 done, "
         "2 usage error or no GPU, 130 interrupted (run again to resume).",
     )
@@ -165,6 +172,18 @@ def _add_bench(sub) -> None:
                    help="run only this part; repeat for several (default: all)")  # fmt: skip
     b.add_argument("--provider", action="append", choices=list(PROVIDERS),
                    help="run only this provider; repeat for several (default: all)")  # fmt: skip
+    b.add_argument("--pass", dest="pass_", action="append", choices=PASSES,
+                   help="what is timed: fwd (default), bwd (the backward alone, on a retained "
+                   "graph) or fwd+bwd; repeat for several")  # fmt: skip
+    b.add_argument("--n", action="append", type=int, metavar="N",
+                   help="only shapes with this sequence length; repeat for several")  # fmt: skip
+    b.add_argument("--d", action="append", type=int, metavar="D",
+                   help="only shapes with this head dim; repeat for several")  # fmt: skip
+    b.add_argument("--dtype", action="append", choices=("bf16", "fp16", "fp32"),
+                   help="only shapes of this dtype; repeat for several")  # fmt: skip
+    b.add_argument("--grad-oracle-max-n", type=int, default=ORACLE_MAX_N, metavar="N",
+                   help="backward passes: dK/dV checked by the certified oracle up to this N, "
+                   "above it against a float64 reference (default %(default)s)")  # fmt: skip
     b.add_argument("--quick", action="store_true",
                    help="a small grid (N 1K and 4K, d 64 and 128, bf16): a smoke test")  # fmt: skip
     b.add_argument("--seed", type=int, default=0, help="input seed (default 0)")

@@ -15,10 +15,16 @@ same
   path is a reference implementation, not the kernel users run), with a causal block mask.
 - ``naive``: what people write by hand: ``softmax(Q·Kᵀ·scale)`` materialized in the input
   dtype (softmax in fp32), then ``·V``.
+
+For the backward (``flashcheck bench --pass bwd``) :meth:`Provider.make_grad` gives a forward
+that torch autograd differentiates: the same callable for every provider but ``triton``, whose
+differentiable form is :func:`flashcheck.kernels.triton_flash_bwd.flash_attention_differentiable`
+(imported only when asked for, so the forward benchmark runs without it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,20 +54,34 @@ class Provider:
     materializes: bool
     arithmetic: str
     build: Callable[[Any, Any, Any, bool], Callable[..., Any]]
+    # The gradient class its backward is judged with; build_grad: a differentiable forward
+    # when ``build``'s is not one (None: autograd through ``build``'s).
+    backward_arithmetic: str = "unknown"
+    build_grad: Callable[[Any, Any, Any, bool], Callable[..., Any]] | None = None
+    grad_module: str | None = None  # the module build_grad imports, checked before a run
 
-    def unsupported(self, dtype: str, d: int) -> str | None:
+    def unsupported(self, dtype: str, d: int, *, backward: bool = False) -> str | None:
+        if backward and self.grad_module and importlib.util.find_spec(self.grad_module) is None:
+            return f"unsupported: {self.name.split('-')[0].capitalize()} backward not available"
         if dtype not in self.dtypes:
             return f"{self.name} does not take {dtype} (it takes {', '.join(self.dtypes)})"
         if d > self.max_head_dim:
             return f"{self.name} takes head dims up to {self.max_head_dim}"
         return None
 
-    def score_bytes(self, b: int, h: int, n: int, itemsize: int) -> int:
-        """Memory the materialized ``S``, fp32 softmax and ``P`` need (0 when not materialized)."""
-        return b * h * n * n * (2 * itemsize + 4) if self.materializes else 0
+    def score_bytes(self, b: int, h: int, n: int, itemsize: int, *, backward: bool = False) -> int:
+        """Memory the materialized ``S``, fp32 softmax and ``P`` need (0 when not materialized);
+        with ``backward``, twice that: autograd keeps them and the backward makes ``dP``, ``dS``
+        of the same size."""
+        per = b * h * n * n * (2 * itemsize + 4) if self.materializes else 0
+        return 2 * per if backward else per
 
     def make(self, q: Any, k: Any, v: Any, causal: bool) -> Callable[..., Any]:
         return self.build(q, k, v, causal)
+
+    def make_grad(self, q: Any, k: Any, v: Any, causal: bool) -> Callable[..., Any]:
+        """A forward ``fn(q, k, v) -> O`` that autograd differentiates."""
+        return (self.build_grad or self.build)(q, k, v, causal)
 
 
 def _triton(tf32: bool):
@@ -74,6 +94,21 @@ def _triton(tf32: bool):
         return fn
 
     return build
+
+
+def _triton_grad(tf32: bool):
+    def build(q, k, v, causal):
+        from flashcheck.kernels.triton_flash_bwd import flash_attention_differentiable
+
+        def fn(q, k, v):
+            return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32)
+
+        return fn
+
+    return build
+
+
+_TRITON_BWD = "flashcheck.kernels.triton_flash_bwd"
 
 
 def _sdpa(backend: str):
@@ -142,16 +177,24 @@ def _naive(q, k, v, causal):
 
 
 PROVIDERS: dict[str, Provider] = {
-    "triton": Provider("triton", _ALL, 256, False, "flash", _triton(False)),
-    "triton-tf32": Provider("triton-tf32", ("fp32",), 256, False, "tf32", _triton(True)),
-    "sdpa-flash": Provider("sdpa-flash", _HALF, 256, False, "flash", _sdpa(_SDPA["sdpa-flash"])),
+    "triton": Provider(
+        "triton", _ALL, 256, False, "flash", _triton(False), "flash", _triton_grad(False),
+        _TRITON_BWD,
+    ),
+    "triton-tf32": Provider(
+        "triton-tf32", ("fp32",), 256, False, "tf32", _triton(True), "tf32", _triton_grad(True),
+        _TRITON_BWD,
+    ),
+    "sdpa-flash": Provider(
+        "sdpa-flash", _HALF, 256, False, "flash", _sdpa(_SDPA["sdpa-flash"]), "flash"
+    ),
     "sdpa-cudnn": Provider("sdpa-cudnn", _HALF, 256, False, "unknown", _sdpa(_SDPA["sdpa-cudnn"])),
     "sdpa-efficient": Provider(
         "sdpa-efficient", _ALL, 256, False, "unknown", _sdpa(_SDPA["sdpa-efficient"])
     ),
     "sdpa-math": Provider("sdpa-math", _ALL, 1 << 30, True, "unknown", _sdpa(_SDPA["sdpa-math"])),
     "flex": Provider("flex", _ALL, 256, False, "unknown", _flex),
-    "naive": Provider("naive", _ALL, 1 << 30, True, "naive", _naive),
+    "naive": Provider("naive", _ALL, 1 << 30, True, "naive", _naive, "naive"),
 }
 
 

@@ -4,7 +4,8 @@ The markdown leads with the verdicts the benchmark exists for — the Triton ker
 flash at every shape (floor) and against cuDNN at ``d = 128, N ≥ 4096`` (goal) — then one
 side-by-side table per dtype × head dim × causality, the width sweep, the memory and
 wall-clock tables, fp32 with IEEE and tf32 dots, the compiler's report on the Triton kernel,
-the correctness checks, and the environment.
+the correctness checks, and the environment. Backward passes (``--pass bwd``, ``fwd+bwd``)
+follow in sections of their own, drawn from their own records only.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from flashcheck.harness.bench.summary import (
     GOAL,
     ORDER,
     STRETCH,
+    backward_memory_verdict,
     bench_summary,
     ceiling_rows,
     load_results,
     memory_verdict,
+    only_pass,
+    passes_in,
     ratio,
     shape_keys,
 )  # fmt: skip
@@ -80,7 +84,9 @@ def render_bench(
     results = Path(results)
     out = Path(out_dir) if out_dir is not None else results.parent
     out.mkdir(parents=True, exist_ok=True)
-    data = load_results(results)
+    everything = load_results(results)
+    # The forward sections below see forward records only; each backward pass gets its own.
+    data = only_pass(everything, "fwd")
     summ = bench_summary(data)
     name = data["header"].get("name", out.name)
     env = data["sessions"][-1]["env"] if data["sessions"] else {}
@@ -92,6 +98,10 @@ def render_bench(
         cmd += "".join(f" --part {p}" for p in cfg["parts"])
     if cfg.get("providers"):
         cmd += "".join(f" --provider {p}" for p in cfg["providers"])
+    for opt, field in (("pass", "passes"), ("n", "ns"), ("d", "head_dims"), ("dtype", "dtypes")):
+        cmd += "".join(f" --{opt} {x}" for x in cfg.get(field) or ())
+    if cfg.get("passes") and cfg.get("oracle_max_n") is not None:
+        cmd += f" --grad-oracle-max-n {cfg['oracle_max_n']}"
     L: list[str] = [f"# flashcheck bench: {name}", ""]
     L.append(
         f"Regenerate with `{cmd}` on the same GPU; re-render from the raw results without "
@@ -131,7 +141,46 @@ def render_bench(
         "",
     ]
 
-    L += ["## Verdicts", ""]
+    backward = [p for p in passes_in(everything) if p != "fwd"]
+    if data["shapes"] or not backward:
+        L += _forward_sections(data, summ)
+    for p in backward:
+        L += _backward_sections(only_pass(everything, p), p)
+    errs = [
+        (k, p, r["reason"])
+        for k, row in everything["shapes"].items()
+        for p, r in row.items()
+        if r["status"] != "ok"
+    ]
+    if errs:
+        reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for k, p, why in errs:
+            reasons[(p, why)].append(k)
+        L += ["## Not run", ""]
+        for (p, why), ks in sorted(reasons.items()):
+            L.append(f"- {p} ({len(ks)} shapes, e.g. `{ks[0]}`): {why}")
+        L.append("")
+    L += ["## Environment", "", "| | |", "|---|---|"]
+    for k, v in env.items():
+        if k != "argv":
+            L.append(f"| {k} | {v} |")
+    L.append("")
+    if figures and data["shapes"]:
+        from flashcheck.harness.bench.figures import make_bench_figures
+
+        made = make_bench_figures(data, out)
+        if made:
+            L += ["## Figures", ""] + [f"![{m}]({m}.png)" for m in made] + [""]
+    md = out / "bench.md"
+    md.write_text("\n".join(L))
+    by_pass = {p: bench_summary(only_pass(everything, p)) for p in passes_in(everything)}
+    _write_json(everything, summ, by_pass, out / "bench.json")
+    return md
+
+
+def _forward_sections(data: dict[str, Any], summ: dict[str, Any]) -> list[str]:
+    """Verdicts, tables and checks of the forward records (``data``: a forward-only view)."""
+    L: list[str] = ["## Verdicts", ""]
     fl = summ["floor_min"]
     if fl:
         ok = "met" if fl[0] >= FLOOR else "**not met**"
@@ -274,39 +323,179 @@ def render_bench(
     for key, p, v, reasons in summ["failures"]:
         L.append(f"- `{key}` {p}: {v}: {'; '.join(reasons)}")
     L.append("")
-    errs = [
-        (k, p, r["reason"])
-        for k, row in data["shapes"].items()
-        for p, r in row.items()
-        if r["status"] != "ok"
-    ]
-    if errs:
-        reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for k, p, why in errs:
-            reasons[(p, why)].append(k)
-        L += ["## Not run", ""]
-        for (p, why), ks in sorted(reasons.items()):
-            L.append(f"- {p} ({len(ks)} shapes, e.g. `{ks[0]}`): {why}")
-        L.append("")
-    L += ["## Environment", "", "| | |", "|---|---|"]
-    for k, v in env.items():
-        if k != "argv":
-            L.append(f"| {k} | {v} |")
-    L.append("")
-    if figures and data["shapes"]:
-        from flashcheck.harness.bench.figures import make_bench_figures
+    return L
 
-        made = make_bench_figures(data, out)
-        if made:
-            L += ["## Figures", ""] + [f"![{m}]({m}.png)" for m in made] + [""]
-    md = out / "bench.md"
-    md.write_text("\n".join(L))
-    _write_json(data, summ, out / "bench.json")
-    return md
+
+_PASS_LABEL = {"bwd": "Backward", "fwd+bwd": "Forward + backward"}
+_PASS_METHOD = {
+    "bwd": "Backward TFLOP/s count 2.5 × the forward's `4·N²·d` FLOPs per head (halved for "
+    "causal). The time is the backward alone: `torch.autograd.grad(O, (Q, K, V), dO, "
+    "retain_graph=True)` through a graph the forward built before the timing, as the "
+    "FlashAttention and Triton tutorial benchmarks time it. The same run also timed the "
+    "forward and forward + backward of each provider; `fwd+bwd − fwd` (the convention of the "
+    "anchors in SPEC 7) is shown in its own table.",
+    "fwd+bwd": "TFLOP/s count 3.5 × the forward's `4·N²·d` FLOPs per head (halved for causal): "
+    "one forward, then `torch.autograd.grad(O, (Q, K, V), dO)`, timed together.",
+}
+
+
+def _backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
+    """Verdicts, TFLOP/s tables, backward memory and gradient checks of one backward pass
+    (``data``: that pass's view)."""
+    label = _PASS_LABEL[pass_]
+    summ = bench_summary(data)
+    L = [f"## {label} (`--pass {pass_}`): verdicts", "", _PASS_METHOD[pass_], ""]
+    fl = summ["floor_min"]
+    if fl:
+        ok = "met" if fl[0] >= FLOOR else "**not met**"
+        L.append(
+            f"- **Floor** (Triton ≥ {FLOOR:.1f}× SDPA flash at every grid and width shape): "
+            f"{ok}; the lowest ratio is **{fl[0]:.2f}×** at `{fl[1]}` "
+            f"({summ['floor_shapes']} shapes compared)."
+        )
+        for r, k in summ["floor_below"]:
+            L.append(f"  - below the floor: `{k}`: {r:.2f}×")
+    if summ["goal"]:
+        g = summ["goal_min"]
+        ok = "met" if g[0] >= GOAL else "**not met**"
+        L.append(
+            f"- **Goal** (≥ {GOAL}× SDPA cuDNN at d = 128, N ≥ 4096, causal and not): {ok}; "
+            f"lowest **{g[0]:.2f}×** at `{g[1]}`. All ratios: "
+            + ", ".join(f"{_short_key(k)} {r:.2f}" for r, k in summ["goal"])
+            + "."
+        )
+    mem = backward_memory_verdict(data) if pass_ == "bwd" else None
+    if mem:
+        L.append(mem)
+    if summ["triton_unscored"]:
+        L.append(
+            "- Triton shapes that did not score (error, skip or failed check): "
+            + ", ".join(f"`{k}`" for k in summ["triton_unscored"])
+        )
+    L.append("")
+    grid = []
+    for dt in ("bf16", "fp16", "fp32"):
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                keys = shape_keys(data, "grid", dtype=dt, d=d, causal=causal)
+                if not keys:
+                    continue
+                grid += keys
+                L += [f"## {label}, {dt}, d = {d}, {'causal' if causal else 'non-causal'}: "
+                      "TFLOP/s", ""]  # fmt: skip
+                L += _grid_table(
+                    data,
+                    keys,
+                    [("N", lambda m: m["n"]), ("B × H", lambda m: f"{m['b']} × {m['h']}")],
+                )
+                L.append("")
+    for part in ("width", "fp32"):
+        keys = sorted(shape_keys(data, part),
+                      key=lambda k: (data["meta"][k]["d"], data["meta"][k]["causal"],
+                                     data["meta"][k]["h"], data["meta"][k]["n"]))  # fmt: skip
+        if keys:
+            L += [f"## {label}, {part} part: TFLOP/s", ""]
+            L += _grid_table(
+                data,
+                keys,
+                [
+                    ("N", lambda m: m["n"]),
+                    ("d", lambda m: m["d"]),
+                    ("H", lambda m: m["h"]),
+                    ("causal", lambda m: "yes" if m["causal"] else "no"),
+                ],
+            )
+            L.append("")
+    if pass_ == "bwd" and grid:
+        provs = _providers(data, grid)
+        L += [
+            "## Backward by difference, `fwd+bwd − fwd` (TFLOP/s, same run)",
+            "",
+            "The same backward FLOPs over the difference of the forward + backward and forward "
+            "medians. It charges the backward with what the forward does only when a backward "
+            "follows (saving activations); the retained-graph figures above do not.",
+            "",
+        ]
+        head = ["dtype", "d", "causal", "N", *provs]
+        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for k in grid:
+            m, row = data["meta"][k], data["shapes"][k]
+            cells = [m["dtype"], str(m["d"]), "yes" if m["causal"] else "no", str(m["n"])]
+            cells += [_cell(row.get(p), "diff_tflops") for p in provs]
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+    mk = shape_keys(data, "memory")
+    if pass_ == "bwd" and mk:
+        provs = _providers(data, mk)
+        L += [
+            "## Peak extra memory of the backward: bf16, B = 1, H = 8, d = 128 (MiB)",
+            "",
+            "Extra = peak allocated during `torch.autograd.grad` minus allocated before it "
+            "(the inputs, O and what autograd saved). dQ + dK + dV is the floor for any "
+            "backward. Saved: what the forward left for the backward, O included.",
+            "",
+        ]
+        head = ["N", "dQ + dK + dV", *provs, *(f"{p} saved" for p in provs)]
+        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for k in mk:
+            row = data["shapes"][k]
+            grads = next(iter(row.values())).get("grad_bytes")
+            cells = [str(data["meta"][k]["n"]), _mib(grads)]
+            cells += [_cell(row.get(p), "bwd_peak_extra_bytes", "{:,.1f}", scale=2**-20)
+                      for p in provs]  # fmt: skip
+            cells += [_cell(row.get(p), "saved_bytes", "{:,.1f}", scale=2**-20) for p in provs]
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+    L += _gradient_checks(data, summ, label)
+    return L
+
+
+def _gradient_checks(data: dict[str, Any], summ: dict[str, Any], label: str) -> list[str]:
+    modes: dict[str, int] = defaultdict(int)
+    for row in data["shapes"].values():
+        for r in row.values():
+            if "check" in r:
+                modes[r["check"].get("kv_mode", "?")] += 1
+    L = [
+        f"## {label}: gradient checks",
+        "",
+        "dQ: 12 sampled query rows (first, last, 10 seeded) of the first and last head of the "
+        "last batch entry, against the certified gradient oracle on those rows. dK, dV: 12 "
+        "sampled keys (first, last, 10 seeded) of the last head, every query row included: "
+        "against the certified oracle and the a-priori bounds up to the run's "
+        "`--grad-oracle-max-n`, beyond it against a float64 reference with the empirical rule "
+        "only (docs/bench.md). Verdicts: deterministic bound of the provider's backward class "
+        "(`flash`: triton, SDPA flash; `naive`: naive; the loosest class otherwise) for "
+        "FAIL-HARD, max(2 × the naive backward's error + 1 ulp, probabilistic bound) for FAIL. "
+        "dK/dV references used: "
+        + ", ".join(f"{m} ({n} checks)" for m, n in sorted(modes.items()))
+        + ".",
+        "",
+        "| provider | PASS | FAIL | FAIL-HARD | max floored ulp dQ / dK / dV |",
+        "|---|---|---|---|---|",
+    ]
+    for p in [x for x in ORDER if x in summ["checks"]]:
+        c = summ["checks"][p]
+        worst = {g: 0.0 for g in ("dq", "dk", "dv")}
+        for row in data["shapes"].values():
+            r = row.get(p)
+            if r and isinstance(r.get("check", {}).get("max_ulp"), dict):
+                for g in worst:
+                    x = r["check"]["max_ulp"].get(g)
+                    if isinstance(x, int | float) and x > worst[g]:
+                        worst[g] = x
+        L.append(
+            f"| {p} | {c.get('PASS', 0)} | {c.get('FAIL', 0)} | {c.get('FAIL-HARD', 0)} | "
+            + " / ".join(f"{worst[g]:.3g}" for g in ("dq", "dk", "dv"))
+            + " |"
+        )
+    for key, p, v, reasons in summ["failures"]:
+        L.append(f"- `{key}` {p}: {v}: {'; '.join(reasons)}")
+    return [*L, ""]
 
 
 def _short_key(key: str) -> str:
-    _part, dt, shape, mask = key.split("/")
+    _part, dt, shape, mask = key.split("/")[:4]
     n = shape.split("n")[1].split("d")[0]
     return f"{dt} N={n} {mask}"
 
@@ -341,7 +530,9 @@ def _compiler_section(data: dict[str, Any]) -> list[str]:
     return [*L, ""]
 
 
-def _write_json(data: dict[str, Any], summ: dict[str, Any], path: Path) -> None:
+def _write_json(
+    data: dict[str, Any], summ: dict[str, Any], by_pass: dict[str, Any], path: Path
+) -> None:
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -356,7 +547,8 @@ def _write_json(data: dict[str, Any], summ: dict[str, Any], path: Path) -> None:
         "environment": data["sessions"][-1]["env"] if data["sessions"] else {},
         "ceilings": data["ceilings"],
         "complete": data["complete"],
-        "summary": summ,
+        "summary": summ,  # the forward's (the key bench.json had before backward passes)
+        "summary_by_pass": by_pass,
         "results": [r for row in data["shapes"].values() for r in row.values()],
     }
     tmp = path.with_name(f".{path.name}.tmp")
@@ -371,6 +563,7 @@ def summary_text(results: str | Path) -> str:
     keep = []
     for sec in md.split("\n## ")[1:]:
         title = sec.splitlines()[0]
-        if title == "Verdicts" or title.startswith("bf16, d = 128,"):
+        lead = title.split(": ")[0]
+        if title == "Verdicts" or title.endswith(": verdicts") or "bf16, d = 128," in lead:
             keep.append("## " + sec.strip())
     return "\n\n".join(keep)

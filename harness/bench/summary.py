@@ -14,14 +14,16 @@ from flashcheck.harness.bench.providers import PROVIDERS
 from flashcheck.harness.core.resultlog import read_records
 
 __all__ = [
-    "FLOOR", "GOAL", "ORDER", "STRETCH", "bench_summary", "ceiling_rows", "counts", "load_results",
-    "memory_verdict", "ratio", "shape_keys",
+    "FLOOR", "GOAL", "ORDER", "PASS_ORDER", "STRETCH", "backward_memory_verdict", "bench_summary",
+    "ceiling_rows", "counts", "load_results", "memory_verdict", "only_pass", "passes_in", "ratio",
+    "shape_keys",
 ]  # fmt: skip
 
 ORDER = tuple(PROVIDERS)  # column and legend order
 FLOOR = 1.0  # Triton / SDPA flash, every grid and width shape
 GOAL = 0.9  # Triton / SDPA cuDNN at d = 128, N >= 4096
 STRETCH = 1.0
+PASS_ORDER = ("fwd", "bwd", "fwd+bwd")
 
 
 def counts(rec: dict[str, Any] | None) -> bool:
@@ -41,6 +43,7 @@ def load_results(path: Path) -> dict[str, Any]:
     meta: dict[str, dict] = {}
     for r in recs:
         if r.get("type") == "speed":
+            r.setdefault("pass", "fwd")  # results written before the backward passes existed
             shapes[r["key"]][r["provider"]] = r
             meta[r["key"]] = r
     return {
@@ -52,6 +55,20 @@ def load_results(path: Path) -> dict[str, Any]:
         "sessions": [r for r in recs if r.get("type") == "session"],
         "complete": any(r.get("type") == "complete" for r in recs),
     }
+
+
+def passes_in(data: dict[str, Any]) -> list[str]:
+    """The passes a results file holds, in :data:`PASS_ORDER`."""
+    seen = {m["pass"] for m in data["meta"].values()}
+    return [p for p in PASS_ORDER if p in seen]
+
+
+def only_pass(data: dict[str, Any], pass_: str) -> dict[str, Any]:
+    """``data`` restricted to the shapes of one pass: every table, ratio and verdict is drawn
+    from one such view, so speeds of different passes are never compared."""
+    keys = [k for k, m in data["meta"].items() if m["pass"] == pass_]
+    return {**data, "shapes": {k: data["shapes"][k] for k in keys},
+            "meta": {k: data["meta"][k] for k in keys}}  # fmt: skip
 
 
 def shape_keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
@@ -123,7 +140,7 @@ def ceiling_rows(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
 
 def memory_verdict(data: dict[str, Any]) -> str | None:
     """Peak extra memory of the Triton kernel at the largest N against O + LSE."""
-    keys = shape_keys(data, "memory")
+    keys = shape_keys(data, "memory", **{"pass": "fwd"})
     recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
     recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "peak_extra_bytes" in r]
     if not recs:
@@ -135,4 +152,24 @@ def memory_verdict(data: dict[str, Any]) -> str | None:
         f"- **Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): {ok}; at "
         f"N = {n}: {r['peak_extra_bytes'] / 2**20:,.1f} MiB against O + LSE "
         f"{floor / 2**20:,.1f} MiB."
+    )
+
+
+def backward_memory_verdict(data: dict[str, Any]) -> str | None:
+    """Whether the Triton backward's peak extra memory is O(N·d): its ratio to the size of
+    ``dQ + dK + dV`` (which any backward returns) at the largest N against the smallest N of
+    the ``memory`` part. Materializing the N × N scores would grow that ratio in proportion
+    to N; an O(N·d) workspace keeps it flat."""
+    keys = shape_keys(data, "memory", **{"pass": "bwd"})
+    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
+    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "bwd_peak_extra_bytes" in r]
+    if len(recs) < 2:
+        return None
+    (n0, r0), (n1, r1) = min(recs, key=lambda x: x[0]), max(recs, key=lambda x: x[0])
+    a, b = (r["bwd_peak_extra_bytes"] / r["grad_bytes"] for r in (r0, r1))
+    ok = "met" if b <= 2 * max(a, 1.0) else "**not met**"
+    return (
+        f"- **Backward memory** (Triton's peak extra memory of the backward is O(N·d): its "
+        f"ratio to dQ + dK + dV does not grow with N): {ok}; {a:.2f}× at N = {n0}, {b:.2f}× at "
+        f"N = {n1} ({r1['bwd_peak_extra_bytes'] / 2**20:,.1f} MiB)."
     )

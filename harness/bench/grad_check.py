@@ -1,0 +1,277 @@
+"""Correctness of benchmarked gradients: a fast wrong backward must not score.
+
+Every ``dQ`` row is independent of the others, so ``dQ`` is checked exactly where the forward's
+output is: on the sampled query rows (:func:`flashcheck.harness.bench.check.sample_rows`) of the
+first and last head of the last batch entry. The oracle runs on the sub-problem made of those
+rows, all keys and an explicit mask equal to the timed problem's mask on those rows: its
+``dQ`` rows are the timed problem's, at a cost of ``R·Nk·d``.
+
+``dK_j`` and ``dV_j`` sum over every query row that keeps key ``j``, so no row sample gives
+them; what is checked is a sample of keys (first, last and seeded ones) of the last head of
+the last batch entry, every query row included:
+
+- ``kv_mode = "oracle"`` (``Nq·Nk`` up to ``oracle_max_n²``): the certified gradient oracle
+  (:func:`flashcheck.harness.oracle.evaluate.oracle` with ``do=`` and ``keys=``) and the
+  a-priori gradient bounds of the provider's class, as for ``dQ``;
+- ``kv_mode = "fp64"`` (larger problems, where the oracle and the bounds cost minutes per head
+  and gigabytes, docs/bench.md): a float64 evaluation of the exact formulas on the benchmark's
+  device, row chunk by row chunk. It is not certified; its error relative to the floors is of
+  order ``N·2⁻⁵³``, some nine orders of magnitude below an ulp of bf16. The verdict there is
+  the empirical rule only (NaN/Inf where the reference is finite: FAIL-HARD; above
+  ``2 × naive + 1`` floored ulp: FAIL).
+
+``E_naive`` (the empirical rule's baseline) for all three gradients is the error of torch
+autograd through the ``naive`` provider's forward (the ``naive`` backward class) on the checked
+heads, on the same device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flashcheck.harness.bench.check import sample_rows
+from flashcheck.harness.bench.providers import PROVIDERS
+from flashcheck.harness.core.formats import Format, format_of
+from flashcheck.harness.core.semantics import as_exact_array
+from flashcheck.harness.judging.gradient_bounds import gradient_bounds
+from flashcheck.harness.judging.gradient_verdict import gradient_errors, judge_gradients
+from flashcheck.harness.judging.verdict import ORDER
+from flashcheck.harness.oracle.evaluate import oracle
+
+__all__ = [
+    "ORACLE_MAX_N", "SAMPLE_KEYS", "Float64KeyGradients", "GradReference", "fp64_key_gradients",
+    "grad_reference", "judge_grads", "sampled_grads",
+]  # fmt: skip
+
+SAMPLE_KEYS = 12
+# dK/dV with the certified oracle and bounds up to Nq = Nk = 1024: on the 2-core CPU machine
+# one head costs about 6 s there (oracle 2.3 s, unknown-class bounds 2.7 s) and 90 s at 4096
+# (benchmarks/RESULTS.md, "bench backward"), growing as N².
+ORACLE_MAX_N = 1024
+_FP64_CHUNK = 2048  # query rows per float64 work matrix
+
+
+def _heads(h: int) -> list[int]:
+    return [0] if h == 1 else [0, h - 1]
+
+
+def _host(x: Any) -> np.ndarray:
+    """A host copy in the tensor's own format (bf16 as ``ml_dtypes.bfloat16``)."""
+    import ml_dtypes
+    import torch
+
+    t = x.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+@dataclass
+class Float64KeyGradients:
+    """dK, dV of sampled keys in float64 with their floors, shaped like the oracle's
+    ``(1, 1, K, d)`` fields (``lo`` is zero: a plain float64 value)."""
+
+    fmt: Format
+    keys: np.ndarray
+    dk_hi: np.ndarray
+    dk_lo: np.ndarray
+    dk_floor: np.ndarray
+    dv_hi: np.ndarray
+    dv_lo: np.ndarray
+    dv_floor: np.ndarray
+
+
+def fp64_key_gradients(
+    q: Any, k: Any, v: Any, do: Any, *, causal: bool, keys: np.ndarray, chunk: int = _FP64_CHUNK
+) -> Float64KeyGradients:
+    """Float64 ``dK``, ``dV`` of ``keys`` for one head (torch tensors ``(N, d)``, any device).
+
+    With ``P`` the float64 softmax of ``τ·QKᵀ`` (causal: bottom-right aligned),
+    ``dP = dO·Vᵀ``, ``D_i = Σ_c dO_ic·O_ic`` and ``dS = P∘(dP − D)``:
+    ``dK_j = τ·Σ_i dS_ij·q_i``, ``dV_j = Σ_i P_ij·dO_i``; the floors are SPEC 3.7's
+    ``τ·Σ_i P_ij(|dP_ij| + |D_i|)|q_i|`` and ``Σ_i P_ij|dO_i|``. Rows are processed ``chunk``
+    at a time, so memory is ``chunk·Nk`` doubles.
+    """
+    import torch
+
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    fmt = format_of(q.dtype)
+    qd, kd, vd, dod = (x.detach().double() for x in (q, k, v, do))
+    nq, d = qd.shape
+    nk = kd.shape[0]
+    tau = 1.0 / math.sqrt(d)
+    idx = torch.as_tensor(np.asarray(keys, np.int64), device=qd.device)
+    out = {n: torch.zeros(idx.numel(), x.shape[1], dtype=torch.float64, device=qd.device)
+           for n, x in (("dk", kd), ("dv", vd), ("fk", kd), ("fv", vd))}  # fmt: skip
+    cols = torch.arange(nk, device=qd.device)
+    for r0 in range(0, nq, chunk):
+        r1 = min(nq, r0 + chunk)
+        s = (qd[r0:r1] @ kd.T) * tau
+        if causal:
+            rows = torch.arange(r0, r1, device=qd.device)
+            s = s.masked_fill(cols[None, :] > rows[:, None] + (nk - nq), float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that keeps no key: P = 0
+        o = p @ vd
+        dp = dod[r0:r1] @ vd.T
+        dsum = (dod[r0:r1] * o).sum(-1, keepdim=True)
+        pk = p[:, idx]
+        dsk = pk * (dp[:, idx] - dsum)
+        out["dk"] += tau * (dsk.T @ qd[r0:r1])
+        out["dv"] += pk.T @ dod[r0:r1]
+        out["fk"] += tau * ((pk * (dp[:, idx].abs() + dsum.abs())).T @ qd[r0:r1].abs())
+        out["fv"] += pk.T @ dod[r0:r1].abs()
+    host = {n: t.cpu().numpy()[None, None] for n, t in out.items()}
+    zero = np.zeros_like(host["dk"]), np.zeros_like(host["dv"])
+    return Float64KeyGradients(fmt, np.asarray(keys), host["dk"], zero[0], host["fk"],
+                               host["dv"], zero[1], host["fv"])  # fmt: skip
+
+
+def sampled_grads(
+    dq: Any, dk: Any, dv: Any, rows: np.ndarray, keys: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The elements :class:`GradReference` checks, from full ``(B, H, N, d)`` gradients: dQ on
+    ``rows`` of the first and last head, dK and dV on ``keys`` of the last head, of the last
+    batch entry; float64 host copies shaped like the oracle's fields."""
+    b, h = dq.shape[0] - 1, dq.shape[1] - 1
+    hs = _heads(dq.shape[1])
+
+    def pick(x, heads, idx):
+        return as_exact_array(x[b : b + 1, heads][:, :, idx.tolist()], "grad")[0]
+
+    return {"dq": pick(dq, hs, rows), "dk": pick(dk, [h], keys), "dv": pick(dv, [h], keys)}
+
+
+def _naive_grads(q, k, v, do, causal, rows, keys) -> dict[str, np.ndarray]:
+    """Gradients of torch autograd through the ``naive`` provider, on the checked heads only
+    (one head at a time: each materializes its ``N × N`` scores)."""
+    import torch
+
+    b, hs = q.shape[0] - 1, _heads(q.shape[1])
+    dqs = []
+    for h in hs:
+        qh, kh, vh = (x[b : b + 1, h : h + 1].detach().clone().requires_grad_(True)
+                      for x in (q, k, v))  # fmt: skip
+        o = PROVIDERS["naive"].make(qh, kh, vh, causal)(qh, kh, vh)
+        gq, gk, gv = torch.autograd.grad(o, (qh, kh, vh), do[b : b + 1, h : h + 1])
+        dqs.append(as_exact_array(gq[:, :, rows.tolist()], "dq")[0])
+        if h == hs[-1]:
+            dk = as_exact_array(gk[:, :, keys.tolist()], "dk")[0]
+            dvv = as_exact_array(gv[:, :, keys.tolist()], "dv")[0]
+        del o, gq, gk, gv
+    return {"dq": np.concatenate(dqs, axis=1), "dk": dk, "dv": dvv}
+
+
+@dataclass
+class GradReference:
+    """The exact gradients, the naive backward's errors and the inputs of one configuration's
+    sample; :meth:`bounds` gives a class's bounds on the same elements."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    causal: bool
+    kv_mode: str  # "oracle" (certified) or "fp64" (float64 reference, empirical rule only)
+    dq_ref: Any
+    kv_ref: Any
+    naive: dict[str, float]
+    dq_inputs: tuple
+    kv_inputs: tuple | None
+    seconds: float = 0.0
+    _bounds: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+
+    def bounds(self, arithmetic: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``{grad: (deterministic, probabilistic)}`` for the checked elements of
+        ``arithmetic`` (dK, dV absent in ``fp64`` mode), cached."""
+        if arithmetic not in self._bounds:
+            qs, ks, vs, dos, keep = self.dq_inputs
+            bq = gradient_bounds(qs, ks, vs, dos, arithmetic=arithmetic, mask=keep)
+            out = {"dq": (bq.dq_det, bq.dq_prob)}
+            if self.kv_inputs is not None:
+                bk = gradient_bounds(*self.kv_inputs, arithmetic=arithmetic, causal=self.causal)
+                for g in ("dk", "dv"):
+                    det, prob = getattr(bk, f"{g}_det"), getattr(bk, f"{g}_prob")
+                    out[g] = (det[:, :, self.keys], prob[:, :, self.keys])
+            self._bounds[arithmetic] = out
+        return self._bounds[arithmetic]
+
+
+def grad_reference(
+    q: Any,
+    k: Any,
+    v: Any,
+    do: Any,
+    *,
+    causal: bool,
+    rows: np.ndarray,
+    keys: np.ndarray | None = None,
+    oracle_max_n: int = ORACLE_MAX_N,
+    seed: int = 0,
+) -> GradReference:
+    """The reference for the elements :func:`sampled_grads` picks from ``(B, H, N, d)`` torch
+    tensors ``q, k, v, do`` (one device): see the module docstring for what is exact where."""
+    import time
+
+    from flashcheck.kernels.recurrence import keep_mask
+
+    if oracle_max_n < 0:
+        raise ValueError(f"oracle_max_n must be >= 0 (0: never the oracle for dK/dV), got "
+                         f"{oracle_max_n}")  # fmt: skip
+    t0 = time.perf_counter()
+    nq, nk = q.shape[2], k.shape[2]
+    keys = sample_rows(nk, SAMPLE_KEYS, seed=seed + 1) if keys is None else np.asarray(keys)
+    b, hs, hl = q.shape[0] - 1, _heads(q.shape[1]), q.shape[1] - 1
+    # dQ: the sub-problem of the sampled rows, the timed problem's mask made explicit.
+    keep = keep_mask(nq, nk, rows, np.arange(nk), causal, None, None)[None, None]
+    qs, dos = (_host(x[b : b + 1, hs])[:, :, rows] for x in (q, do))
+    ks, vs = (_host(x[b : b + 1, hs]) for x in (k, v))
+    dq_ref = oracle(qs, ks, vs, mask=keep, do=dos)
+    # dK, dV of the sampled keys of the last head: every query row.
+    one = tuple(x[b : b + 1, hl : hl + 1] for x in (q, k, v, do))
+    if max(nq, nk) <= oracle_max_n:
+        kv_inputs = tuple(_host(x) for x in one)
+        kv_ref = oracle(*kv_inputs[:3], causal=causal, do=kv_inputs[3], rows=rows[:1], keys=keys)
+        mode = "oracle"
+    else:
+        kv_inputs = None
+        kv_ref = fp64_key_gradients(*(x[0, 0] for x in one), causal=causal, keys=keys)
+        mode = "fp64"
+    naive_g = _naive_grads(q, k, v, do, causal, rows, keys)
+    naive = gradient_errors({"dq": naive_g["dq"]}, dq_ref)
+    naive.update(gradient_errors({g: naive_g[g] for g in ("dk", "dv")}, kv_ref))
+    return GradReference(rows, keys, causal, mode, dq_ref, kv_ref, naive,
+                         (qs, ks, vs, dos, keep), kv_inputs,
+                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: str) -> dict:
+    """Verdict of one provider's sampled gradients (from :func:`sampled_grads`): the worst of
+    dQ, dK, dV, with each one's max floored ulp, naive ulp and bound utilization."""
+    bounds = ref.bounds(arithmetic)
+    per: dict[str, Any] = {}
+    for g in ("dq", "dk", "dv"):
+        base = ref.dq_ref if g == "dq" else ref.kv_ref
+        b = bounds.get(g)
+        shim = None if b is None else _Bounds({f"{g}_det": b[0], f"{g}_prob": b[1]})
+        per[g] = judge_gradients({g: grads[g]}, base, shim, naive={g: ref.naive[g]})[g]
+    verdict = max((x.verdict for x in per.values()), key=ORDER.__getitem__)
+    return {
+        "verdict": verdict,
+        "reasons": [r for x in per.values() for r in x.reasons],
+        "max_ulp": {g: x.max_ulp for g, x in per.items()},
+        "naive_ulp": {g: x.naive_ulp for g, x in per.items()},
+        "det_util": {g: x.det_util for g, x in per.items()},
+        "rows": int(ref.rows.size),
+        "keys": int(ref.keys.size),
+        "kv_mode": ref.kv_mode,
+    }
+
+
+class _Bounds:
+    """The attribute view :func:`judge_gradients` reads (``<grad>_det``, ``<grad>_prob``)."""
+
+    def __init__(self, fields: dict[str, np.ndarray]) -> None:
+        self.__dict__.update(fields)
