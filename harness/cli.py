@@ -162,7 +162,8 @@ def _add_bench(sub) -> None:
         "B*N = 16384, H*d = 2048); a model-width sweep; peak memory and wall-clock vs N; fp32 "
         "with IEEE and tf32 dots. --pass bwd times the backward (fwd+bwd: both) with "
         "backward FLOPs 2.5x (3.5x) the forward's. Every output (every gradient) is checked "
-        "against the mpmath oracle on sampled rows (and keys); a wrong output does not score. Writes reports/bench/<gpu>/results.jsonl "
+        "against the mpmath oracle on sampled rows (and keys); a wrong output does not score. "
+        "Writes reports/bench/<gpu>/results.jsonl "
         "(resumable), bench.md, bench.json and figures. Needs a CUDA GPU. Exit status: 0 done, "
         "2 usage error or no GPU, 130 interrupted (run again to resume).",
     )

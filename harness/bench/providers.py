@@ -178,12 +178,26 @@ def _naive(q, k, v, causal):
 
 PROVIDERS: dict[str, Provider] = {
     "triton": Provider(
-        "triton", _ALL, 256, False, "flash", _triton(False), "flash", _triton_grad(False),
-        _TRITON_BWD,
+        "triton",
+        _ALL,
+        256,
+        False,
+        "flash",
+        _triton(False),
+        backward_arithmetic="flash",
+        build_grad=_triton_grad(False),
+        grad_module=_TRITON_BWD,
     ),
     "triton-tf32": Provider(
-        "triton-tf32", ("fp32",), 256, False, "tf32", _triton(True), "tf32", _triton_grad(True),
-        _TRITON_BWD,
+        "triton-tf32",
+        ("fp32",),
+        256,
+        False,
+        "tf32",
+        _triton(True),
+        backward_arithmetic="tf32",
+        build_grad=_triton_grad(True),
+        grad_module=_TRITON_BWD,
     ),
     "sdpa-flash": Provider(
         "sdpa-flash", _HALF, 256, False, "flash", _sdpa(_SDPA["sdpa-flash"]), "flash"

@@ -458,9 +458,7 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
     dos = _grad_outputs(shape, seed, len(sets))
     keys = sample_rows(shape.n, seed=seed + 1)
     memory = shape.part == "memory"
-    recs = [
-        _measure_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers
-    ]
+    recs = [_measure_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers]
     if memory:
         for r in recs:
             r["grad_bytes"] = 3 * shape.b * shape.h * shape.n * shape.d * _ITEMSIZE[shape.dtype]
