@@ -12,7 +12,8 @@ OUT=${OUT:-/tmp/flashcheck-out}
 NAME=${1:-h100-gradients}
 mkdir -p "$OUT"
 python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
+# Prepend: a caller may have put carried wheels (gmpy2, say) on the path.
+export PYTHONPATH=/tmp/fc${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 cd "$ROOT"
 python3 -m flashcheck.harness.cli env
 KERNELS=()
