@@ -48,9 +48,9 @@ __all__ = [
 ]  # fmt: skip
 
 SAMPLE_KEYS = 12
-# dK/dV with the certified oracle and bounds up to Nq = Nk = 1024: on the 2-core CPU machine
-# one head costs about 6 s there (oracle 2.3 s, unknown-class bounds 2.7 s) and 90 s at 4096
-# (benchmarks/RESULTS.md, "bench backward"), growing as N².
+# dK/dV with the certified oracle and bounds up to Nq = Nk = 1024: their cost grows as N² per
+# head, and at 4096 one head already takes minutes and gigabytes on the CPU
+# (benchmarks/bench_grad_check_cost.py; docs/bench.md has its figures).
 ORACLE_MAX_N = 1024
 _FP64_CHUNK = 2048  # query rows per float64 work matrix
 
@@ -228,7 +228,9 @@ def grad_reference(
     keep = keep_mask(nq, nk, rows, np.arange(nk), causal, None, None)[None, None]
     qs, dos = (_host(x[b : b + 1, hs])[:, :, rows] for x in (q, do))
     ks, vs = (_host(x[b : b + 1, hs]) for x in (k, v))
-    dq_ref = oracle(qs, ks, vs, mask=keep, do=dos)
+    # keys=[]: the sub-problem's own dK/dV (partial sums over the sampled rows) are not wanted,
+    # and certifying them would send much of them to the strict path.
+    dq_ref = oracle(qs, ks, vs, mask=keep, do=dos, keys=np.arange(0))
     # dK, dV of the sampled keys of the last head: every query row.
     one = tuple(x[b : b + 1, hl : hl + 1] for x in (q, k, v, do))
     if max(nq, nk) <= oracle_max_n:
