@@ -136,3 +136,33 @@ def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
     assert "gradients: 2 PASS" in text, text
     md = (user_dir / "reports" / "user_backward-manual" / "error-report.md").read_text()
     assert "## Gradients" in md and "| user_backward:manual | fp32 | dQ | 2 | 2 | 0 | 0 |" in md
+    assert "**2 results**: 2 PASS" in md and "Incomplete" not in md  # gradient results count
+
+
+def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatch):
+    """Saving the worst gradient case judges it with the reference the campaign computed: a
+    second oracle call in the main process (minutes for a case that needs the strict path)
+    would run after the campaign, serially, once per kernel."""
+    from flashcheck.harness.campaign import executor as ex
+    from flashcheck.harness.campaign.render import load
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.judging import gradient_check
+
+    computed = []
+    real = ex.compute_gradient_reference
+    monkeypatch.setattr(ex, "compute_gradient_reference",
+                        lambda recipe: computed.append(recipe) or real(recipe))  # fmt: skip
+
+    def no_second_oracle(case):
+        raise AssertionError("the gradient oracle ran again for a case file")
+
+    monkeypatch.setattr(gradient_check, "gradient_oracle", no_second_oracle)
+    opts = ReportOptions(name="g", preset="smoke", kernels=("naive-numpy",), dtypes=("fp32",),
+                         out=str(tmp_path), isolate=False, render=False,
+                         parts=("gradients",))  # fmt: skip
+    assert run_report(opts, echo=lambda *a: None) == 0
+    data = load(tmp_path / "g" / "results.jsonl")
+    assert data["complete"] and data["gradients"]
+    assert len(computed) == len(set(computed))  # one reference per recipe
+    saved = {r["key"] for r in data["case_files"].values()}
+    assert saved & {r["key"] for r in data["gradients"]}  # the worst gradient case has a file

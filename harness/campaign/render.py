@@ -465,7 +465,9 @@ def render_report(
     kernels, dtypes = list(cfg["kernels"]), list(cfg["dtypes"])
     case_dir = h.get("case_dir", str(out / "cases"))
     results = data["results"]
-    st = Counter(r["status"] for r in results)
+    # Every result record counts: a campaign may run only gradient or structural parts.
+    every = [*results, *data["structural"], *data["gradients"]]
+    st = Counter(r["status"] for r in every)
     figs = []
     if figures:
         from flashcheck.harness.campaign.figures import make_figures
@@ -487,12 +489,12 @@ def render_report(
             []
             if data["complete"]
             else [
-                f"> **Incomplete campaign**: this report shows the {len(results)} results on file "
+                f"> **Incomplete campaign**: this report shows the {len(every)} results on file "
                 f"so far. Run `{h['command']}` again to resume it (nothing is recomputed).",
                 "",
             ]
         ),
-        f"**{len(results)} results**: "
+        f"**{len(every)} results**: "
         + ", ".join(f"{st[s]} {s}" for s in (*JUDGED, *BROKEN, "SKIP") if st[s])
         + f". Kernels: {', '.join(kernels)}; dtypes: {', '.join(dtypes)} (kernels or dtypes "
         "without results could not run here: see *Limitations*).",

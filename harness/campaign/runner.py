@@ -147,6 +147,9 @@ class Campaign:
 
     def __post_init__(self) -> None:
         self._done = {r["key"]: r for r in self.log.records if r.get("type") == "result"}
+        # Gradient references of this run by recipe, for the case files: recomputing one (the
+        # strict fallback can take minutes) in the main process would serialise the pool's work.
+        self._grad_refs: dict[Recipe, Any] = {}  # a GradientReference or its future
         self._stopped = {(r["kernel"], r["dtype"]) for r in self.log.records
                          if r.get("type") == "stopped"}  # fmt: skip
 
@@ -327,6 +330,7 @@ class Campaign:
 
     def _collect_gradients(self, item: Item, group: _Group) -> None:
         ref: GradientReference = group.reference.result()
+        self._grad_refs[group.recipe] = ref
         for spec, job in group.runs.items():
             seconds = {"oracle": round(ref.seconds, 4)}
             if isinstance(job, str):
@@ -427,6 +431,7 @@ class Campaign:
         failing ones, and the first failing case of each structural property (skipping any
         already saved), appending a ``case-file`` record each."""
         saved = {r["key"] for r in self.log.records if r.get("type") == "case-file"}
+        todo: list[tuple[str, dict[str, Any]]] = []
         for spec in self.kernels:
             for dt in self.dtypes:
                 mine = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt]
@@ -444,12 +449,21 @@ class Campaign:
                               key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]),
                                              r["key"]))  # fmt: skip
                 pick += grad[:1]
-                for r in [*pick, *first.values()]:
-                    if r["key"] not in saved:
-                        self._save_case(spec, r)
+                todo.extend((spec, r) for r in [*pick, *first.values()] if r["key"] not in saved)
+        # A resumed run lacks the references of earlier sessions: compute them on the pool, in
+        # parallel, before the (serial) re-runs.
+        for _, r in todo:
+            recipe = Recipe(**_recipe_args(r["recipe"]))
+            if r["part"] == "gradients" and recipe not in self._grad_refs:
+                self._grad_refs[recipe] = self.executor.gradient_reference(recipe)
+        if todo:
+            self.echo(f"case files: re-running {len(todo)} worst or failing cases")
+        for spec, r in todo:
+            self._save_case(spec, r)
 
     def _save_case(self, spec: str, r: dict[str, Any]) -> None:
-        case = make_case(Recipe(**_recipe_args(r["recipe"])))
+        recipe = Recipe(**_recipe_args(r["recipe"]))
+        case = make_case(recipe)
         dev = self.devices[spec]
         prop = "gradients" if r["part"] == "gradients" else r.get("property", "accuracy")
         if prop == "gradients":
@@ -459,7 +473,14 @@ class Campaign:
                 self.echo(f"warning: re-running the backward of {spec} on {r['key']} for its "
                           f"case file failed: {fail}")  # fmt: skip
                 return
-            res = check_gradients_case(self.kernels[spec], case, device=dev, grads=grads)
+            gref = self._grad_refs[recipe]
+            if not isinstance(gref, GradientReference):  # a future submitted by save_worst
+                gref = self._grad_refs[recipe] = gref.result()
+            adapter = self.kernels[spec]
+            # The bounds the recorded verdict used (_collect_gradients), so the replay agrees.
+            bounds = gref.every.parts.get(adapter.backward_arithmetic, gref.every)
+            res = check_gradients_case(adapter, case, device=dev, grads=grads, ref=gref.ref,
+                                       naive=gref.naive, bounds=bounds)  # fmt: skip
             verdict = res.as_dict()
         elif prop in STRUCTURAL:
             try:
