@@ -47,6 +47,7 @@ __all__ = [
     "ARITHMETIC",
     "LaunchConfig",
     "bf16_dot_supported",
+    "check_inputs",
     "flash_attention",
     "last_compiled",
     "launch",
@@ -392,23 +393,18 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     return o, lse
 
 
-def flash_attention(
+def check_inputs(
     q: Any,
     k: Any,
     v: Any,
     *,
-    causal: bool = False,
-    window: tuple[int | None, int | None] | None = None,
-    scale: float | None = None,
-    allow_tf32: bool = False,
-) -> tuple[Any, Any]:
-    """FlashAttention-2 forward: ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` (natural log).
-
-    ``q``: ``(B, Hq, Nq, d)``, ``k``: ``(B, Hk, Nk, d)``, ``v``: ``(B, Hk, Nk, dv)`` torch tensors
-    on one CUDA device (or on CPU under ``TRITON_INTERPRET=1``), one dtype among float16,
-    bfloat16 and float32, any strides; ``Hq`` a multiple of ``Hk``; ``d, dv ≤ 256``. ``scale``
-    defaults to ``1/sqrt(d)``. ``window=(left, right)``: ``None``/``-1`` for unbounded.
-    Returns ``O`` in the input dtype and ``LSE`` in float32.
+    window: tuple[int | None, int | None] | None,
+    scale: float | None,
+) -> tuple[tuple[int, int] | None, float]:
+    """Check the arguments of :func:`flash_attention` (raising ``ValueError`` with the fix, and
+    ``NotImplementedError`` for bf16 under a broken interpreter) and normalise them: returns
+    ``window`` as ``(left, right)`` with -1 for an unbounded side (or ``None``) and ``scale`` as
+    a float (default ``1/sqrt(d)``). The backward (:mod:`.triton_flash_bwd`) shares it.
     """
     import torch
 
@@ -459,4 +455,26 @@ def flash_attention(
             "bf16 under TRITON_INTERPRET=1: the interpreter's bf16 tl.dot returns wrong values "
             "(triton-lang/triton#11584, detected by a canary); run bf16 on a GPU"
         )
+    return window, sc
+
+
+def flash_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    allow_tf32: bool = False,
+) -> tuple[Any, Any]:
+    """FlashAttention-2 forward: ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` (natural log).
+
+    ``q``: ``(B, Hq, Nq, d)``, ``k``: ``(B, Hk, Nk, d)``, ``v``: ``(B, Hk, Nk, dv)`` torch tensors
+    on one CUDA device (or on CPU under ``TRITON_INTERPRET=1``), one dtype among float16,
+    bfloat16 and float32, any strides; ``Hq`` a multiple of ``Hk``; ``d, dv ≤ 256``. ``scale``
+    defaults to ``1/sqrt(d)``. ``window=(left, right)``: ``None``/``-1`` for unbounded.
+    Returns ``O`` in the input dtype and ``LSE`` in float32.
+    """
+    window, sc = check_inputs(q, k, v, window=window, scale=scale)
     return launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)

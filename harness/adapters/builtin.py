@@ -2,8 +2,8 @@
 
 ``recurrence-fa2`` / ``recurrence-fa1``: the numpy online-softmax recurrence (flash arithmetic,
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
-precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward (IEEE fp32 or tf32
-dots for fp32 inputs). docs/kernels.md describes each.
+precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and backward (IEEE
+fp32 or tf32 dots for fp32 inputs). docs/kernels.md describes each.
 """
 
 from __future__ import annotations
@@ -89,6 +89,21 @@ def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
     from flashcheck.kernels.triton_flash import flash_attention
 
     return flash_attention(q, k, v, causal=causal, window=window, scale=scale, allow_tf32=True)
+
+
+def _triton_backward(q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False):
+    """The Triton FA2 backward, after the Triton forward (for O and LSE)."""
+    from flashcheck.kernels.triton_flash import flash_attention
+    from flashcheck.kernels.triton_flash_bwd import flash_attention_backward
+
+    opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": allow_tf32}
+    o, lse = flash_attention(q, k, v, **opts)
+    return flash_attention_backward(q, k, v, o, lse, do, **opts)
+
+
+def _triton_tf32_backward(q, k, v, do, *, causal, window, scale, mask=None):
+    return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale,
+                            allow_tf32=True)  # fmt: skip
 
 
 def _triton_available(dtype: str, device: str) -> str | None:
@@ -223,11 +238,13 @@ def project_kernels() -> dict[str, Kernel]:
         ),
         "triton": Kernel(
             "triton", _triton, "flash", api="torch", masks=frozenset({"causal", "window"}),
-            check_available=_triton_available,
+            check_available=_triton_available, backward=_triton_backward,
+            backward_arithmetic="flash", backward_score_limit=BWD_FLASH_SCORES,
         ),
         "triton-tf32": Kernel(
             "triton-tf32", _triton_tf32, "tf32", api="torch", dtypes=("fp32",),
             devices=("cuda",), masks=frozenset({"causal", "window"}),
-            check_available=_triton_available,
+            check_available=_triton_available, backward=_triton_tf32_backward,
+            backward_arithmetic="tf32", backward_score_limit=BWD_FLASH_SCORES,
         ),
     }  # fmt: skip

@@ -1,0 +1,500 @@
+"""Triton FlashAttention-2 backward kernel: dQ, dK, dV, fp16 / bf16 / fp32.
+
+Algorithm (Dao 2023, Algorithm 2; c = scale·log2 e as one fp32 constant, lse2 = LSE·log2 e in
+fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
+
+    preprocess, per query row:   D_i = Σ_c dO_ic·O_ic           fp32, from the rounded O
+    dK/dV kernel, one program per block of BLOCK_N keys of one (batch, kv head):
+        for each query head of the kv head's group, for each live block of BLOCK_M rows:
+            Sᵀ  = k·qᵀ                                     tl.dot, fp32 accumulation
+            Pᵀ  = exp2(Sᵀ·c − lse2)                        0 where masked or LSE = −inf
+            dV += (Pᵀ rounded to the input dtype)·dO       fp32 accumulator
+            dPᵀ = v·dOᵀ,  dSᵀ = Pᵀ∘(dPᵀ − D)               fp32
+            dK += (dSᵀ rounded to the input dtype)·q       fp32 accumulator
+        dK *= scale
+    dQ kernel, one program per block of BLOCK_M query rows of one (batch, q head):
+        for each live block of BLOCK_N keys: S, P, dP, dS as above (same expressions);
+            dQ += (dS rounded to the input dtype)·k        fp32 accumulator
+        dQ *= scale
+
+This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the
+flash policy (backward class "flash", SPEC 3.7): q and k enter the dots unscaled, the scale
+goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the dK/dV program sums
+its whole group of query heads in its own accumulators, so no atomics are used and the result
+is bitwise deterministic. As in the forward, each key (query) range splits into blocks every
+row keeps, which skip the mask, and blocks on the causal diagonal, the window edges or the
+ragged tail, which build one; both evaluate the same expressions (a test checks no bit moves).
+
+Masks are the forward's: bottom-right causal (``j ≤ i + Nk − Nq``), sliding window
+``(left, right)``. A row with ``LSE = −inf`` (it kept no key) has its lse2 replaced by +inf,
+so ``Sᵀ·c − lse2 = −inf`` and P = 0 exactly: exp2(−inf − (−inf)) = NaN never happens, the row
+gets dQ = 0 and adds nothing to dK, dV. A NaN LSE is left alone and propagates. Loads past
+``Nq``, ``Nk`` and the head dims are masked to zero; padded keys are masked out of dQ (their P
+could overflow for very negative LSE), and padded rows and keys of dK, dV are never stored.
+
+Known limits: no LSE gradient (LSE is an output of the forward only); no dropout, no explicit
+boolean mask; P is recomputed from fp32 scores and LSE, each rounded by about 2^-24 of its
+size, so past ``|scale·q·k| ~ 2^26`` P's exponent is off by units (the harness registers the
+backward with a score limit for that reason); launch configurations are portable defaults, not
+tuned (no TMA, no warp specialisation); D is read by both kernels, so O(Nq) extra fp32 memory
+per head. Under ``TRITON_INTERPRET=1`` bf16 raises ``NotImplementedError`` like the forward
+(triton-lang/triton#11584, detected by the forward's canary).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from flashcheck.kernels.triton_flash import check_inputs, launch
+
+__all__ = [
+    "ARITHMETIC",
+    "BackwardConfig",
+    "FlashAttentionFunction",
+    "backward_config",
+    "flash_attention_backward",
+    "flash_attention_differentiable",
+    "launch_backward",
+]
+
+ARITHMETIC = "flash"
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _bwd_preprocess(
+    Out, DO, Delta,
+    sob, soh, som, sod,
+    sdob, sdoh, sdom, sdod,
+    sdb, sdh, sdm,
+    H, NQ, DV,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    inside = (rows[:, None] < NQ) & (offs_dv[None, :] < DV)
+    o = tl.load(Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod,
+                mask=inside, other=0.0)  # fmt: skip
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+                 mask=inside, other=0.0)  # fmt: skip
+    # D from the O the forward wrote (rounded to the input dtype), as FA2 and SPEC 3.7 define it.
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(Delta + b * sdb + h * sdh + rows * sdm, delta, mask=rows < NQ)
+
+
+@triton.jit
+def _dkdv_rows(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+    start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
+    sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale, win_left, win_right,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    for start in range(start_lo, start_hi, BLOCK_M):
+        start = tl.multiple_of(start, BLOCK_M)
+        rows = start + offs_m
+        q = tl.load(q_base + rows[:, None] * sqm + offs_d[None, :] * sqd,
+                    mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
+        do = tl.load(do_base + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+                     mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+        # Padded rows read LSE = −inf, which the guard below turns into P = 0.
+        lse = tl.load(lse_base + rows * slm, mask=rows < NQ, other=float("-inf"))
+        delta = tl.load(delta_base + rows * sdm, mask=rows < NQ, other=0.0)
+        # A row that kept no key: +inf makes S·c − lse2 = −inf (P = 0), never −inf − (−inf).
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+        st = tl.dot(k, tl.trans(q), input_precision=PRECISION)
+        x = st * qk_scale - lse2[None, :]
+        if MASKED:
+            keep = (cols[:, None] < NK) & (rows[None, :] < NQ)
+            if CAUSAL:
+                keep = keep & (cols[:, None] <= rows[None, :] + off)
+            if WINDOW:
+                if win_left >= 0:
+                    keep = keep & (cols[:, None] >= rows[None, :] + off - win_left)
+                if win_right >= 0:
+                    keep = keep & (cols[:, None] <= rows[None, :] + off + win_right)
+            x = tl.where(keep, x, float("-inf"))
+        pt = tl.math.exp2(x)
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
+        dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        dst = pt * (dpt - delta[None, :])
+        dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv(
+    Q, K, V, DO, LSE, Delta, DK, DV_,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdom, sdod,
+    slb, slh, slm,
+    sdb, sdh, sdm,
+    sdkb, sdkh, sdkn, sdkd,
+    sdvb, sdvh, sdvn, sdvd,
+    H_KV, GROUP, NQ, NK, D, DV,
+    sm_scale, qk_scale, win_left, win_right,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H_KV
+    hk = pid_bh % H_KV
+    n0 = pid_n * BLOCK_N
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    k = tl.load(K + b * skb + hk * skh + cols[:, None] * skn + offs_d[None, :] * skd,
+                mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
+    v = tl.load(V + b * svb + hk * svh + cols[:, None] * svn + offs_dv[None, :] * svd,
+                mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    off = NK - NQ
+    n_last = n0 + BLOCK_N - 1
+    # Rows that keep some key of this block: [lo, hi). Row i keeps key j iff j <= i + off
+    # (causal), j >= i + off - left and j <= i + off + right (window).
+    lo = 0
+    hi = NQ
+    # Rows that keep every key of the block: [f_lo, f_hi). Their blocks skip the mask.
+    f_lo = 0
+    f_hi = NQ
+    if CAUSAL:
+        lo = tl.maximum(lo, n0 - off)
+        f_lo = tl.maximum(f_lo, n_last - off)
+    if WINDOW:
+        if win_right >= 0:
+            lo = tl.maximum(lo, n0 - off - win_right)
+            f_lo = tl.maximum(f_lo, n_last - off - win_right)
+        if win_left >= 0:
+            hi = tl.minimum(hi, n_last - off + win_left + 1)
+            f_hi = tl.minimum(f_hi, n0 - off + win_left + 1)
+    lo = (tl.maximum(lo, 0) // BLOCK_M) * BLOCK_M
+    hi = tl.maximum(hi, lo)
+    # Whole row blocks on the grid lo, lo + BLOCK_M, ... inside [f_lo, f_hi); the ragged last
+    # row block and a ragged key block take the masked path.
+    full_lo = tl.minimum(lo + tl.cdiv(tl.maximum(f_lo - lo, 0), BLOCK_M) * BLOCK_M, hi)
+    full_hi = lo + (tl.maximum(f_hi - lo, 0) // BLOCK_M) * BLOCK_M
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    full_hi = tl.where(n_last >= NK, full_lo, full_hi)
+    if not SPLIT:
+        full_lo = hi
+        full_hi = hi
+    for hh in range(0, GROUP):
+        # The query heads of this kv head's group: h = hk·G, ..., hk·G + G − 1.
+        h = hk * GROUP + hh
+        q_base = Q + b * sqb + h * sqh
+        do_base = DO + b * sdob + h * sdoh
+        lse_base = LSE + b * slb + h * slh
+        delta_base = Delta + b * sdb + h * sdh
+        dk, dv = _dkdv_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, full_lo, cols, offs_m,
+            offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
+            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+        )  # fmt: skip
+        dk, dv = _dkdv_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_lo, full_hi, cols,
+            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off,
+            qk_scale, win_left, win_right, False, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+        )  # fmt: skip
+        dk, dv = _dkdv_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_hi, hi, cols, offs_m,
+            offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
+            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+        )  # fmt: skip
+    dk = dk * sm_scale
+    out_k = (cols[:, None] < NK) & (offs_d[None, :] < D)
+    tl.store(DK + b * sdkb + hk * sdkh + cols[:, None] * sdkn + offs_d[None, :] * sdkd,
+             dk.to(DK.dtype.element_ty), mask=out_k)  # fmt: skip
+    out_v = (cols[:, None] < NK) & (offs_dv[None, :] < DV)
+    tl.store(DV_ + b * sdvb + hk * sdvh + cols[:, None] * sdvn + offs_dv[None, :] * sdvd,
+             dv.to(DV_.dtype.element_ty), mask=out_v)  # fmt: skip
+
+
+@triton.jit
+def _dq_keys(
+    dq, q, do, lse2, delta, k_base, v_base, start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
+    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    for start in range(start_lo, start_hi, BLOCK_N):
+        start = tl.multiple_of(start, BLOCK_N)
+        cols = start + offs_n
+        k = tl.load(k_base + cols[:, None] * skn + offs_d[None, :] * skd,
+                    mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
+        v = tl.load(v_base + cols[:, None] * svn + offs_dv[None, :] * svd,
+                    mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        x = s * qk_scale - lse2[:, None]
+        if MASKED:
+            # Padded keys must be masked here: their score is 0 and exp2(0 − lse2) overflows
+            # when LSE is very negative, and inf·0 in dS·k would be NaN.
+            keep = cols[None, :] < NK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None] + off)
+            if WINDOW:
+                if win_left >= 0:
+                    keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
+                if win_right >= 0:
+                    keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
+            x = tl.where(keep, x, float("-inf"))
+        p = tl.math.exp2(x)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    return dq
+
+
+@triton.jit
+def _bwd_dq(
+    Q, K, V, DO, LSE, Delta, DQ,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdom, sdod,
+    slb, slh, slm,
+    sdb, sdh, sdm,
+    sdqb, sdqh, sdqm, sdqd,
+    H, H_KV, NQ, NK, D, DV,
+    sm_scale, qk_scale, win_left, win_right,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // (H // H_KV)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+                 mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+    lse = tl.load(LSE + b * slb + h * slh + rows * slm, mask=rows < NQ, other=float("-inf"))
+    delta = tl.load(Delta + b * sdb + h * sdh + rows * sdm, mask=rows < NQ, other=0.0)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    off = NK - NQ
+    # The forward's key ranges: live keys [lo, hi), keys every row keeps [u_lo, u_hi).
+    lo = 0
+    hi = NK
+    u_lo = 0
+    u_hi = NK
+    if CAUSAL:
+        hi = tl.minimum(hi, m0 + BLOCK_M + off)
+        u_hi = tl.minimum(u_hi, m0 + off + 1)
+    if WINDOW:
+        if win_right >= 0:
+            hi = tl.minimum(hi, m0 + BLOCK_M + off + win_right)
+            u_hi = tl.minimum(u_hi, m0 + off + win_right + 1)
+        if win_left >= 0:
+            lo = tl.maximum(0, m0 + off - win_left)
+            lo = (lo // BLOCK_N) * BLOCK_N
+            u_lo = tl.maximum(u_lo, m0 + BLOCK_M - 1 + off - win_left)
+    hi = tl.maximum(hi, lo)
+    full_lo = tl.minimum(lo + tl.cdiv(tl.maximum(u_lo - lo, 0), BLOCK_N) * BLOCK_N, hi)
+    full_hi = lo + (tl.maximum(u_hi - lo, 0) // BLOCK_N) * BLOCK_N
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    if not SPLIT:
+        full_lo = hi
+        full_hi = hi
+    dq = _dq_keys(
+        dq, q, do, lse2, delta, k_base, v_base, lo, full_lo, rows, offs_n, offs_d, offs_dv,
+        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        True, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+    )  # fmt: skip
+    dq = _dq_keys(
+        dq, q, do, lse2, delta, k_base, v_base, full_lo, full_hi, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        False, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+    )  # fmt: skip
+    dq = _dq_keys(
+        dq, q, do, lse2, delta, k_base, v_base, full_hi, hi, rows, offs_n, offs_d, offs_dv,
+        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        True, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+    )  # fmt: skip
+    dq = dq * sm_scale
+    tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :] * sdqd,
+             dq.to(DQ.dtype.element_ty),
+             mask=(rows[:, None] < NQ) & (offs_d[None, :] < D))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+
+
+class BackwardConfig(NamedTuple):
+    """Tiles of the backward: ``block_m`` query rows and ``block_n`` keys (both kernels), warps,
+    pipeline stages, and ``split=False`` to send every block through the masked path (tests)."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    split: bool = True
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
+    """Portable defaults (not tuned). The dK/dV program keeps two fp32 accumulators of
+    ``block_n × d`` in registers besides its k and v tiles, so wide heads and fp32 get small
+    tiles; 32 is the smallest tile Triton's dots handle well on every GPU it supports."""
+    if _interpreting():
+        # The interpreter's cost is per tile operation; 32-wide tiles still cross block edges
+        # at the test lengths 17, 33 and 65.
+        return BackwardConfig(32, 32, 4, 1)
+    if dtype_bytes == 4 or max(d, dv) > 128:
+        return BackwardConfig(32, 32, 4, 1)
+    if max(d, dv) > 64:
+        return BackwardConfig(32, 64, 4, 2)
+    return BackwardConfig(64, 64, 4, 2)
+
+
+def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None):
+    """Launch the backward on tensors :func:`flash_attention_backward` has already checked
+    (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float); ``config``
+    overrides the tiles. Returns ``(dQ, dK, dV)`` in the input dtype."""
+    bsz, hq, nq, d = q.shape
+    _, hk, nk, dv = v.shape
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dvv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    delta = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
+    cfg = backward_config(d, dv, q.element_size()) if config is None else config
+    block_d = max(16, triton.next_power_of_2(d))
+    block_dv = max(16, triton.next_power_of_2(dv))
+    left, right = (-1, -1) if window is None else window
+    precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
+    sm_scale = float(scale)
+    qk_scale = sm_scale * _LOG2E
+    opts = {"CAUSAL": bool(causal), "WINDOW": window is not None, "BLOCK_M": cfg.block_m,
+            "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
+            "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
+            "num_stages": cfg.stages}  # fmt: skip
+    _bwd_preprocess[(triton.cdiv(nq, cfg.block_m), bsz * hq)](
+        o, do, delta, *o.stride(), *do.stride(), *delta.stride(), hq, nq, dv,
+        BLOCK_M=cfg.block_m, BLOCK_DV=block_dv, num_warps=cfg.warps,
+    )  # fmt: skip
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
+              *delta.stride())  # fmt: skip
+    _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
+        q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
+        hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
+    )  # fmt: skip
+    _bwd_dq[(triton.cdiv(nq, cfg.block_m), bsz * hq)](
+        q, k, v, do, lse, delta, dq, *common, *dq.stride(),
+        hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
+    )  # fmt: skip
+    return dq, dk, dvv
+
+
+def flash_attention_backward(
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    do: Any,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    allow_tf32: bool = False,
+) -> tuple[Any, Any, Any]:
+    """FlashAttention-2 backward of ``O = softmax(scale·QKᵀ + mask)·V`` for the upstream ``dO``.
+
+    With ``P`` the softmax, ``D_i = Σ_c dO_ic·O_ic`` and ``dS = P∘(dO·Vᵀ − D)``:
+    ``dV = Pᵀ·dO``, ``dQ = scale·dS·K``, ``dK = scale·dSᵀ·Q`` (dK, dV summed over each kv head's
+    group of query heads). ``q``, ``k``, ``v``, ``causal``, ``window``, ``scale`` and
+    ``allow_tf32`` as for :func:`flashcheck.kernels.triton_flash.flash_attention`; ``o`` and
+    ``lse``: what that forward returned for them (``o`` ``(B, Hq, Nq, dv)`` in the input dtype,
+    ``lse`` float32 ``(B, Hq, Nq)``, natural log, −inf for rows that keep no key); ``do``: the
+    gradient of the loss with respect to ``o`` (its shape and dtype), any strides. Returns
+    ``(dQ, dK, dV)`` in the input dtype, contiguous, shaped like ``q``, ``k``, ``v``. Rows that
+    keep no key get ``dQ = 0`` and add nothing to ``dK``, ``dV``.
+    """
+    window, sc = check_inputs(q, k, v, window=window, scale=scale)
+    bsz, hq, nq, _ = q.shape
+    dv = v.shape[3]
+    for name, x in (("o", o), ("do", do)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if tuple(x.shape) != (bsz, hq, nq, dv) or x.dtype != q.dtype:
+            raise ValueError(
+                f"{name} must have shape (B, Hq, Nq, dv) = {(bsz, hq, nq, dv)} and dtype "
+                f"{q.dtype} (the forward's output), got {tuple(x.shape)} {x.dtype}"
+            )
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (bsz, hq, nq):
+        raise ValueError(
+            f"lse must be the forward's LSE tensor of shape (B, Hq, Nq) = {(bsz, hq, nq)}, got "
+            f"{type(lse).__name__} {tuple(getattr(lse, 'shape', ()))}"
+        )
+    if lse.dtype != torch.float32:
+        raise ValueError(
+            f"lse must be float32 (as flash_attention returns it), got {lse.dtype}; a rounded "
+            "LSE would shift every recomputed P"
+        )
+    if not (o.device == do.device == lse.device == q.device):
+        raise ValueError("o, lse and do must be on the device of q, k, v")
+    return launch_backward(q, k, v, o, lse, do, causal=causal, window=window, scale=sc,
+                           allow_tf32=allow_tf32)  # fmt: skip
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """``O`` of the Triton forward as a differentiable torch operation: the forward saves ``O``
+    and ``LSE`` (O(N·d) memory), the backward runs :func:`flash_attention_backward`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, window, scale, allow_tf32):
+        window, sc = check_inputs(q, k, v, window=window, scale=scale)
+        o, lse = launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.opts = {"causal": causal, "window": window, "scale": sc, "allow_tf32": allow_tf32}
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = launch_backward(q, k, v, o, lse, do, **ctx.opts)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention_differentiable(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    allow_tf32: bool = False,
+) -> Any:
+    """``O`` of :func:`flashcheck.kernels.triton_flash.flash_attention` (same arguments), with
+    gradients to ``q``, ``k``, ``v`` through :func:`flash_attention_backward`."""
+    return FlashAttentionFunction.apply(q, k, v, causal, window, scale, allow_tf32)
