@@ -229,3 +229,23 @@ def test_gradients_of_a_longer_case_are_certified_quickly():
     for g in GRADS:
         assert getattr(r, f"{g}_certified").all(), g
     assert r.stats["seconds"] < 30
+
+
+def test_one_hot_rows_are_certified_by_the_fast_path():
+    # Logit gaps of ~1e60 make each row's softmax one-hot to double precision, so the exact dQ
+    # and dK are astronomically small (they round to ±0). A bound on dP − D relative to |D|
+    # cannot decide that rounding: every dQ element then went to the strict path (minutes for
+    # the gpu preset's bf16 negative_rows case). docs/oracle.md §7.1 step 3.
+    rng = np.random.default_rng(3)
+    q = cast(rng.standard_normal((1, 2, 6, 8)) * 1e30, "bf16")
+    k = cast(rng.standard_normal((1, 1, 6, 8)) * 1e30, "bf16")
+    v = cast(rng.standard_normal((1, 1, 6, 8)), "bf16")
+    # dO in {1/2, 1}: dV's sums are representable and cannot cancel, so no dV lands on a
+    # rounding tie or near 0 (those, times 1 − ε, are the strict path's job).
+    do = cast(rng.choice([0.5, 1.0], size=(1, 2, 6, 8)), "bf16")
+    fast = oracle(q, k, v, do=do)
+    assert fast.stats["fallback_elements"] == 0, fast.stats
+    strict = oracle(q, k, v, do=do, mode="strict")
+    for g in ("dq", "dk"):
+        assert not np.any(getattr(fast, f"{g}_rounded")), g  # every element rounds to ±0
+        assert np.array_equal(getattr(fast, f"{g}_rounded"), getattr(strict, f"{g}_rounded"))

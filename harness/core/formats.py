@@ -201,7 +201,10 @@ def round_mpf(x: mpmath.mpf, fmt: Format) -> float:
         half = 1 << (shift - 1)
         if rem > half or (rem == half and n & 1):
             n += 1
-    value = math.ldexp(float(n), qexp) if n.bit_length() <= 53 else math.inf
+    # Beyond float64's range (an interval end blown up at a low working precision, say):
+    # ldexp raises rather than returning inf.
+    fits = n.bit_length() <= 53 and qexp + n.bit_length() <= 1024
+    value = math.ldexp(float(n), qexp) if fits else math.inf
     if value > fmt.max_finite:
         value = math.inf
     return -value if sign else value

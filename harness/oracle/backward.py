@@ -6,7 +6,8 @@ For the query heads ``g`` of one kv head, given the upstream gradient ``dO``:
     dQ = τ·dS·K,     dK = τ·Σ_g dS_gᵀ·Q_g,              dV = Σ_g P_gᵀ·dO_g
 
 ``P`` comes from the forward's fast path (a dd per weight, with its bound), ``dP`` is exact
-(slice products), ``D`` is formed from the forward's dd ``O``, and the three products are slice
+(slice products), ``dP − D`` is formed from the weights so that a weight's own error cancels
+(:func:`_score_grad_gap`), and the three products are slice
 products of dd matrices, every step with a certified absolute bound. The floor scales (the
 natural size of each element's rounding errors, SPEC 3.7) are
 
@@ -77,37 +78,51 @@ def _weights(res):
     return ph, pl, p_err
 
 
-def _row_delta(do, res):
-    """``D_i = Σ_c dO_ic·O_ic`` as a dd from the forward's dd ``O``, with its bound."""
-    oh, ol, o_err = res["o_hi"], res["o_lo"], res["o_err"]
-    p, e = ex.two_prod(do, oh)
-    x = do * ol
-    terms = [t for c in range(do.shape[1]) for t in (p[:, c], e[:, c], x[:, c])]
-    if not terms:
-        zero = np.zeros(do.shape[0])
-        return zero, zero, zero
-    dh, dl, derr = ex.expansion_to_dd(terms)
-    rounding = ex.U * np.sum(np.abs(x), axis=1) * (1 + 2.0**-40)
-    carried = np.sum(np.abs(do) * o_err, axis=1) * (1 + (do.shape[1] + 2) * ex.U)
-    d_err = derr + rounding + carried
-    return dh, dl, d_err * SLACK
+def _exclusive_sums(x: np.ndarray) -> np.ndarray:
+    """``Σ_{k≠j} x_ik`` for non-negative ``x``, rounded up: a prefix and a suffix sum, so no
+    subtraction can cancel (``Σ_k x_ik − x_ij`` would keep the rounding error of the whole
+    row). Float64 sums of ``n`` non-negative terms are within ``1 + (n + 2)u`` of exact."""
+    before = np.concatenate([np.zeros_like(x[:, :1]), np.cumsum(x[:, :-1], axis=1)], axis=1)
+    after = np.concatenate([np.flip(np.cumsum(np.flip(x[:, 1:], axis=1), axis=1), axis=1),
+                            np.zeros_like(x[:, :1])], axis=1)  # fmt: skip
+    return (before + after) * (1 + (x.shape[1] + 3) * ex.U)
 
 
-def _row_delta_from_weights(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
-    """``D_i = Σ_j P_ij·dP_ij`` (equal to ``Σ_c dO_ic·O_ic`` since ``O = P·V``) as a dd from
-    the dd weights and the dd ``dP``, with its bound. When ``dO·O`` cancels across the head dim,
-    ``O``'s bound (relative to ``|O|``) makes the other form's bound large relative to ``|D|``;
-    this form's bound is relative to ``Σ_j P_ij·|dP_ij|`` instead."""
+def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
+    """``dP_ij − D_i`` (``D_i = Σ_k P_ik·dP_ik``) as a dd with a certified bound, and ``D`` as
+    a dd (for the floor).
+
+    Since the exact weights of a row sum to one, ``dP_ij − D_i = Σ_{k≠j} P_ik (dP_ij − dP_ik)``:
+    the errors of ``P_ij`` and ``dP_ij`` themselves do not reach the difference. The value is
+    computed as ``dP̃_ij·(1 + λ_i) − D̃_i`` with ``λ_i = Σ_k P̃_ik − 1`` and every product
+    exact, so its rounding error is relative to the result, and the carried bound is
+
+        Σ_{k≠j} p_err_ik (|dP̃_ij| + |dP̃_ik|) + (|P̃_ik| + p_err_ik)(dp_err_ij + dp_err_ik).
+
+    For a row whose softmax is one-hot to double precision (huge logit gaps) the difference is
+    then certified as (almost) exactly zero; a bound relative to ``|D|`` (≈ 2^−106·|dP|) could
+    not decide the rounding of the astronomically small gradients of such rows.
+    """
     ph, pl, p_err = (np.where(keep, x, 0.0) for x in (ph, pl, p_err))
-    p, e = ex.two_prod(ph, dp_h)
-    x1, x2 = ph * dp_l, pl * dp_h
-    terms = [t for j in range(ph.shape[1]) for t in (p[:, j], e[:, j], x1[:, j], x2[:, j])]
-    dh, dl, derr = ex.expansion_to_dd(terms)
-    rounding = ex.U * (np.abs(x1) + np.abs(x2)) + np.abs(pl * dp_l)
-    carried = p_err * (np.abs(dp_h) + np.abs(dp_l) + dp_err) + (np.abs(ph) + np.abs(pl)) * dp_err
-    n = ph.shape[1] + 2
-    d_err = derr + np.sum(rounding + carried, axis=1) * (1 + n * ex.U) * (1 + 2.0**-40)
-    return dh, dl, d_err * SLACK
+    nq, nk = ph.shape
+    # D: every product exact (two_prod), only pl·dp_l dropped and bounded.
+    terms = []
+    for a, b in ((ph, dp_h), (ph, dp_l), (pl, dp_h)):
+        hi, lo = ex.two_prod(a, b)
+        terms += [hi[:, j] for j in range(nk)] + [lo[:, j] for j in range(nk)]
+    d_h, d_l, d_err = ex.expansion_to_dd(terms)
+    d_err = d_err + np.sum(np.abs(pl * dp_l), axis=1) * (1 + (nk + 3) * ex.U)
+    lam = [ph[:, j] for j in range(nk)] + [pl[:, j] for j in range(nk)] + [-np.ones(nq)]
+    lam_h, lam_l, lam_err = ex.expansion_to_dd(lam)
+    a_h, a_l, a_err = ex.dd_add_err(dp_h, dp_l, -d_h[:, None], -d_l[:, None])
+    b_h, b_l, b_err = ex.dd_mul_err(dp_h, dp_l, lam_h[:, None], lam_l[:, None])
+    g_h, g_l, c_err = ex.dd_add_err(a_h, a_l, b_h, b_l)
+    abs_dp = np.abs(dp_h) + np.abs(dp_l)
+    rounding = d_err[:, None] + a_err + b_err + c_err + abs_dp * lam_err[:, None]
+    p_big = np.abs(ph) + np.abs(pl) + p_err
+    carried = (abs_dp * _exclusive_sums(p_err) + _exclusive_sums(p_err * abs_dp)
+               + dp_err * _exclusive_sums(p_big) + _exclusive_sums(p_big * dp_err))  # fmt: skip
+    return g_h, g_l, (rounding + carried) * (1 + 2.0**-40) * SLACK, d_h
 
 
 def fast_group(q, k, v, do, keep, scale: Scale):
@@ -132,15 +147,9 @@ def fast_group(q, k, v, do, keep, scale: Scale):
         ph, pl, p_err = _weights(res)
         do_s, _ = ex.slice_rows(do[g], None, ex.beta_for(dv))
         dp_h, dp_l, dp_err = ex.expansion_to_dd(ex.sliced_matmul(do_s, v_s) or [np.zeros((nq, nk))])
-        d_h, d_l, d_err = _row_delta(do[g], res)
-        # Two certified forms of D: keep the tighter one per row.
-        w_h, w_l, w_err = _row_delta_from_weights(ph, pl, p_err, dp_h, dp_l, dp_err, keep[g])
-        tighter = w_err < d_err
-        d_h, d_l, d_err = (np.where(tighter, a, b) for a, b in ((w_h, d_h), (w_l, d_l),
-                                                                 (w_err, d_err)))  # fmt: skip
         # dS = P ∘ (dP − D): the difference as a dd, then the product, bounds carried.
-        diff_h, diff_l, add_err = ex.dd_add_err(dp_h, dp_l, -d_h[:, None], -d_l[:, None])
-        diff_err = dp_err + d_err[:, None] + add_err
+        diff_h, diff_l, diff_err, d_h = _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err,
+                                                        keep[g])  # fmt: skip
         sh, sl, mul_err = ex.dd_mul_err(ph, pl, diff_h, diff_l)
         s_err = np.abs(ph) * (1 + 2.0**-50) * diff_err
         s_err = s_err + p_err * (np.abs(diff_h) + np.abs(diff_l) + diff_err) + mul_err

@@ -66,9 +66,13 @@ def _level(q, k, v, do, keep, scale: Scale, shift: int, prec: int):
                 p[g, i, cols] = row
                 dp[g, i, cols] = dpr
                 ds[g, i, cols] = row * (dpr - d_i)
-                floor[g, i, cols] = np.abs(_approx(row)) * (
-                    np.abs(_approx(dpr)) + abs(float(mpf_of(d_i._mpi_[0])))
-                )
+                # At a low precision an interval of a huge score can be wider than its value:
+                # its float end is then 0 or ±inf and the floor NaN, which certifies nothing
+                # (err <= NaN is false), so the element is simply tried at a higher precision.
+                with np.errstate(invalid="ignore", over="ignore"):
+                    floor[g, i, cols] = np.abs(_approx(row)) * (
+                        np.abs(_approx(dpr)) + abs(float(mpf_of(d_i._mpi_[0])))
+                    )
     return p, ds, floor
 
 

@@ -55,9 +55,13 @@ def _strict_row(q_int, k_int, v, v_iv, cols, shift2: int, scale: Scale, prec: in
         lsum = iv.mpf(0)
         for x in e:
             lsum += x
-        # W (a scale, needed to ~1e-12 only) in float64 from the interval midpoints.
-        e_mid = np.array([float(mpf_of(x._mpi_[0])) for x in e])
-        l_mid = float(mpf_of(lsum._mpi_[0]))
+        # W (a scale, needed to ~1e-12 only) in float64 from the intervals' lower ends, divided
+        # by the largest first: for huge scores an interval's width is itself huge and its lower
+        # end exp(−width) underflows float64 (0/0 would make W NaN).
+        e_lo = [mpf_of(x._mpi_[0]) for x in e]
+        top = max(e_lo, default=mpmath.mpf(0)) or mpmath.mpf(1)
+        e_mid = np.array([float(x / top) for x in e_lo])
+        l_mid = float(mpf_of(lsum._mpi_[0]) / top)
         res = {}
         for c in cols:
             num = iv.mpf(0)
