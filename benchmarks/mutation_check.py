@@ -36,6 +36,10 @@ RECUR_TESTS = ["properties", "tests/test_recurrence.py", "-k", "recurrence and n
 BUILTIN = "harness/adapters/builtin.py"
 # The backward's mutants are judged by the gradient properties of the suite on recurrence-fa2.
 BWD_TESTS = ["properties/test_gradients.py", "-k", "recurrence-fa2"]
+TRITON_BWD = "kernels/triton_flash_bwd.py"
+# The Triton backward's mutants: its file's tests, then the gradient properties on triton.
+TRITON_BWD_TESTS = ["tests/test_triton_flash_bwd.py", "properties/test_gradients.py", "-k",
+                    "triton and not tf32"]  # fmt: skip
 
 # name: (description, file, [(old, new), ...], tests)
 MUTANTS = {
@@ -195,6 +199,65 @@ MUTANTS = {
             )
         ],
         BWD_TESTS,
+    ),
+    "triton-bwd-ds-not-rounded": (
+        "Triton backward: dS kept in fp32 for dQ and dK instead of being rounded to the input",
+        TRITON_BWD,
+        [
+            (
+                "dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)",
+                "dq += tl.dot(ds, k.to(tl.float32), input_precision=PRECISION)",
+            ),
+            (
+                "dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)",
+                "dk += tl.dot(dst, q.to(tl.float32), input_precision=PRECISION)",
+            ),
+        ],
+        TRITON_BWD_TESTS,
+    ),
+    "triton-bwd-d-products-rounded": (
+        "Triton backward: D summed from dO·O products rounded to the input dtype, not in fp32",
+        TRITON_BWD,
+        [
+            (
+                "delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)",
+                "delta = tl.sum((do * o).to(tl.float32), 1)",
+            )
+        ],
+        TRITON_BWD_TESTS,
+    ),
+    "triton-bwd-missing-dq-scale": (
+        "Triton backward: dQ not multiplied by the softmax scale",
+        TRITON_BWD,
+        [("dq = dq * sm_scale", "dq = dq * 1.0")],
+        TRITON_BWD_TESTS,
+    ),
+    "triton-bwd-missing-dk-scale": (
+        "Triton backward: dK not multiplied by the softmax scale",
+        TRITON_BWD,
+        [("dk = dk * sm_scale", "dk = dk * 1.0")],
+        TRITON_BWD_TESTS,
+    ),
+    "triton-bwd-gqa-wrong-heads": (
+        "Triton backward: dK, dV of kv head g summed over query heads g..g+G-1, not its group",
+        TRITON_BWD,
+        [("h = hk * GROUP + hh", "h = hk + hh")],
+        TRITON_BWD_TESTS,
+    ),
+    "triton-bwd-masked-ds-not-zeroed": (
+        "Triton backward: dS uses exp2(S·c − lse2) at masked entries too (P zeroed for dV only)",
+        TRITON_BWD,
+        [
+            (
+                "ds = p * (dp - delta[:, None])",
+                "ds = tl.math.exp2(s * qk_scale - lse2[:, None]) * (dp - delta[:, None])",
+            ),
+            (
+                "dst = pt * (dpt - delta[None, :])",
+                "dst = tl.math.exp2(st * qk_scale - lse2[None, :]) * (dpt - delta[None, :])",
+            ),
+        ],
+        TRITON_BWD_TESTS,
     ),
 }
 
