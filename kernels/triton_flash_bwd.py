@@ -244,7 +244,9 @@ def _dq_keys(
         if MASKED:
             # Padded keys must be masked here: their score is 0 and exp2(0 − lse2) overflows
             # when LSE is very negative, and inf·0 in dS·k would be NaN.
-            keep = cols[None, :] < NK
+            # 2-D from the start (as in the forward; the row term is always true): Triton 3.6
+            # rejects a tensor whose shape changes inside the run-time `if win_left >= 0` below.
+            keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
             if CAUSAL:
                 keep = keep & (cols[None, :] <= rows[:, None] + off)
             if WINDOW:

@@ -348,3 +348,19 @@ def test_ray_executor_gives_the_same_results(user_dir):
     a = _results(user_dir / "reports/loc/results.jsonl")
     b = _results(user_dir / "reports/ray/results.jsonl")
     assert a and _numbers(a) == _numbers(b)
+
+
+def test_a_kernel_error_keeps_the_exception_it_was_raised_from():
+    # Triton's CompilationError shows only the source excerpt; the reason is in __cause__.
+    from flashcheck.harness.campaign.worker import _with_causes
+
+    try:
+        try:
+            raise ValueError("Mismatched type for keep")
+        except ValueError as inner:
+            raise RuntimeError("at 61:9: dq = _dq_keys(") from inner
+    except RuntimeError as err:
+        text = _with_causes(err)
+    assert text == (
+        "RuntimeError: at 61:9: dq = _dq_keys( <- caused by ValueError: Mismatched type for keep"
+    )

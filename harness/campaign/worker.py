@@ -82,7 +82,18 @@ def _call(kernels: dict[str, Any], msg: tuple) -> tuple[str, Any]:
     except Exception as err:  # report anything the kernel raises; the parent decides
         tb = traceback.extract_tb(err.__traceback__)
         where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-        return "ERROR", f"{type(err).__name__}: {err}{where}"
+        return "ERROR", f"{_with_causes(err)}{where}"
+
+
+def _with_causes(err: BaseException) -> str:
+    """``Type: message``, followed by the exceptions it was raised from: Triton's
+    ``CompilationError`` shows only the source excerpt, and the reason is in its cause."""
+    parts, seen = [], set()
+    while err is not None and id(err) not in seen and len(parts) < 4:
+        seen.add(id(err))
+        parts.append(f"{type(err).__name__}: {err}")
+        err = err.__cause__
+    return " <- caused by ".join(parts)
 
 
 def _serve(conn) -> None:  # pragma: no cover - runs in the child process
