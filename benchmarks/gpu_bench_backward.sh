@@ -22,7 +22,7 @@ WORK=${WORK:-/tmp/fc-bench}
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/bench-backward.log"
 python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/fc${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 cd "$ROOT"
 START=$SECONDS
 PROVIDERS=()
