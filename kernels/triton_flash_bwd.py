@@ -349,14 +349,26 @@ def _bwd_dq(
 
 
 class BackwardConfig(NamedTuple):
-    """Tiles of the backward: ``block_m`` query rows and ``block_n`` keys (both kernels), warps,
-    pipeline stages, and ``split=False`` to send every block through the masked path (tests)."""
+    """Tiles of the backward: ``block_m`` query rows and ``block_n`` keys, warps and pipeline
+    stages of the dK/dV kernel (a program owns ``block_n`` keys and steps over rows), and of
+    the dQ kernel where the ``dq_*`` fields are set (a program owns ``dq_block_m`` rows and
+    steps over keys; 0: as dK/dV). ``split=False`` sends every block through the masked path
+    (tests)."""
 
     block_m: int
     block_n: int
     warps: int
     stages: int
     split: bool = True
+    dq_block_m: int = 0
+    dq_block_n: int = 0
+    dq_warps: int = 0
+    dq_stages: int = 0
+
+    def for_dq(self) -> tuple[int, int, int, int]:
+        """``(block_m, block_n, warps, stages)`` of the dQ kernel."""
+        return (self.dq_block_m or self.block_m, self.dq_block_n or self.block_n,
+                self.dq_warps or self.warps, self.dq_stages or self.stages)  # fmt: skip
 
 
 def _interpreting() -> bool:
@@ -399,9 +411,10 @@ def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, c
             "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
             "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
             "num_stages": cfg.stages}  # fmt: skip
-    _bwd_preprocess[(triton.cdiv(nq, cfg.block_m), bsz * hq)](
+    dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
+    _bwd_preprocess[(triton.cdiv(nq, dq_m), bsz * hq)](
         o, do, delta, *o.stride(), *do.stride(), *delta.stride(), hq, nq, dv,
-        BLOCK_M=cfg.block_m, BLOCK_DV=block_dv, num_warps=cfg.warps,
+        BLOCK_M=dq_m, BLOCK_DV=block_dv, num_warps=dq_warps,
     )  # fmt: skip
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
               *delta.stride())  # fmt: skip
@@ -409,7 +422,8 @@ def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, c
         q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
         hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
     )  # fmt: skip
-    _bwd_dq[(triton.cdiv(nq, cfg.block_m), bsz * hq)](
+    opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
+    _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
         q, k, v, do, lse, delta, dq, *common, *dq.stride(),
         hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
     )  # fmt: skip

@@ -208,3 +208,21 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_pass():
         flash_attention_backward(q, k, v, o, lse, do, window=(-3, 2))
     with pytest.raises(ValueError, match=r"torch\.Tensor"):
         flash_attention_backward(q, k, v, o.numpy(), lse, do)
+
+
+def test_dq_tiles_reach_the_dq_kernel_only():
+    # BackwardConfig's dq_* fields tile the dQ kernel alone: dK, dV are bitwise those of the
+    # dK/dV tiles, dQ bitwise that of the dQ tiles (each kernel's sums follow its own tiles).
+    q, k, v, do, causal, window = _inputs(torch.float16, (1, 2, 1, 40, 56, 24, 24, True, None), 5)
+    o, lse = flash_attention(q, k, v, causal=causal)
+
+    def grads(cfg):
+        return launch_backward(q, k, v, o, lse, do, causal=causal, window=None, scale=0.2,
+                               allow_tf32=False, config=cfg)  # fmt: skip
+
+    mixed = grads(BackwardConfig(16, 32, 4, 1, True, 32, 16, 4, 1))
+    kv_only = grads(BackwardConfig(16, 32, 4, 1))
+    dq_only = grads(BackwardConfig(32, 16, 4, 1))
+    assert torch.equal(mixed[0], dq_only[0])
+    assert torch.equal(mixed[1], kv_only[1]) and torch.equal(mixed[2], kv_only[2])
+    assert not torch.equal(kv_only[0], dq_only[0])  # the tiles do change dQ's sums

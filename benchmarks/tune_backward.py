@@ -1,0 +1,158 @@
+"""Tile sweep of the Triton backward (kernels/triton_flash_bwd.py) on one GPU, side by side with
+SDPA's flash and cuDNN backwards.
+
+    python benchmarks/tune_backward.py [--budget 420] [--shape 128:0:4096 ...]
+
+Shapes follow the bench's grid (bf16, B·N = 16384 tokens, H·d = 2048). For each shape: SDPA
+flash and cuDNN backward times (``torch.autograd.grad(O, (Q, K, V), dO, retain_graph=True)``
+through a graph built before timing, as ``flashcheck bench --pass bwd`` does), then every
+candidate :class:`BackwardConfig` timed on ``flash_attention_backward`` alone, each with its
+dQ, dK, dV compared with an fp32 SDPA-math backward on the same (upcast) inputs by
+``‖g − ref‖ / ‖ref‖`` (bf16 operands land near 1e-3 to 1e-2; a wrong tile shows far above).
+Times are ``triton.testing.do_bench`` medians. FLOPs: 2.5 × the forward's ``4·N²·d`` per head,
+halved for causal. A candidate that fails to compile (shared memory, registers) is listed as
+such. New candidates stop starting after ``--budget`` seconds; the table prints last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from flashcheck.kernels.triton_flash import flash_attention
+from flashcheck.kernels.triton_flash_bwd import BackwardConfig, backward_config, launch_backward
+
+TOKENS, WIDTH = 16384, 2048
+# (dK/dV: block_m rows stepped, block_n keys owned, warps, stages) + (dQ: rows owned, keys
+# stepped, warps, stages). The dK/dV program wants a wide key tile and narrow row steps; dQ
+# the transpose (as in the Triton tutorial's backward).
+NARROW = [
+    ((32, 64, 4, 2), (32, 64, 4, 2)),
+    ((32, 128, 4, 3), (128, 32, 4, 3)),
+    ((32, 128, 8, 3), (128, 32, 8, 3)),
+    ((64, 128, 8, 2), (128, 64, 8, 2)),
+    ((32, 128, 4, 5), (128, 32, 4, 5)),
+    ((64, 64, 4, 3), (64, 64, 4, 3)),
+    ((64, 128, 4, 2), (128, 64, 4, 2)),
+    ((32, 64, 4, 3), (64, 32, 4, 3)),
+]
+WIDE = [  # d = 256: two fp32 accumulators of block_n × 256 per dK/dV program
+    ((32, 32, 4, 1), (32, 32, 4, 1)),
+    ((32, 64, 4, 2), (64, 32, 4, 2)),
+    ((32, 64, 8, 2), (64, 32, 8, 2)),
+    ((16, 64, 4, 2), (64, 16, 4, 2)),
+    ((64, 64, 8, 2), (64, 64, 8, 2)),
+    ((32, 64, 8, 3), (64, 32, 8, 3)),
+    ((32, 128, 8, 1), (128, 32, 8, 1)),
+    ((16, 128, 8, 2), (128, 16, 8, 2)),
+]
+
+
+def _cfg(pair) -> BackwardConfig:
+    (m, n, w, s), (qm, qn, qw, qs) = pair
+    return BackwardConfig(m, n, w, s, True, qm, qn, qw, qs)
+
+
+def _sdpa_grad_fn(backend, q, k, v, do, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b = getattr(SDPBackend, backend)
+    qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel([b]):
+        out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+
+    def fn():
+        with sdpa_kernel([b]):
+            return torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True)
+
+    return fn
+
+
+def _rel(g, ref) -> float:
+    return float((g.float() - ref).norm() / ref.norm())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds")
+    ap.add_argument("--shape", action="append", metavar="D:CAUSAL:N",
+                    help="e.g. 128:1:4096 (default: d 64/128/256 at 4K; 128 causal)")  # fmt: skip
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split(":")) for s in args.shape or
+              ("64:0:4096", "128:0:4096", "128:1:4096", "256:0:4096")]  # fmt: skip
+    t_start = time.perf_counter()
+    rows = []
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
+          f"{triton.__version__}", flush=True)  # fmt: skip
+    for d, causal, n in shapes:
+        b, h = TOKENS // n, WIDTH // d
+        causal = bool(causal)
+        flops = 2.5 * 4 * n * n * d * b * h / (2 if causal else 1)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                       for _ in range(4))  # fmt: skip
+        qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+            of = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
+        ref = torch.autograd.grad(of, (qf, kf, vf), do.float())
+        del of, qf, kf, vf
+        o, lse = flash_attention(q, k, v, causal=causal)
+        tag = f"d={d} {'causal' if causal else 'full'} N={n} ({b}x{h})"
+        peers = {}
+        for name, backend in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
+            try:
+                fn = _sdpa_grad_fn(backend, q, k, v, do, causal)
+                peers[name] = triton.testing.do_bench(fn, warmup=50, rep=200,
+                                                      return_mode="median")  # fmt: skip
+            except RuntimeError as exc:
+                print(f"{tag} {name}: {str(exc)[:80]}", flush=True)
+        default = backward_config(d, d, 2)
+        cands = [default] + [_cfg(p) for p in (WIDE if d > 128 else NARROW)]
+        for cfg in dict.fromkeys(cands):
+            if time.perf_counter() - t_start > args.budget:
+                print(f"budget of {args.budget:.0f} s spent: later candidates not run", flush=True)
+                break
+
+            run = functools.partial(
+                launch_backward, q, k, v, o, lse, do, causal=causal, window=None,
+                scale=d**-0.5, allow_tf32=False, config=cfg,
+            )  # fmt: skip
+            try:
+                grads = run()
+                torch.cuda.synchronize()
+                err = max(_rel(x, r) for x, r in zip(grads, ref, strict=True))
+                ms = triton.testing.do_bench(run, warmup=50, rep=200, return_mode="median")
+            except Exception as exc:  # a tile that does not fit: report it, go on
+                print(f"{tag} {cfg}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+                rows.append((tag, cfg, None, None, peers, flops, cfg == default))
+                continue
+            rows.append((tag, cfg, ms, err, peers, flops, cfg == default))
+            print(f"{tag} {tuple(cfg)}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s rel err "
+                  f"{err:.2e}" + "".join(f" {p} {ms_p / ms:.2f}x" for p, ms_p in peers.items()),
+                  flush=True)  # fmt: skip
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s\n")
+    print("| shape | dK/dV (m, n, warps, stages) | dQ (m, n, warps, stages) | ms | TFLOP/s | "
+          "vs SDPA flash | vs cuDNN | rel. error |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for tag, cfg, ms, err, peers, flops, is_default in rows:
+        kv = f"{cfg.block_m}, {cfg.block_n}, {cfg.warps}, {cfg.stages}"
+        dq = ", ".join(str(x) for x in cfg.for_dq())
+        mark = " (default)" if is_default else ""
+        if ms is None:
+            print(f"| {tag} | {kv}{mark} | {dq} | failed | | | | |")
+            continue
+        ratios = [f"{peers[p] / ms:.2f}x" if p in peers else "–" for p in ("flash", "cudnn")]
+        print(f"| {tag} | {kv}{mark} | {dq} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
+              f"{ratios[0]} | {ratios[1]} | {err:.1e} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
