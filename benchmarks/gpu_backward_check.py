@@ -1,7 +1,7 @@
 """GPU check of the Triton backward (kernels/triton_flash_bwd.py): gradients against the oracle,
 then the backward's peak extra memory at one long shape.
 
-    python benchmarks/gpu_backward_check.py          # on a machine with a CUDA GPU
+    python benchmarks/gpu_backward_check.py [fp16 bf16 fp32]   # on a machine with a CUDA GPU
 
 1. For fp16, bf16 and fp32 (IEEE dots), on a grid with ragged lengths, Nq != Nk both ways,
    causal with rows that keep no key, sliding windows, GQA/MQA and odd head dims up to 256
@@ -56,9 +56,11 @@ def _poison_free_memory(nbytes: int) -> None:
     del x
 
 
-def check(seed: int = 0) -> list[dict]:
+def check(dtypes: list[str], seed: int = 0) -> list[dict]:
     out = []
     for name, dt in DTYPES:
+        if name not in dtypes:
+            continue
         for shape in GRID:
             b, hq, hk, nq, nk, d, dv, causal, window = shape
             g = torch.Generator().manual_seed(seed)
@@ -113,8 +115,9 @@ def main() -> int:
     env = environment()
     env["gpu"] = torch.cuda.get_device_name()
     print("environment:", ", ".join(f"{k} {v}" for k, v in env.items()))
+    dtypes = sys.argv[1:] or [name for name, _ in DTYPES]  # e.g. `... fp16 bf16`
     t0 = time.perf_counter()
-    rows = check()
+    rows = check(dtypes)
     mem = memory()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     print(

@@ -376,18 +376,23 @@ def _interpreting() -> bool:
 
 
 def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
-    """Portable defaults (not tuned). The dK/dV program keeps two fp32 accumulators of
-    ``block_n × d`` in registers besides its k and v tiles, so wide heads and fp32 get small
-    tiles; 32 is the smallest tile Triton's dots handle well on every GPU it supports."""
+    """Tiles for head dims ``d``, ``dv`` and an input of ``dtype_bytes``. The dK/dV program keeps
+    two fp32 accumulators of ``block_n × d`` in registers besides its k and v tiles, so fp32
+    gets small tiles (not tuned)."""
     if _interpreting():
         # The interpreter's cost is per tile operation; 32-wide tiles still cross block edges
         # at the test lengths 17, 33 and 65.
         return BackwardConfig(32, 32, 4, 1)
-    if dtype_bytes == 4 or max(d, dv) > 128:
+    if dtype_bytes == 4:
         return BackwardConfig(32, 32, 4, 1)
+    # 16-bit inputs: chosen by benchmarks/tune_backward.py on an H200 (bf16, N = 4096, log in
+    # benchmarks/RESULTS.md): dK/dV owns a wide key tile and steps over narrow row blocks, dQ
+    # the transpose.
+    if max(d, dv) > 128:
+        return BackwardConfig(64, 64, 8, 2)
     if max(d, dv) > 64:
-        return BackwardConfig(32, 64, 4, 2)
-    return BackwardConfig(64, 64, 4, 2)
+        return BackwardConfig(32, 64, 4, 3, True, 64, 32, 4, 3)
+    return BackwardConfig(32, 128, 4, 3, True, 128, 32, 4, 3)
 
 
 def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None):

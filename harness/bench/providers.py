@@ -138,6 +138,10 @@ def _flex(q, k, v, causal):
         from flashcheck.harness.adapters.library import raise_recompile_limits
 
         raise_recompile_limits()
+        # The backward pass is timed through a retained graph; a compiled backward that
+        # donates its saved buffers refuses retain_graph=True (RuntimeError, measured with
+        # torch 2.11), so donation is off: flex's backward may hold slightly more memory.
+        torch._functorch.config.donated_buffer = False
         _FLEX_COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
     compiled = _FLEX_COMPILED["fn"]
     n_q, n_k = q.shape[2], k.shape[2]
