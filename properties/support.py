@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.properties.plugin import profile_name
@@ -49,6 +49,18 @@ def slow_ok() -> settings:
     10-300 ms and a Triton compile seconds; Hypothesis' default 200 ms deadline would fail a
     correct kernel on the oracle's time."""
     return settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def no_target_phase_in_ci() -> settings:
+    """:func:`slow_ok`, and under the ``ci`` profile no target phase. Hypothesis' target phase
+    hill-climbs on the kernel's gradient error, which leads it to cases where the gradient
+    oracle must recompute many elements on its strict (interval) path: 20-30 s an example.
+    The Triton backward in fp32 under the interpreter went past 15 minutes that way, alone
+    over CI's budget. The ``ci`` profile keeps its 40 generated examples; ``dev``,
+    ``thorough`` and ``sweep`` keep the target phase."""
+    if profile_name() != "ci":
+        return slow_ok()
+    return settings(slow_ok(), phases=[p for p in settings.default.phases if p != Phase.target])
 
 
 def fewer(n: int) -> settings:

@@ -23,7 +23,7 @@ from flashcheck.harness.judging.gradient_check import check_gradients_case, form
 from flashcheck.harness.judging.gradient_structural import GRADIENT_CHECKS, ONE_BLOCK
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
-from flashcheck.properties.support import case_strategy, fewer, run_or_fail, slow_ok
+from flashcheck.properties.support import case_strategy, fewer, no_target_phase_in_ci, run_or_fail
 
 FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 
@@ -40,7 +40,7 @@ def _judge(kern, case, dev, prop="gradients"):
     return res
 
 
-@slow_ok()
+@no_target_phase_in_ci()
 @given(data=st.data())
 def test_gradients_within_bounds_and_policy(
     flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
