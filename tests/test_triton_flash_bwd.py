@@ -213,7 +213,7 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_pass():
 def test_dq_tiles_reach_the_dq_kernel_only():
     # BackwardConfig's dq_* fields tile the dQ kernel alone: dK, dV are bitwise those of the
     # dK/dV tiles, dQ bitwise that of the dQ tiles (each kernel's sums follow its own tiles).
-    q, k, v, do, causal, window = _inputs(torch.float16, (1, 2, 1, 40, 56, 24, 24, True, None), 5)
+    q, k, v, do, causal, _ = _inputs(torch.float16, (1, 2, 1, 40, 56, 24, 24, True, None), 5)
     o, lse = flash_attention(q, k, v, causal=causal)
 
     def grads(cfg):
