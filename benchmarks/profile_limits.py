@@ -1,13 +1,16 @@
 """What limits the Triton kernel: Nsight Compute on it and on SDPA cuDNN, side by side.
 
     python benchmarks/profile_limits.py [-n 8192] [-d 128] [--heads 16] [--out DIR]
+    python benchmarks/profile_limits.py --pass bwd [-n 4096] [-d 128] [--causal] ...
 
 Profiles one bf16 non-causal forward of each (``benchmarks/iomodel_ncu.py run``, which warms
 up, then brackets a single call with cudaProfilerStart/Stop) with the SpeedOfLight,
 ComputeWorkloadAnalysis, Occupancy, LaunchStats and WarpStateStats sections, saves the raw CSV
 and prints the metrics that say where the time goes: tensor-pipe (GMMA) activity, the
 special-function pipe (XU: exp2), FMA/ALU pipes, issue activity, warp stall reasons,
-registers and occupancy.
+registers and occupancy. ``--pass bwd`` profiles one backward instead (the Triton backward's
+kernels against cuDNN's, on a graph built and warmed up before the profiled window) and prints
+every kernel that takes at least 3 % of its backward's time.
 """
 
 from __future__ import annotations
@@ -29,14 +32,45 @@ KEEP = ("gpu__time_duration.sum", "sm__throughput.avg.pct", "gmma", "pipe_tensor
         "average_warp_latency_issue_stalled", "dram__throughput.avg.pct")  # fmt: skip
 
 
-def profile(kernel: str, n: int, d: int, heads: int) -> list[dict[str, str]]:
+def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
+    """Warm up, then run exactly one backward of ``kernel`` between cudaProfilerStart/Stop."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sys.path.insert(0, str(ROOT))
+    from flashcheck.kernels.triton_flash_bwd import flash_attention_differentiable
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                   for _ in range(4))  # fmt: skip
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    if kernel == "triton":
+        out = flash_attention_differentiable(q, k, v, causal=causal)
+    else:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    for _ in range(5):
+        torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def profile(kernel: str, n: int, d: int, heads: int, backward: bool = False,
+            causal: bool = False) -> list[dict[str, str]]:  # fmt: skip
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv",
            "--page", "raw"]  # fmt: skip
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += [sys.executable, str(ROOT / "benchmarks" / "iomodel_ncu.py"), "run", "--kernel",
-            kernel, "-n", str(n), "-d", str(d), "--heads", str(heads)]  # fmt: skip
+    if backward:
+        cmd += [sys.executable, __file__, "--run-bwd", kernel, "-n", str(n), "-d", str(d),
+                "--heads", str(heads)] + (["--causal"] if causal else [])  # fmt: skip
+    else:
+        cmd += [sys.executable, str(ROOT / "benchmarks" / "iomodel_ncu.py"), "run", "--kernel",
+                kernel, "-n", str(n), "-d", str(d), "--heads", str(heads)]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith('"')]
     if res.returncode or not lines:
@@ -53,12 +87,20 @@ def main() -> int:
     ap.add_argument("-d", type=int, default=128)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--out", type=Path, default=None, help="where to save the raw CSV rows")
+    ap.add_argument("--pass", dest="which_pass", choices=("fwd", "bwd"), default="fwd")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--run-bwd", choices=("triton", "sdpa-cudnn"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.run_bwd:  # the profiled child process
+        run_backward(args.run_bwd, args.n, args.d, args.heads, args.causal)
+        return 0
+    backward = args.which_pass == "bwd"
     found: dict[str, dict[str, str]] = {}
     for kernel in ("triton", "sdpa-cudnn"):
-        for row in profile(kernel, args.n, args.d, args.heads):
+        for i, row in enumerate(profile(kernel, args.n, args.d, args.heads, backward,
+                                        args.causal)):  # fmt: skip
             name = row.get("Kernel Name", "?")[:60]
-            found[f"{kernel}: {name}"] = row
+            found[f"{kernel}: {name} #{i}" if backward else f"{kernel}: {name}"] = row
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         with open(args.out / "profile_limits.csv", "w", newline="") as f:
@@ -76,13 +118,26 @@ def main() -> int:
             return 0.0
 
     main_rows = {}
+    if backward:
+        # every kernel that takes >= 3 % of its provider's backward
+        totals: dict[str, float] = {}
+        for which, r in found.items():
+            totals[which.split(":")[0]] = totals.get(which.split(":")[0], 0.0) + dur(r)
+        for which, r in found.items():
+            if dur(r) >= 0.03 * totals[which.split(":")[0]]:
+                main_rows[which] = (which, r)
+        print("backward time (sum of kernel durations): "
+              + ", ".join(f"{k} {t:,.0f}" for k, t in totals.items()))  # fmt: skip
     for which, r in found.items():
         k = which.split(":")[0]
+        if backward:
+            break
         if k not in main_rows or dur(r) > dur(main_rows[k][1]):
             main_rows[k] = (which, r)
     names = sorted({m for _, r in main_rows.values() for m in r if any(s in m for s in KEEP)})
     cols = list(main_rows)
-    print(f"bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, non-causal")
+    print(f"{args.which_pass}, bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, "
+          f"{'causal' if args.causal else 'non-causal'}")  # fmt: skip
     print("| metric | " + " | ".join(main_rows[c][0] for c in cols) + " |")
     print("|---|" + "---|" * len(cols))
     for m in names:

@@ -12,6 +12,11 @@ dQ, dK, dV compared with an fp32 SDPA-math backward on the same (upcast) inputs 
 Times are ``triton.testing.do_bench`` medians. FLOPs: 2.5 × the forward's ``4·N²·d`` per head,
 halved for causal. A candidate that fails to compile (shared memory, registers) is listed as
 such. New candidates stop starting after ``--budget`` seconds; the table prints last.
+
+``--per-kernel`` sweeps the two kernels apart: each dK/dV tile of ``DKDV_WIDE`` (d = 256;
+``DKDV_NARROW`` for d ≤ 128) runs beside a fixed dQ tile, then each dQ tile of ``DQ_WIDE``
+(``DQ_NARROW``) beside the fastest dK/dV tile, with every kernel's own device time taken
+from ``torch.profiler`` (mean of 20 calls); the fastest pair is then timed whole.
 """
 
 from __future__ import annotations
@@ -57,9 +62,66 @@ WIDE = [  # d = 256: two fp32 accumulators of block_n × 256 per dK/dV program
 ]
 
 
+# Swept one kernel at a time (--per-kernel): dK/dV (block_m, block_n, warps, stages, dK and
+# dV in two launches), dQ (block_m, block_n, warps, stages).
+DKDV_WIDE = [
+    (64, 64, 8, 2, False),
+    (64, 32, 4, 2, False),
+    (32, 64, 8, 2, False),
+    (32, 128, 8, 2, True),
+    (64, 128, 8, 2, True),
+    (32, 128, 8, 3, True),
+    (64, 128, 8, 1, True),
+    (16, 128, 8, 2, True),
+    (64, 64, 4, 2, True),
+    (32, 64, 4, 2, True),
+]
+DQ_WIDE = [
+    (128, 32, 8, 3),
+    (128, 32, 8, 2),
+    (128, 64, 8, 1),
+    (64, 64, 4, 2),
+]
+DKDV_NARROW = [
+    (32, 64, 4, 3, False),
+    (32, 128, 4, 3, False),
+    (32, 128, 8, 3, True),
+    (64, 128, 8, 2, True),
+    (64, 128, 8, 3, True),
+    (32, 128, 4, 3, True),
+    (64, 64, 4, 3, True),
+]
+DQ_NARROW = [
+    (64, 32, 4, 3),
+    (128, 32, 4, 3),
+    (128, 32, 8, 3),
+    (128, 64, 8, 2),
+    (64, 64, 4, 3),
+]
+
+
+def _kernel_ms(run, reps: int = 20) -> dict[str, float]:
+    """Mean device time per call of each backward kernel, by name, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            run()
+        torch.cuda.synchronize()
+    out = {}
+    for ev in prof.key_averages():
+        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if ev.key.startswith("_bwd"):
+            out[ev.key] = total / reps / 1e3
+    return out
+
+
 def _cfg(pair) -> BackwardConfig:
-    (m, n, w, s), (qm, qn, qw, qs) = pair
-    return BackwardConfig(m, n, w, s, True, qm, qn, qw, qs)
+    kv, (qm, qn, qw, qs) = pair
+    m, n, w, s, *apart = kv
+    return BackwardConfig(m, n, w, s, True, qm, qn, qw, qs, kv_apart=bool(apart and apart[0]))
 
 
 def _sdpa_grad_fn(backend, q, k, v, do, causal):
@@ -77,6 +139,55 @@ def _sdpa_grad_fn(backend, q, k, v, do, causal):
     return fn
 
 
+def _per_kernel_sweep(tag, q, k, v, o, lse, do, causal, d, ref, t_start, budget):
+    """Time each kernel's candidates apart; return the fastest pair (and the default's)."""
+
+    def run_with(cfg):
+        return functools.partial(
+            launch_backward, q, k, v, o, lse, do, causal=causal, window=None,
+            scale=d**-0.5, allow_tf32=False, config=cfg,
+        )  # fmt: skip
+
+    def measure(cfg, kernel):
+        if time.perf_counter() - t_start > budget:
+            return None
+        try:
+            grads = run_with(cfg)()
+            torch.cuda.synchronize()
+            err = max(_rel(x, r) for x, r in zip(grads, ref, strict=True))
+            ms = _kernel_ms(run_with(cfg))
+        except Exception as exc:  # a tile that does not fit: report it, go on
+            print(f"{tag} {kernel} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:100]}",
+                  flush=True)  # fmt: skip
+            return None
+        got = ms.get(kernel)
+        print(f"{tag} {kernel} {tuple(cfg)}: {got:.3f} ms (all kernels: "
+              + ", ".join(f"{n} {t:.3f}" for n, t in sorted(ms.items()))
+              + f") rel err {err:.2e}", flush=True)  # fmt: skip
+        return got if err < 2e-2 else None
+
+    kv_list, dq_list = (DKDV_WIDE, DQ_WIDE) if d > 128 else (DKDV_NARROW, DQ_NARROW)
+    fixed_dq = dq_list[0]
+    kv_times = {}
+    for kv in kv_list:
+        t = measure(_cfg((kv, fixed_dq)), "_bwd_dkdv")
+        if t is not None:
+            kv_times[kv] = t
+    best_kv = min(kv_times, key=kv_times.get) if kv_times else kv_list[0]
+    dq_times = {}
+    for dq in dq_list:
+        t = measure(_cfg((best_kv, dq)), "_bwd_dq")
+        if t is not None:
+            dq_times[dq] = t
+    best_dq = min(dq_times, key=dq_times.get) if dq_times else fixed_dq
+    print(
+        f"{tag}: fastest dK/dV {best_kv} ({kv_times.get(best_kv, float('nan')):.3f} ms), "
+        f"fastest dQ {best_dq} ({dq_times.get(best_dq, float('nan')):.3f} ms)",
+        flush=True,
+    )
+    return [_cfg((best_kv, best_dq)), _cfg((best_kv, fixed_dq))]
+
+
 def _rel(g, ref) -> float:
     return float((g.float() - ref).norm() / ref.norm())
 
@@ -84,6 +195,11 @@ def _rel(g, ref) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=420.0, help="seconds")
+    ap.add_argument(
+        "--per-kernel",
+        action="store_true",
+        help="sweep the dK/dV and dQ kernels one at a time",
+    )
     ap.add_argument("--shape", action="append", metavar="D:CAUSAL:N",
                     help="e.g. 128:1:4096 (default: d 64/128/256 at 4K; 128 causal)")  # fmt: skip
     args = ap.parse_args()
@@ -117,6 +233,10 @@ def main() -> None:
                 print(f"{tag} {name}: {str(exc)[:80]}", flush=True)
         default = backward_config(d, d, 2)
         cands = [default] + [_cfg(p) for p in (WIDE if d > 128 else NARROW)]
+        if args.per_kernel:
+            cands = _per_kernel_sweep(tag, q, k, v, o, lse, do, causal, d, ref, t_start,
+                                      args.budget)  # fmt: skip
+            cands = [default, *cands]
         for cfg in dict.fromkeys(cands):
             if time.perf_counter() - t_start > args.budget:
                 print(f"budget of {args.budget:.0f} s spent: later candidates not run", flush=True)
@@ -145,6 +265,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for tag, cfg, ms, err, peers, flops, is_default in rows:
         kv = f"{cfg.block_m}, {cfg.block_n}, {cfg.warps}, {cfg.stages}"
+        kv += ", dK and dV apart" if cfg.kv_apart else ""
         dq = ", ".join(str(x) for x in cfg.for_dq())
         mark = " (default)" if is_default else ""
         if ms is None:

@@ -33,6 +33,12 @@ CANDIDATES = {
         ("128x128 w4 s3", C(128, 128, 4, 3)),
         ("128x128 w4 s3 tma", C(128, 128, 4, 3, tma=True)),
         ("128x128 w8 s3", C(128, 128, 8, 3)),
+        ("128x64 w8 s3 acc", C(128, 64, 8, 3, acc_in_dot=True)),
+        ("128x64 w8 s3 acc pre", C(128, 64, 8, 3, acc_in_dot=True, prefetch=True)),
+        ("128x64 w4 s3 acc", C(128, 64, 4, 3, acc_in_dot=True)),
+        ("128x64 w4 s3 acc pre", C(128, 64, 4, 3, acc_in_dot=True, prefetch=True)),
+        ("256x64 w8 s3 acc", C(256, 64, 8, 3)),
+        ("256x64 w8 s2 acc", C(256, 64, 8, 2)),
     ],
     128: [
         ("128x64 w8 s3", C(128, 64, 8, 3)),
@@ -40,6 +46,24 @@ CANDIDATES = {
         ("128x64 w8 s4", C(128, 64, 8, 4)),
         ("128x128 w8 s3", C(128, 128, 8, 3)),
         ("128x128 w8 s3 tma", C(128, 128, 8, 3, tma=True)),
+        # Issue 16: the accumulator as the P·V product's addend (as the Triton tutorial
+        # writes it; the default since), and QKᵀ of the next block issued before the current
+        # softmax; 256-row tiles.
+        ("128x64 w8 s3 noacc", C(128, 64, 8, 3, acc_in_dot=False)),
+        ("128x64 w8 s3 acc", C(128, 64, 8, 3, acc_in_dot=True)),
+        ("128x64 w8 s3 pre", C(128, 64, 8, 3, prefetch=True)),
+        ("128x64 w8 s3 acc pre", C(128, 64, 8, 3, acc_in_dot=True, prefetch=True)),
+        ("128x128 w8 s3 acc", C(128, 128, 8, 3, acc_in_dot=True)),
+        ("128x128 w8 s3 acc pre", C(128, 128, 8, 3, acc_in_dot=True, prefetch=True)),
+        ("128x64 w8 s3 tma acc pre", C(128, 64, 8, 3, tma=True, acc_in_dot=True, prefetch=True)),
+        ("128x128 w8 s2 tma acc pre", C(128, 128, 8, 2, tma=True, acc_in_dot=True, prefetch=True)),
+        ("256x64 w8 s2 acc", C(256, 64, 8, 2)),
+        ("256x64 w8 s3 acc", C(256, 64, 8, 3)),
+        ("256x32 w8 s3 acc", C(256, 32, 8, 3)),
+        ("256x64 w16 s2 acc", C(256, 64, 16, 2)),
+        ("256x64 w16 s3 acc", C(256, 64, 16, 3)),
+        ("128x128 w8 s2 acc", C(128, 128, 8, 2)),
+        ("128x32 w4 s3 acc", C(128, 32, 4, 3)),
     ],
     256: [
         ("128x64 w8 s2 tma", C(128, 64, 8, 2, tma=True)),
@@ -47,6 +71,11 @@ CANDIDATES = {
         ("64x64 w4 s3 tma", C(64, 64, 4, 3, tma=True)),
         ("64x64 w4 s3", C(64, 64, 4, 3)),
         ("128x32 w8 s3", C(128, 32, 8, 3)),
+        ("128x64 w8 s2 tma acc", C(128, 64, 8, 2, tma=True, acc_in_dot=True)),
+        ("128x64 w8 s2 tma acc pre", C(128, 64, 8, 2, tma=True, acc_in_dot=True, prefetch=True)),
+        ("128x64 w8 s2 tma pre", C(128, 64, 8, 2, tma=True, prefetch=True)),
+        ("256x64 w16 s2 tma acc", C(256, 64, 16, 2, tma=True)),
+        ("128x32 w8 s2 tma acc", C(128, 32, 8, 2, tma=True)),
     ],
 }
 

@@ -51,6 +51,7 @@ __all__ = [
     "flash_attention",
     "last_compiled",
     "launch",
+    "launch_config",
     "portable_config",
 ]
 
@@ -60,24 +61,76 @@ _LN2 = 0.6931471805599453
 
 
 @triton.jit
+def _softmax_step(
+    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
+):  # fmt: skip
+    """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
+    the rescale factor ``alpha`` of the old accumulator, the new row maximum and sum."""
+    if POS_SCALE:
+        # c > 0 and rounding is monotonic, so max(s)·c rounds to max(s·c): the row maximum
+        # is taken on s, and s·c − m is left to one fused multiply-add per score (Triton
+        # contracts it on GPUs; the interpreter rounds twice). Both paths use the same
+        # expression, so a mask-free block gives the same bits as a masked one.
+        if MASKED:
+            m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        # A row that has kept no key yet has m = −inf: shift by 0 so exp2 sees −inf, not NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        x = s * qk_scale - m_safe[:, None]
+    else:
+        # c ≤ 0 (allowed, if unusual): scale first, then take the maximum.
+        t = s * qk_scale
+        if MASKED:
+            t = tl.where(keep, t, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(t, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        x = t - m_safe[:, None]
+    if MASKED:
+        x = tl.where(keep, x, float("-inf"))
+    alpha = tl.math.exp2(m_i - m_safe)
+    p = tl.math.exp2(x)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@triton.jit
+def _load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.constexpr):
+    """Rows ``start .. start + BLOCK`` of K or V (width ``W``), zeros past ``N`` and ``W``."""
+    if TMA:
+        # Rows past N and columns past W come back as zeros (padding_option="zero").
+        x = desc.load([start, 0])
+    else:
+        ptrs = base + cols[:, None] * s_row + offs[None, :] * s_col
+        x = tl.load(ptrs, mask=(cols[:, None] < N) & (offs[None, :] < W), other=0.0)
+    return x
+
+
+@triton.jit
+def _accumulate(acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.constexpr):
+    if ACC_IN_DOT:
+        # The rescaled accumulator enters the tensor-core product as its addend.
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _key_blocks(
     acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    POS_SCALE: tl.constexpr,
+    POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
 ):  # fmt: skip
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
-        if TMA:
-            # Rows past Nk and columns past d come back as zeros (padding_option="zero").
-            k = k_desc.load([start, 0])
-        else:
-            k_ptrs = k_base + cols[:, None] * skn + offs_d[None, :] * skd
-            k = tl.load(k_ptrs, mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)
+        k = _load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        keep = None
         if MASKED:
             keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
             if CAUSAL:
@@ -87,38 +140,41 @@ def _key_blocks(
                     keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
                 if win_right >= 0:
                     keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        if POS_SCALE:
-            # c > 0 and rounding is monotonic, so max(s)·c rounds to max(s·c): the row maximum
-            # is taken on s, and s·c − m is left to one fused multiply-add per score (Triton
-            # contracts it on GPUs; the interpreter rounds twice). Both paths use the same
-            # expression, so a mask-free block gives the same bits as a masked one.
-            if MASKED:
-                m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1) * qk_scale)
-            else:
-                m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            # A row that has kept no key yet has m = −inf: shift by 0 so exp2 sees −inf, not NaN.
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            x = s * qk_scale - m_safe[:, None]
-        else:
-            # c ≤ 0 (allowed, if unusual): scale first, then take the maximum.
-            t = s * qk_scale
-            if MASKED:
-                t = tl.where(keep, t, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(t, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            x = t - m_safe[:, None]
-        if MASKED:
-            x = tl.where(keep, x, float("-inf"))
-        alpha = tl.math.exp2(m_i - m_safe)
-        p = tl.math.exp2(x)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if TMA:
-            v = v_desc.load([start, 0])
-        else:
-            v_ptrs = v_base + cols[:, None] * svn + offs_dv[None, :] * svd
-            v = tl.load(v_ptrs, mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, MASKED, POS_SCALE)
+        v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
+        acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _key_blocks_prefetched(
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
+    start_lo, start_hi, offs_n, offs_d, offs_dv,
+    skn, skd, svn, svd, NK, D, DV, qk_scale,
+    TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
+):  # fmt: skip
+    """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
+    that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
+    Same expressions as :func:`_key_blocks`, so the same bits."""
+    if start_lo < start_hi:
+        cols = start_lo + offs_n
+        k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        for start in range(start_lo, start_hi, BLOCK_N):
+            start = tl.multiple_of(start, BLOCK_N)
+            # The last step re-reads its own block rather than one past the range; that
+            # product is discarded.
+            nxt = tl.where(start + BLOCK_N < start_hi, start + BLOCK_N, start)
+            nxt = tl.multiple_of(nxt, BLOCK_N)
+            cols_n = nxt + offs_n
+            k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
+            s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
+            cols = start + offs_n
+            v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
+            acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
+            s = s_next
     return acc, l_i, m_i
 
 
@@ -137,6 +193,7 @@ def _flash_fwd(
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
+    ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     if HEAVY_FIRST:
@@ -205,17 +262,25 @@ def _flash_fwd(
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
     )  # fmt: skip
-    acc, l_i, m_i = _key_blocks(
-        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
-        offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-    )  # fmt: skip
+    if PREFETCH:
+        acc, l_i, m_i = _key_blocks_prefetched(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
+            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _key_blocks(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+            False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
+            ACC_IN_DOT,
+        )  # fmt: skip
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
@@ -269,6 +334,8 @@ class LaunchConfig(NamedTuple):
     warp_specialize: bool = False
     dv_floor: int = 0
     split: bool = True  # False: every block through the masked path (for tests and tuning)
+    acc_in_dot: bool = True  # the rescaled accumulator is the P·V product's addend
+    prefetch: bool = False  # QKᵀ of the next mask-free block issued before this softmax
 
 
 def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
@@ -286,12 +353,14 @@ def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
     return LaunchConfig(128, 64, 8, 3)
 
 
-# Hopper (sm_90), fp16 / bf16, by head-dim bucket and causality: measured on one H100 with
-# benchmarks/tune_hopper.py (the log with every candidate is in benchmarks/RESULTS.md).
+# Hopper (sm_90), fp16 / bf16, by head-dim bucket and causality: measured on one H100 and
+# re-checked on an H200 with benchmarks/tune_hopper.py (the log with every candidate is in
+# benchmarks/RESULTS.md). 256-row tiles with 16 warps (four warpgroups of 64 rows, 128
+# registers a thread) won at d = 128 non-causal; causal, they lost on the diagonal blocks.
 _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (64, False): LaunchConfig(128, 64, 8, 3),
     (64, True): LaunchConfig(128, 64, 4, 3),
-    (128, False): LaunchConfig(128, 64, 8, 3),
+    (128, False): LaunchConfig(256, 64, 16, 3),
     (128, True): LaunchConfig(128, 64, 8, 3),
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
@@ -309,18 +378,30 @@ def _tma_ok(*tensors: Any) -> bool:
     return True
 
 
-def _config(q: Any, k: Any, v: Any, o: Any, causal: bool) -> LaunchConfig:
-    d, dv = q.shape[3], v.shape[3]
-    cfg = portable_config(d, dv, q.element_size())
-    if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
-        return cfg
-    import torch
+_HOPPER_PICK: dict[tuple, LaunchConfig] = {}
 
-    if torch.cuda.get_device_capability(q.device)[0] != 9:
-        return cfg
-    bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
-    hop = _HOPPER[(bucket, bool(causal))]
-    if hop.tma and not _tma_ok(q, k, v, o):
+
+def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
+    """The launch configuration :func:`launch` uses for these tensors by default: ``_HOPPER``'s
+    entry on sm_90 for fp16/bf16, else :func:`portable_config`. What depends only on the device,
+    head dims, dtype and causality is cached, so a call costs a dictionary lookup; the TMA
+    alignment check, which depends on the tensors' addresses, runs per call where needed."""
+    d, dv = q.shape[3], v.shape[3]
+    if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
+        return portable_config(d, dv, q.element_size())
+    key = (q.device.index, d, dv, q.element_size(), bool(causal))
+    hop = _HOPPER_PICK.get(key)
+    if hop is None:
+        import torch
+
+        if torch.cuda.get_device_capability(q.device)[0] != 9:
+            hop = portable_config(d, dv, q.element_size())
+        else:
+            bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
+            hop = _HOPPER[(bucket, bool(causal))]
+        _HOPPER_PICK[key] = hop
+    # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
+    if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
         hop = hop._replace(tma=False, warp_specialize=False)
     return hop
 
@@ -362,7 +443,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     _, hk, nk, dv = v.shape
     o = torch.empty((bsz, hq, nq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
-    cfg = _config(q, k, v, o, causal) if config is None else config
+    cfg = launch_config(q, k, v, causal=causal) if config is None else config
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv), cfg.dv_floor)
     if cfg.block_m >= 128:
@@ -387,6 +468,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=scale > 0,
+        ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning

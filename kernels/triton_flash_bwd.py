@@ -35,9 +35,11 @@ could overflow for very negative LSE), and padded rows and keys of dK, dV are ne
 Known limits: no LSE gradient (LSE is an output of the forward only); no dropout, no explicit
 boolean mask; P is recomputed from fp32 scores and LSE, each rounded by about 2^-24 of its
 size, so past ``|scale·q·k| ~ 2^26`` P's exponent is off by units (the harness registers the
-backward with a score limit for that reason); launch configurations are portable defaults, not
-tuned (no TMA, no warp specialisation); D is read by both kernels, so O(Nq) extra fp32 memory
-per head. Under ``TRITON_INTERPRET=1`` bf16 raises ``NotImplementedError`` like the forward
+backward with a score limit for that reason); tiles are tuned for fp16/bf16 on an H200
+(``backward_config``), not for fp32 or other GPUs, and use no TMA or warp specialisation; past
+d = 128 the dK/dV kernel runs twice, once per output (``BackwardConfig.kv_apart``), which
+recomputes P; D is read by both kernels, so O(Nq) extra fp32 memory per head. Under
+``TRITON_INTERPRET=1`` bf16 raises ``NotImplementedError`` like the forward
 (triton-lang/triton#11584, detected by the forward's canary).
 """
 
@@ -97,7 +99,7 @@ def _dkdv_rows(
     start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
     sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale, win_left, win_right,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_M):
         start = tl.multiple_of(start, BLOCK_M)
@@ -108,7 +110,6 @@ def _dkdv_rows(
                      mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
         # Padded rows read LSE = −inf, which the guard below turns into P = 0.
         lse = tl.load(lse_base + rows * slm, mask=rows < NQ, other=float("-inf"))
-        delta = tl.load(delta_base + rows * sdm, mask=rows < NQ, other=0.0)
         # A row that kept no key: +inf makes S·c − lse2 = −inf (P = 0), never −inf − (−inf).
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         st = tl.dot(k, tl.trans(q), input_precision=PRECISION)
@@ -124,10 +125,13 @@ def _dkdv_rows(
                     keep = keep & (cols[:, None] <= rows[None, :] + off + win_right)
             x = tl.where(keep, x, float("-inf"))
         pt = tl.math.exp2(x)
-        dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
-        dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        dst = pt * (dpt - delta[None, :])
-        dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
+        if OUT_V:
+            dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
+        if OUT_K:
+            delta = tl.load(delta_base + rows * sdm, mask=rows < NQ, other=0.0)
+            dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            dst = pt * (dpt - delta[None, :])
+            dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
     return dk, dv
 
 
@@ -147,7 +151,7 @@ def _bwd_dkdv(
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr, SPLIT: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -160,8 +164,10 @@ def _bwd_dkdv(
     offs_dv = tl.arange(0, BLOCK_DV)
     k = tl.load(K + b * skb + hk * skh + cols[:, None] * skn + offs_d[None, :] * skd,
                 mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
-    v = tl.load(V + b * svb + hk * svh + cols[:, None] * svn + offs_dv[None, :] * svd,
-                mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+    v = None
+    if OUT_K:
+        v = tl.load(V + b * svb + hk * svh + cols[:, None] * svn + offs_dv[None, :] * svd,
+                    mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     off = NK - NQ
@@ -204,25 +210,28 @@ def _bwd_dkdv(
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, full_lo, cols, offs_m,
             offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_lo, full_hi, cols,
             offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off,
-            qk_scale, win_left, win_right, False, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            qk_scale, win_left, win_right, False, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K,
+            OUT_V,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_hi, hi, cols, offs_m,
             offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
         )  # fmt: skip
-    dk = dk * sm_scale
-    out_k = (cols[:, None] < NK) & (offs_d[None, :] < D)
-    tl.store(DK + b * sdkb + hk * sdkh + cols[:, None] * sdkn + offs_d[None, :] * sdkd,
-             dk.to(DK.dtype.element_ty), mask=out_k)  # fmt: skip
-    out_v = (cols[:, None] < NK) & (offs_dv[None, :] < DV)
-    tl.store(DV_ + b * sdvb + hk * sdvh + cols[:, None] * sdvn + offs_dv[None, :] * sdvd,
-             dv.to(DV_.dtype.element_ty), mask=out_v)  # fmt: skip
+    if OUT_K:
+        dk = dk * sm_scale
+        out_k = (cols[:, None] < NK) & (offs_d[None, :] < D)
+        tl.store(DK + b * sdkb + hk * sdkh + cols[:, None] * sdkn + offs_d[None, :] * sdkd,
+                 dk.to(DK.dtype.element_ty), mask=out_k)  # fmt: skip
+    if OUT_V:
+        out_v = (cols[:, None] < NK) & (offs_dv[None, :] < DV)
+        tl.store(DV_ + b * sdvb + hk * sdvh + cols[:, None] * sdvn + offs_dv[None, :] * sdvd,
+                 dv.to(DV_.dtype.element_ty), mask=out_v)  # fmt: skip
 
 
 @triton.jit
@@ -364,6 +373,7 @@ class BackwardConfig(NamedTuple):
     dq_block_n: int = 0
     dq_warps: int = 0
     dq_stages: int = 0
+    kv_apart: bool = False
 
     def for_dq(self) -> tuple[int, int, int, int]:
         """``(block_m, block_n, warps, stages)`` of the dQ kernel."""
@@ -387,12 +397,14 @@ def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
         return BackwardConfig(32, 32, 4, 1)
     # 16-bit inputs: chosen by benchmarks/tune_backward.py on an H200 (bf16, N = 4096, log in
     # benchmarks/RESULTS.md): dK/dV owns a wide key tile and steps over narrow row blocks, dQ
-    # the transpose.
+    # the transpose. Past d = 128 the two fp32 accumulators of one dK/dV program do not fit
+    # a 128-key tile; dK and dV apart (one accumulator each) ran 1.4x faster than together
+    # despite recomputing P twice.
     if max(d, dv) > 128:
-        return BackwardConfig(64, 64, 8, 2)
+        return BackwardConfig(32, 128, 8, 3, True, 128, 32, 8, 3, kv_apart=True)
     if max(d, dv) > 64:
-        return BackwardConfig(32, 64, 4, 3, True, 64, 32, 4, 3)
-    return BackwardConfig(32, 128, 4, 3, True, 128, 32, 4, 3)
+        return BackwardConfig(32, 64, 4, 3, True, 128, 32, 4, 3)
+    return BackwardConfig(32, 128, 4, 3, True, 64, 64, 4, 3)
 
 
 def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None):
@@ -423,10 +435,12 @@ def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, c
     )  # fmt: skip
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
               *delta.stride())  # fmt: skip
-    _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
-        q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
-        hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
-    )  # fmt: skip
+    for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
+        _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
+            q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
+            hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
+            OUT_K=out_k, OUT_V=out_v,
+        )  # fmt: skip
     opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
     _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
         q, k, v, do, lse, delta, dq, *common, *dq.stride(),

@@ -136,9 +136,10 @@ def _shape_id(s):
 
 @pytest.mark.parametrize("shape", SPLIT_GRID, ids=_shape_id)
 def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
-    """The mask-free loop and the TMA loads are optimizations: for the same tiles the kernel
-    must return exactly what the all-masked pointer path returns (a block wrongly taken as
-    mask-free, skipped or visited twice changes bits), and that must pass the oracle check."""
+    """The mask-free loop (plain, or with the next block's QKᵀ issued early) and the TMA loads
+    are optimizations: for the same tiles the kernel must return exactly what the all-masked
+    pointer path returns (a block wrongly taken as mask-free, skipped or visited twice changes
+    bits), and that must pass the oracle check."""
     from flashcheck.kernels.triton_flash import LaunchConfig, launch
 
     q, k, v, causal, window = _run(torch.float16, shape, seed=sum(shape[:7]))
@@ -148,11 +149,12 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
     for bm, bn in ((16, 16), (32, 16)):
         outs = {}
         for tma in (False, True):
-            for split in (False, True):
-                cfg = LaunchConfig(bm, bn, 4, 1, tma=tma, split=split)
-                outs[tma, split] = launch(q, k, v, causal=causal, window=win, scale=sc,
-                                           allow_tf32=False, config=cfg)  # fmt: skip
-        base_o, base_l = outs[False, False]
+            for split, prefetch in ((False, False), (True, False), (True, True)):
+                cfg = LaunchConfig(bm, bn, 4, 1, tma=tma, split=split, prefetch=prefetch)
+                outs[tma, split, prefetch] = launch(q, k, v, causal=causal, window=win,
+                                                     scale=sc, allow_tf32=False,
+                                                     config=cfg)  # fmt: skip
+        base_o, base_l = outs[False, False, False]
         for key, (o, lse) in outs.items():
             assert torch.equal(o, base_o), (bm, bn, key)
             assert torch.equal(lse, base_l), (bm, bn, key)
@@ -164,6 +166,29 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
     en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
     assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
     np.testing.assert_array_equal(np.isneginf(base_l.cpu().numpy()), ~np.isfinite(ref.lse_hi))
+
+
+@pytest.mark.parametrize("shape", [SPLIT_GRID[0], SPLIT_GRID[3]], ids=_shape_id)
+def test_accumulator_as_the_products_addend(shape):
+    """``acc_in_dot`` (the default) hands the rescaled accumulator to P·V's dot as its addend.
+    The interpreter sums that exactly like ``acc·α + P·V`` (bitwise); a GPU's tensor cores round
+    differently, so there both must pass the oracle's empirical rule."""
+    from flashcheck.kernels.triton_flash import LaunchConfig, launch
+
+    q, k, v, causal, window = _run(torch.float16, shape, seed=3 + sum(shape[:7]))
+    win = None if window is None else tuple(-1 if w is None else w for w in window)
+    sc = shape[5] ** -0.5
+    outs = [launch(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=win, scale=sc,
+                   allow_tf32=False, config=LaunchConfig(32, 16, 4, 1, acc_in_dot=acc))[0].cpu()
+            for acc in (False, True)]  # fmt: skip
+    if DEV == "cpu":
+        assert torch.equal(outs[0], outs[1])
+    ref = oracle(q, k, v, causal=causal, window=window, scale=sc)
+    n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window, scale=sc)
+    en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+    for o in outs:
+        e = floored_ulp_error(o.double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
+        assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.3], ids=["zero", "negative"])
