@@ -52,7 +52,7 @@ MUTANTS = {
     "dropped-rescale-acc": (
         "O accumulator not multiplied by alpha when the running max grows",
         TRITON,
-        [("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(")],
+        [("v, acc * alpha[:, None], input_precision", "v, acc, input_precision")],
         TRITON_TESTS,
     ),
     "dropped-rescale-l": (
@@ -65,12 +65,9 @@ MUTANTS = {
         "exp2(t) instead of exp2(t - m) (exact in real arithmetic, overflows for large logits)",
         TRITON,
         [
-            ("alpha = tl.math.exp2(m_i - m_safe)", "alpha = tl.math.exp2(m_i * 0.0)"),
-            ("x = s * qk_scale - m_safe[:, None]", "x = s * qk_scale"),
-            (
-                "(m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
-                "(0.0 * m_i + tl.math.log2(tl.where(has, l_i, 1.0)))",
-            ),
+            ("- m_safe) * qk_scale\n    alpha", "* 0.0) * qk_scale\n    alpha"),
+            ("x = (s - m_safe[:, None]) * qk_scale", "x = s * qk_scale"),
+            ("tl.where(has, m_i, 0.0) * qk_scale", "0.0 * qk_scale"),
         ],
         TRITON_TESTS,
     ),
@@ -107,8 +104,8 @@ MUTANTS = {
         TRITON,
         [
             (
-                "tl.dot(p.to(v.dtype), v, input_precision=PRECISION)",
-                "tl.dot(p, v.to(tl.float32), input_precision=PRECISION)",
+                "tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
+                "tl.dot(p, v.to(tl.float32), acc * alpha[:, None], input_precision=PRECISION)",
             )
         ],
         TRITON_TESTS,

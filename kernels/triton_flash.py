@@ -6,10 +6,13 @@ scale·log2 e, one fp32 constant, so exp2 replaces exp and q is not rescaled):
     for each block of BLOCK_N keys in the row block's live key range:
         S   = q·kᵀ                               tl.dot, fp32 accumulation
         S   = −inf where masked                  only in blocks that hold a masked key
-        m'  = max(m, rowmax(S)·c);  α = exp2(m − m');  p = exp2(S·c − m')    (one FMA)
+        m'  = max(m, rowmax(S));  α = exp2((m − m')·c);  p = exp2((S − m')·c)
         l   = α·l + Σ p
         acc = α·acc + (p rounded to the input dtype)·V        tl.dot, fp32 accumulation
-    O = acc / l,  LSE = (m + log2 l)·ln 2        (natural log)
+    O = acc / l,  LSE = (m·c + log2 l)·ln 2        (natural log)
+
+m is the running maximum of the unscaled scores (the minimum if c < 0), so the exponent of the
+largest score is exactly 0 whatever the compiler fuses (see ``_softmax_step``).
 
 The key range of a row block is split into mask-free blocks (every row keeps every key) and
 the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
@@ -65,30 +68,37 @@ def _softmax_step(
     s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
-    the rescale factor ``alpha`` of the old accumulator, the new row maximum and sum."""
+    the rescale factor ``alpha`` of the old accumulator, the new running extreme and sum.
+
+    ``m_i`` is the running extreme of the unscaled scores (the maximum for c > 0, the minimum
+    for c ≤ 0), so the exponent ``(s − m)·c`` is exactly 0 at that score: a subtraction then a
+    product, which no compiler contracts. The contracted ``fma(s, c, −round(m·c))`` leaves half
+    an ulp of m·c there, which at |m·c| ~ 1e12 is ~2^14: exp2 of it overflowed (measured on an
+    H200, benchmarks/RESULTS.md)."""
     if POS_SCALE:
-        # c > 0 and rounding is monotonic, so max(s)·c rounds to max(s·c): the row maximum
-        # is taken on s, and s·c − m is left to one fused multiply-add per score (Triton
-        # contracts it on GPUs; the interpreter rounds twice). Both paths use the same
-        # expression, so a mask-free block gives the same bits as a masked one.
         if MASKED:
-            m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1) * qk_scale)
+            m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        # A row that has kept no key yet has m = −inf: shift by 0 so exp2 sees −inf, not NaN.
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has kept no key yet has m = −inf: shift by 0 so x is −inf, not NaN.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        x = s * qk_scale - m_safe[:, None]
+        first = m_i == float("-inf")
     else:
-        # c ≤ 0 (allowed, if unusual): scale first, then take the maximum.
-        t = s * qk_scale
+        # c ≤ 0 (allowed, if unusual): the smallest score gives the largest s·c.
         if MASKED:
-            t = tl.where(keep, t, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(t, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        x = t - m_safe[:, None]
+            m_new = tl.minimum(m_i, tl.min(tl.where(keep, s, float("inf")), 1))
+        else:
+            m_new = tl.minimum(m_i, tl.min(s, 1))
+        m_safe = tl.where(m_new == float("inf"), 0.0, m_new)
+        first = m_i == float("inf")
+    x = (s - m_safe[:, None]) * qk_scale
     if MASKED:
         x = tl.where(keep, x, float("-inf"))
-    alpha = tl.math.exp2(m_i - m_safe)
+    # Before the first kept key, acc and l are 0 and m is ±inf: alpha = 0 (never ±inf·0 = NaN);
+    # an unchanged extreme gives alpha = exp2(0) = 1 exactly.
+    # (±inf is kept out of the product even where discarded: c may be 0.)
+    shift = (tl.where(first, m_safe, m_i) - m_safe) * qk_scale
+    alpha = tl.where(first, 0.0, tl.math.exp2(shift))
     p = tl.math.exp2(x)
     l_i = l_i * alpha + tl.sum(p, 1)
     return p, alpha, m_new, l_i
@@ -230,7 +240,8 @@ def _flash_fwd(
         q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
         q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, min else.
+    m_i = tl.full([BLOCK_M], float("-inf") if POS_SCALE else float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     off = NK - NQ
@@ -286,7 +297,8 @@ def _flash_fwd(
     has = l_i != 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     out = tl.where(has[:, None], out, 0.0)
-    lse = tl.where(has, (m_i + tl.math.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453,
+    lse = tl.where(has, (tl.where(has, m_i, 0.0) * qk_scale
+                         + tl.math.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453,
                    float("-inf"))  # fmt: skip
     if TMA:
         o_desc.store([m0, 0], out.to(Out.dtype.element_ty))

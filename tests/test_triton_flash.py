@@ -191,6 +191,26 @@ def test_accumulator_as_the_products_addend(shape):
         assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_logits_near_1e12_keep_the_row_maximums_exponent_at_zero(causal):
+    """Scores of ~1e12: the largest score's exponent must be exactly 0. Found on an H200: with
+    the exponent contracted to fma(s, c, −round(m·c)) it was half an ulp of m·c (~2^14), so
+    exp2 overflowed and O and LSE came back inf/NaN (reports/h200-triton, negative_rows and
+    huge_logits). The interpreter never contracts, so on CPU this guards the expressions and on
+    a GPU the compiled kernel."""
+    g = torch.Generator().manual_seed(11)
+    q = (torch.randn(1, 2, 65, 40, generator=g) * 1e6).to(DEV)
+    k = (torch.randn(1, 1, 70, 40, generator=g) * 1e6).to(DEV)
+    v = torch.randn(1, 1, 70, 40, generator=g).to(DEV)
+    o, lse = flash_attention(q, k, v, causal=causal)
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    ref = oracle(q.cpu(), k.cpu(), v.cpu(), causal=causal)
+    e = floored_ulp_error(o.cpu().double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP32)
+    n, _ = naive_numpy(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=causal)
+    en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP32)
+    assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
+
+
 @pytest.mark.parametrize("scale", [0.0, -0.3], ids=["zero", "negative"])
 def test_non_positive_scale_takes_the_scaled_maximum(scale):
     """For c ≤ 0, max(s)·c is not max(s·c): the kernel must scale before the row maximum."""

@@ -172,12 +172,19 @@ def test_autograd_function_matches_the_direct_call():
     direct = flash_attention_backward(q, k, v, o, lse, do, window=(4, None), scale=0.3)
     for leaf, g in zip(leaves, direct, strict=True):
         assert torch.equal(leaf.grad, g)
-    # an upstream gradient with zero strides (from a sum) goes through the strided loads
+    # an upstream gradient with zero strides (from a sum) goes through the strided loads.
+    # Bitwise under the interpreter; on a GPU Triton compiles a stride of 0 and one of 1 to
+    # different load layouts, so D's fp32 sum may be ordered differently (measured on an H200:
+    # not bitwise): there the two must agree to a few fp32 ulps.
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     flash_attention_differentiable(*leaves, window=(4, None), scale=0.3).sum().backward()
     ones = torch.ones_like(o)
     direct = flash_attention_backward(q, k, v, o, lse, ones, window=(4, None), scale=0.3)
-    assert all(torch.equal(x.grad, g) for x, g in zip(leaves, direct, strict=True))
+    for x, g in zip(leaves, direct, strict=True):
+        if DEV == "cpu":
+            assert torch.equal(x.grad, g)
+        else:
+            torch.testing.assert_close(x.grad, g, rtol=1e-5, atol=1e-5 * float(g.abs().max()))
 
 
 def test_bf16_is_refused_clearly_or_correct_under_the_interpreter():
@@ -229,7 +236,10 @@ def test_dq_tiles_reach_the_dq_kernel_only():
     dq_only = grads(BackwardConfig(32, 16, 4, 1))
     assert torch.equal(mixed[0], dq_only[0])
     assert torch.equal(mixed[1], kv_only[1]) and torch.equal(mixed[2], kv_only[2])
-    assert not torch.equal(kv_only[0], dq_only[0])  # the tiles do change dQ's sums
+    if DEV == "cpu":
+        # The interpreter sums each tile's dot at once, so the tiles change dQ's sums; a GPU's
+        # tensor cores step a 32-key dot in 16-key chunks, the order of two 16-key tiles.
+        assert not torch.equal(kv_only[0], dq_only[0])
 
 
 @pytest.mark.parametrize("shape", [GRID[0], GRID[2], (1, 4, 1, 45, 70, 24, 16, True, None)],
