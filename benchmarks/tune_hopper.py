@@ -64,6 +64,17 @@ CANDIDATES = {
         ("256x64 w16 s3 acc", C(256, 64, 16, 3)),
         ("128x128 w8 s2 acc", C(128, 128, 8, 2)),
         ("128x32 w4 s3 acc", C(128, 32, 4, 3)),
+        # Round 4: two CTAs per SM (registers capped, two stages to halve shared memory), so
+        # that one CTA's softmax runs while the other's products do; and 64-row tiles with
+        # one warpgroup, several CTAs per SM.
+        ("128x64 w8 s2 r128", C(128, 64, 8, 2, maxnreg=128)),
+        ("128x64 w8 s3 r128", C(128, 64, 8, 3, maxnreg=128)),
+        ("128x64 w8 s2 tma r128", C(128, 64, 8, 2, tma=True, maxnreg=128)),
+        ("128x32 w8 s3 r128", C(128, 32, 8, 3, maxnreg=128)),
+        ("64x64 w4 s2", C(64, 64, 4, 2)),
+        ("64x64 w4 s3", C(64, 64, 4, 3)),
+        ("64x128 w4 s2", C(64, 128, 4, 2)),
+        ("64x64 w4 s2 tma", C(64, 64, 4, 2, tma=True)),
     ],
     256: [
         ("128x64 w8 s2 tma", C(128, 64, 8, 2, tma=True)),
@@ -78,6 +89,22 @@ CANDIDATES = {
         ("128x32 w8 s2 tma acc", C(128, 32, 8, 2, tma=True)),
     ],
 }
+
+
+def ctas_per_sm(kern, warps: int) -> str:
+    """Resident CTAs per Hopper SM allowed by registers (64 K per SM, allocated per warp in
+    units of 256) and shared memory (228 KiB per SM, 1 KiB reserved per CTA): an estimate,
+    not the profiler's achieved occupancy."""
+    regs, smem = (
+        getattr(kern, "n_regs", None),
+        getattr(getattr(kern, "metadata", None), "shared", None),
+    )
+    if not regs or smem is None:
+        return "?"
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    by_smem = (228 * 1024) // (smem + 1024)
+    return str(min(by_regs, by_smem, 64 // warps))
 
 
 def flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
@@ -174,6 +201,7 @@ def main() -> int:
                         info = (
                             f"regs {getattr(kern, 'n_regs', '?')}, spills "
                             f"{getattr(kern, 'n_spills', '?')}, smem {getattr(meta, 'shared', '?')}"
+                            f", CTAs/SM {ctas_per_sm(kern, cfg.warps)}"
                         )
                         emit_and_keep(
                             rows,

@@ -19,8 +19,9 @@ the blocks on the causal diagonal, the window edges and the ragged key tail; onl
 build a mask. Both paths evaluate the same expressions, so the split changes no bit (tested).
 Causal row blocks are scheduled longest first. On Hopper, large head dims load through TMA
 tensor descriptors (device-side, so Triton's allocator is set to a torch-backed one unless the
-caller set their own); launch configurations per head dim are in ``_HOPPER``, chosen by
-``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
+caller set their own); launch configurations per head dim are in ``_HOPPER`` (and
+``_HOPPER_SHORT`` for short key sequences), chosen by ``benchmarks/tune_hopper.py`` (log in
+benchmarks/RESULTS.md).
 
 Arithmetic class "flash" (SPEC 3.4): low-precision inputs, fp32 scores, softmax and accumulators,
 P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
@@ -336,7 +337,8 @@ def bf16_dot_supported(torch: Any) -> bool:
 
 
 class LaunchConfig(NamedTuple):
-    """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation."""
+    """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation,
+    register cap."""
 
     block_m: int
     block_n: int
@@ -348,6 +350,9 @@ class LaunchConfig(NamedTuple):
     split: bool = True  # False: every block through the masked path (for tests and tuning)
     acc_in_dot: bool = True  # the rescaled accumulator is the P·V product's addend
     prefetch: bool = False  # QKᵀ of the next mask-free block issued before this softmax
+    # Register cap per thread (PTX .maxnreg), so that two CTAs fit on one SM and the warp
+    # scheduler can overlap one CTA's softmax with the other's products. None: the compiler's.
+    maxnreg: int | None = None
 
 
 def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
@@ -377,6 +382,15 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
 }
+# Up to _SHORT keys at d = 128: 128-row tiles with registers capped at 128 and two stages, so
+# two CTAs share an SM and one's prologue, epilogue and softmax run under the other's products
+# (+4-6 % at N = 1K over the entries above on an H200; even at 2K-4K; behind them causal at
+# N >= 4K, benchmarks/RESULTS.md).
+_SHORT = 2048
+_HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
+    (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+}
 
 
 def _tma_ok(*tensors: Any) -> bool:
@@ -395,13 +409,15 @@ _HOPPER_PICK: dict[tuple, LaunchConfig] = {}
 
 def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
     """The launch configuration :func:`launch` uses for these tensors by default: ``_HOPPER``'s
-    entry on sm_90 for fp16/bf16, else :func:`portable_config`. What depends only on the device,
-    head dims, dtype and causality is cached, so a call costs a dictionary lookup; the TMA
+    entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys), else
+    :func:`portable_config`. What depends only on the device, head dims, dtype, causality and
+    whether the keys are short is cached, so a call costs a dictionary lookup; the TMA
     alignment check, which depends on the tensors' addresses, runs per call where needed."""
     d, dv = q.shape[3], v.shape[3]
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return portable_config(d, dv, q.element_size())
-    key = (q.device.index, d, dv, q.element_size(), bool(causal))
+    short = k.shape[2] <= _SHORT
+    key = (q.device.index, d, dv, q.element_size(), bool(causal), short)
     hop = _HOPPER_PICK.get(key)
     if hop is None:
         import torch
@@ -410,7 +426,8 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
             hop = portable_config(d, dv, q.element_size())
         else:
             bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
-            hop = _HOPPER[(bucket, bool(causal))]
+            table = _HOPPER_SHORT if short and (bucket, bool(causal)) in _HOPPER_SHORT else _HOPPER
+            hop = table[(bucket, bool(causal))]
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
@@ -471,6 +488,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     n_m = triton.cdiv(nq, cfg.block_m)
     grid = (n_m, bsz * hq)
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
+    extra = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
     compiled = _flash_fwd[grid](
         q, k, v, o, lse,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
@@ -481,7 +499,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
-        num_warps=cfg.warps, num_stages=cfg.stages,
+        num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
     return o, lse

@@ -112,13 +112,17 @@ def _synthetic(path, *, complete=True, triton_verdict="PASS"):
         log.append({"type": "ceilings", "matmul_bf16_tflops": 700.0, "matmul_n": 8192,
                     "copy_tbs": 3.0, "copy_bytes": 2**30})  # fmt: skip
         speeds = {"triton": 500.0, "sdpa-flash": 350.0, "sdpa-cudnn": 600.0}
+        compiled = {"stages": 2, "registers": 128, "spills": 0, "shared_bytes": 98304}
         for n in (1024, 4096):
             shape = Shape("grid", "bf16", TOKENS // n, 16, n, 128, False)
             for prov, tf in speeds.items():
                 verdict = triton_verdict if prov == "triton" else "PASS"
+                # The compiler's report, as on Hopper: short sequences take another tile.
+                tile = {"warps": 8 if n <= 2048 else 16, **compiled}
+                info = {"triton": tile} if prov == "triton" else {}
                 log.append({"type": "speed", "key": shape.key, "provider": prov,
                             **shape.as_dict(), "status": "ok", "ms": shape.flops / tf / 1e9,
-                            "tflops": tf, "runs": 20, "spread": 0.01,
+                            "tflops": tf, "runs": 20, "spread": 0.01, **info,
                             "check": {"verdict": verdict, "max_ulp": 0.5, "naive_ulp": 0.5,
                                       "det_util": 0.1, "reasons": [], "rows": 12}})  # fmt: skip
             log.append({"type": "speed", "key": shape.key, "provider": "sdpa-math",
@@ -146,6 +150,9 @@ def test_render_from_results_only(tmp_path):
     assert "**Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): met" in md
     assert "| session 1, start | 700 | 3.00 |" in md
     assert "| 1024 | 2.0 | 2.0 | 80.0 |" in md  # the memory table, MiB
+    # One compiler row per distinct compiled kernel, with the N it served.
+    assert "| bf16 | 128 | no | 1024 | 8 | 2 | 128 | 0 | 96 |" in md
+    assert "| bf16 | 128 | no | 4096 | 16 | 2 | 128 | 0 | 96 |" in md
     for fig in ("tflops_vs_n", "memory_vs_n", "wallclock_vs_n"):
         assert (tmp_path / "fake" / f"{fig}.png").stat().st_size > 1000
     doc = json.loads((tmp_path / "fake" / "bench.json").read_text())

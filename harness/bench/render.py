@@ -507,25 +507,31 @@ def _ulp(rec: dict[str, Any] | None) -> str:
 
 
 def _compiler_section(data: dict[str, Any]) -> list[str]:
-    rows = {}
+    # One row per distinct compiled kernel: the launch configuration may depend on N
+    # (short sequences take another tile at d = 128 on Hopper), so group the N it served.
+    rows: dict[tuple, list[int]] = {}
     for k, m in data["meta"].items():
         t = data["shapes"][k].get("triton")
         if t and t.get("triton") and m["part"] in ("grid", "fp32"):
-            rows[(m["dtype"], m["d"], m["causal"])] = t["triton"]
+            tt = t["triton"]
+            got = tuple(tt.get(f) for f in ("warps", "stages", "registers", "spills"))
+            key = (m["dtype"], m["d"], m["causal"], *got, tt.get("shared_bytes"))
+            rows.setdefault(key, []).append(m["n"])
     if not rows:
         return []
     L = [
         "## The Triton kernel as compiled (compiler's report)",
         "",
-        "| dtype | d | causal | warps | stages | registers / thread | spills | smem (KiB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dtype | d | causal | N | warps | stages | registers / thread | spills | smem (KiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (dt, d, c), t in sorted(rows.items()):
-        smem = t.get("shared_bytes")
+    for (dt, d, c, warps, stages, regs, spills, smem), ns in sorted(
+        rows.items(), key=lambda kv: (kv[0][:3], min(kv[1]))
+    ):
+        n_text = f"{min(ns)}" if min(ns) == max(ns) else f"{min(ns)}–{max(ns)}"
         L.append(
-            f"| {dt} | {d} | {'yes' if c else 'no'} | {t.get('warps')} | {t.get('stages')} "
-            f"| {t.get('registers')} | {t.get('spills')} | "
-            f"{'' if smem is None else f'{smem / 1024:.0f}'} |"
+            f"| {dt} | {d} | {'yes' if c else 'no'} | {n_text} | {warps} | {stages} "
+            f"| {regs} | {spills} | {'' if smem is None else f'{smem / 1024:.0f}'} |"
         )
     return [*L, ""]
 
