@@ -384,8 +384,8 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
 }
 # Up to _SHORT keys at d = 128: 128-row tiles with registers capped at 128 and two stages, so
 # two CTAs share an SM and one's prologue, epilogue and softmax run under the other's products
-# (+4-6 % at N = 1K over the entries above on an H200; even at 2K-4K; behind them causal at
-# N >= 4K, benchmarks/RESULTS.md).
+# (on an H200: +6 % non-causal at N = 1K, +3-4 % causal at 1K-2K over the entries above;
+# level non-causal at 2K-16K; 2-7 % behind causal at N >= 4K; benchmarks/RESULTS.md).
 _SHORT = 2048
 _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
     (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
