@@ -42,16 +42,27 @@ def main() -> None:
         rows, keys = sample_rows(n, seed=0), sample_rows(n, seed=1)
         keep = keep_mask(n, n, rows, np.arange(n), False, None, None)[None, None]
         pieces = [
-            ("oracle dQ, 12 rows", oracle, (q[:, :, rows], k, v),
-             {"mask": keep, "do": do[:, :, rows], "keys": np.arange(0)}),
-            ("oracle dK/dV, 12 keys", oracle, (q, k, v),
-             {"do": do, "rows": rows[:1], "keys": keys}),
+            (
+                "oracle dQ, 12 rows",
+                oracle,
+                (q[:, :, rows], k, v),
+                {"mask": keep, "do": do[:, :, rows], "keys": np.arange(0)},
+            ),
+            (
+                "oracle dK/dV, 12 keys",
+                oracle,
+                (q, k, v),
+                {"do": do, "rows": rows[:1], "keys": keys},
+            ),
             ("bounds flash, one head", gradient_bounds, (q, k, v, do), {"arithmetic": "flash"}),
-            ("bounds unknown, one head", gradient_bounds, (q, k, v, do),
-             {"arithmetic": "unknown"}),
-            ("float64 dK/dV, 12 keys (CPU)", fp64_key_gradients, tuple(t[0, 0] for t in ts),
-             {"causal": False, "keys": keys}),
-        ]  # fmt: skip
+            ("bounds unknown, one head", gradient_bounds, (q, k, v, do), {"arithmetic": "unknown"}),
+            (
+                "float64 dK/dV, 12 keys (CPU)",
+                fp64_key_gradients,
+                tuple(t[0, 0] for t in ts),
+                {"causal": False, "keys": keys},
+            ),
+        ]
         for name, fn, fargs, kwargs in pieces:
             t0 = time.perf_counter()
             fn(*fargs, **kwargs)

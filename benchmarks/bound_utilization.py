@@ -38,11 +38,25 @@ def main() -> None:
             for _ in range(args.cases):
                 nq, nk = int(rng.integers(1, 80)), int(rng.integers(1, 160))
                 d = int(rng.choice([8, 16, 40, 64, 111]))
-                mag = float(rng.choice([2.0, 10.0, 30.0, 1e3, 6e4])) if fam == "huge_logits" \
-                    else float(rng.choice([1.0, 10.0, 30.0]))  # fmt: skip
-                rec = Recipe(dtype, fam, 1, 1, 1, nq, nk, d, int(rng.integers(1, 9)),
-                             int(rng.integers(2**32)), causal=bool(rng.random() < 0.3),
-                             magnitude=mag)  # fmt: skip
+                mag = (
+                    float(rng.choice([2.0, 10.0, 30.0, 1e3, 6e4]))
+                    if fam == "huge_logits"
+                    else float(rng.choice([1.0, 10.0, 30.0]))
+                )
+                rec = Recipe(
+                    dtype,
+                    fam,
+                    1,
+                    1,
+                    1,
+                    nq,
+                    nk,
+                    d,
+                    int(rng.integers(1, 9)),
+                    int(rng.integers(2**32)),
+                    causal=bool(rng.random() < 0.3),
+                    magnitude=mag,
+                )
                 case = make_case(rec)
                 ref = oracle(case.q, case.k, case.v, **case.options())
                 for kind, (variant, blk) in KINDS.items():
@@ -51,11 +65,18 @@ def main() -> None:
                             continue
                         o, _ = naive_numpy(case.q, case.k, case.v, **case.options())
                     else:
-                        o, _ = online_attention(case.q, case.k, case.v, variant=variant,
-                                                policy=PrecisionPolicy.flash(dtype), block_k=blk,
-                                                **case.options())  # fmt: skip
-                    b = error_bounds(case.q, case.k, case.v, arithmetic=kind, key_block=blk,
-                                     **case.options())  # fmt: skip
+                        o, _ = online_attention(
+                            case.q,
+                            case.k,
+                            case.v,
+                            variant=variant,
+                            policy=PrecisionPolicy.flash(dtype),
+                            block_k=blk,
+                            **case.options(),
+                        )
+                    b = error_bounds(
+                        case.q, case.k, case.v, arithmetic=kind, key_block=blk, **case.options()
+                    )
                     err = np.abs((o.astype(np.float64) - ref.o_hi) - ref.o_lo)
                     pos = b.o_det > 0
                     ud = float((err[pos] / b.o_det[pos]).max(initial=0.0))
@@ -65,8 +86,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for (kind, dtype, fam), vals in sorted(stats.items()):
         a = np.array(vals)
-        print(f"| {kind} | {dtype} | {fam} | {len(a)} | {a[:, 0].max():.3g} | "
-              f"{np.median(a[:, 0]):.3g} | {a[:, 1].max():.3g} |")  # fmt: skip
+        print(
+            f"| {kind} | {dtype} | {fam} | {len(a)} | {a[:, 0].max():.3g} | "
+            f"{np.median(a[:, 0]):.3g} | {a[:, 1].max():.3g} |"
+        )
     allv = np.array([v for vals in stats.values() for v in vals])
     print(
         f"\noverall: {len(allv)} kernel runs, max det utilization {allv[:, 0].max():.3g}, "

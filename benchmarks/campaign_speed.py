@@ -58,9 +58,25 @@ def main() -> int:
         for i, run in enumerate(args.runs):
             n, _, k = run.partition(":")
             k = k or n
-            cmd = [sys.executable, "-m", "flashcheck.harness.cli", "report", "--name", f"run{i}",
-                   "--out", tmp, "--fail-on", "never", "--no-render", "--workers", n,
-                   "--kernel-workers", k, "--executor", args.executor]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "flashcheck.harness.cli",
+                "report",
+                "--name",
+                f"run{i}",
+                "--out",
+                tmp,
+                "--fail-on",
+                "never",
+                "--no-render",
+                "--workers",
+                n,
+                "--kernel-workers",
+                k,
+                "--executor",
+                args.executor,
+            ]
             if args.preset:
                 cmd += ["--preset", args.preset]
             for spec in args.kernel or ():

@@ -70,22 +70,39 @@ def check(dtypes: list[str], seed: int = 0) -> list[dict]:
             do = torch.randn(b, hq, nq, dv, generator=g).to(dt)
             _poison_free_memory(2 * (q.numel() + k.numel() + v.numel()) * q.element_size())
             t0 = time.perf_counter()
-            res = check_gradients("triton", q, k, v, do=do, causal=causal, window=window,
-                                  device="cuda", save="never")  # fmt: skip
+            res = check_gradients(
+                "triton", q, k, v, do=do, causal=causal, window=window, device="cuda", save="never"
+            )
             secs = time.perf_counter() - t0
-            row = {"dtype": name, "shape": list(shape[:7]), "causal": causal,
-                   "window": window, "verdict": res.verdict, "seconds": round(secs, 1)}  # fmt: skip
+            row = {
+                "dtype": name,
+                "shape": list(shape[:7]),
+                "causal": causal,
+                "window": window,
+                "verdict": res.verdict,
+                "seconds": round(secs, 1),
+            }
             for gname, ver in res.verdicts.items():
-                row[gname] = {"max_ulp": ver.max_ulp, "naive_ulp": ver.naive_ulp,
-                              "det_util": ver.det_util, "prob_util": ver.prob_util}  # fmt: skip
+                row[gname] = {
+                    "max_ulp": ver.max_ulp,
+                    "naive_ulp": ver.naive_ulp,
+                    "det_util": ver.det_util,
+                    "prob_util": ver.prob_util,
+                }
             # A non-finite error: the kernel returned NaN/Inf where the oracle is finite.
             row["nonfinite"] = any(not math.isfinite(row[g]["max_ulp"]) for g in ("dq", "dk", "dv"))
             row["reasons"] = res.reasons
             out.append(row)
-            print(f"{name} {shape}: {res.verdict} "
-                  + " ".join(f"{g} {row[g]['max_ulp']:.3g}/{row[g]['naive_ulp']:.3g} ulp "
-                             f"det {row[g]['det_util']:.2g}" for g in ("dq", "dk", "dv"))
-                  + f" ({secs:.1f} s)", flush=True)  # fmt: skip
+            print(
+                f"{name} {shape}: {res.verdict} "
+                + " ".join(
+                    f"{g} {row[g]['max_ulp']:.3g}/{row[g]['naive_ulp']:.3g} ulp "
+                    f"det {row[g]['det_util']:.2g}"
+                    for g in ("dq", "dk", "dv")
+                )
+                + f" ({secs:.1f} s)",
+                flush=True,
+            )
     return out
 
 
@@ -106,9 +123,15 @@ def memory() -> dict:
     extra = torch.cuda.max_memory_allocated() - base
     expected = sum(x.numel() * x.element_size() for x in grads) + b * h * n * 4  # + D
     del grads
-    return {"shape": [b, h, n, d], "dtype": "bf16", "causal": True,
-            "extra_mib": extra / 2**20, "grads_plus_d_mib": expected / 2**20,
-            "scores_per_head_mib": n * n * 4 / 2**20, "seconds": secs}  # fmt: skip
+    return {
+        "shape": [b, h, n, d],
+        "dtype": "bf16",
+        "causal": True,
+        "extra_mib": extra / 2**20,
+        "grads_plus_d_mib": expected / 2**20,
+        "scores_per_head_mib": n * n * 4 / 2**20,
+        "seconds": secs,
+    }
 
 
 def main() -> int:
@@ -129,20 +152,28 @@ def main() -> int:
         mask = ("causal " if r["causal"] else "") + (f"window {r['window']}" if r["window"] else "")
         cells = [f"{r[g]['max_ulp']:.3g} ({r[g]['naive_ulp']:.3g})" for g in ("dq", "dk", "dv")]
         util = max(r[g]["det_util"] for g in ("dq", "dk", "dv"))
-        print(f"| {r['dtype']} | {tuple(r['shape'])} | {mask.strip() or '-'} | {r['verdict']} | "
-              + " | ".join(cells) + f" | {util:.3g} |")  # fmt: skip
-    print(f"\nbackward peak extra memory, bf16 causal B=1 H=16 N=16384 d=128: "
-          f"{mem['extra_mib']:.0f} MiB (dQ + dK + dV + D = {mem['grads_plus_d_mib']:.0f} MiB; "
-          f"one head's N×N fp32 scores would be {mem['scores_per_head_mib']:.0f} MiB); "
-          f"{mem['seconds'] * 1e3:.1f} ms one call")  # fmt: skip
+        print(
+            f"| {r['dtype']} | {tuple(r['shape'])} | {mask.strip() or '-'} | {r['verdict']} | "
+            + " | ".join(cells)
+            + f" | {util:.3g} |"
+        )
+    print(
+        f"\nbackward peak extra memory, bf16 causal B=1 H=16 N=16384 d=128: "
+        f"{mem['extra_mib']:.0f} MiB (dQ + dK + dV + D = {mem['grads_plus_d_mib']:.0f} MiB; "
+        f"one head's N×N fp32 scores would be {mem['scores_per_head_mib']:.0f} MiB); "
+        f"{mem['seconds'] * 1e3:.1f} ms one call"
+    )
     ok = (
         all(r["verdict"] == "PASS" for r in rows)
         and mem["extra_mib"] <= 1.5 * mem["grads_plus_d_mib"]
     )
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "gpu_backward_check.json"
-        path.write_text(json.dumps({"environment": env, "grid": rows, "memory": mem, "ok": ok},
-                                   indent=1, default=str))  # fmt: skip
+        path.write_text(
+            json.dumps(
+                {"environment": env, "grid": rows, "memory": mem, "ok": ok}, indent=1, default=str
+            )
+        )
         print(f"wrote {path}")
     return 0 if ok else 1
 

@@ -59,8 +59,9 @@ def check(seed: int = 0) -> list[tuple]:
             k = torch.randn(b, hk, nk, d, generator=g).to(dt)
             v = torch.randn(b, hk, nk, dv, generator=g).to(dt)
             rows = np.unique(np.linspace(0, nq - 1, min(nq, 24)).astype(int))
-            o, lse = flash_attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, window=window,
-                                     allow_tf32=tf32)  # fmt: skip
+            o, lse = flash_attention(
+                q.cuda(), k.cuda(), v.cuda(), causal=causal, window=window, allow_tf32=tf32
+            )
             # the same-precision reference of the same arithmetic class: tf32 GEMMs for tf32
             torch.backends.cuda.matmul.allow_tf32 = tf32
             n, _ = naive_torch(q.cuda(), k.cuda(), v.cuda(), causal=causal, window=window)
@@ -78,8 +79,10 @@ def check(seed: int = 0) -> list[tuple]:
             lse_err = float(np.max(np.abs(lse_r[live] - ref.lse_hi[live]))) if live.any() else 0.0
             verdict = "PASS" if (ok_nan and lse_ok and e <= 2 * en + 1.0) else "FAIL"
             rows_out.append((name, shape, e, en, lse_err, verdict))
-            print(f"{name} {shape}: err {e:.3f} naive {en:.3f} lse {lse_err:.2e} {verdict}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{name} {shape}: err {e:.3f} naive {en:.3f} lse {lse_err:.2e} {verdict}",
+                flush=True,
+            )
     return rows_out
 
 
@@ -107,8 +110,9 @@ def speed() -> list[tuple]:
         def sdpa(qs=qs, ks=ks, vs=vs, it=it, causal=causal):
             i = it[0] = (it[0] + 1) % 3
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                torch.nn.functional.scaled_dot_product_attention(qs[i], ks[i], vs[i],
-                                                                 is_causal=causal)  # fmt: skip
+                torch.nn.functional.scaled_dot_product_attention(
+                    qs[i], ks[i], vs[i], is_causal=causal
+                )
 
         flops = 4 * n * n * d * b * h / (2 if causal else 1)
         t_ours, t_sdpa = timed(ours), timed(sdpa)

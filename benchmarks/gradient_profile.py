@@ -62,16 +62,20 @@ def main() -> None:
             rows.append((item.tag, spec, shape, ref_total, oracle_s, calls, why))
             first = f"{calls[0]:.2f}" if calls else "-"
             second = f"{calls[1]:.3f}" if len(calls) > 1 else "-"
-            print(f"{item.tag:16} {spec:15} {shape:26} reference {ref_total:6.1f} s "
-                  f"(oracle {oracle_s:5.1f}) backward {first} / {second} s"
-                  + (f"  [{why}]" if why else ""), flush=True)  # fmt: skip
+            print(
+                f"{item.tag:16} {spec:15} {shape:26} reference {ref_total:6.1f} s "
+                f"(oracle {oracle_s:5.1f}) backward {first} / {second} s"
+                + (f"  [{why}]" if why else ""),
+                flush=True,
+            )
     print("\n| case | kernel | shape | reference s | oracle s | backward 1st s | 2nd s |")
     print("|---|---|---|---|---|---|---|")
     for tag, spec, shape, ref_total, oracle_s, calls, why in rows:
         first = f"{calls[0]:.2f}" if calls else (why or "-")
         second = f"{calls[1]:.3f}" if len(calls) > 1 else "-"
-        print(f"| {tag} | {spec} | {shape} | {ref_total:.1f} | {oracle_s:.1f} | {first} | "
-              f"{second} |")  # fmt: skip
+        print(
+            f"| {tag} | {spec} | {shape} | {ref_total:.1f} | {oracle_s:.1f} | {first} | {second} |"
+        )
     print(f"total {time.perf_counter() - t_start:.0f} s")
 
 

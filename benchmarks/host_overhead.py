@@ -60,41 +60,50 @@ def calls(q, k, v, causal: bool) -> dict:
     cfg = launch_config(q, k, v, causal=causal)  # what the default path picks, given
     return {
         "flash_attention": lambda: flash_attention(q, k, v, causal=causal),
-        "launch (config given)": lambda: launch(q, k, v, causal=causal, window=None,
-                                                scale=d**-0.5, allow_tf32=False, config=cfg),
+        "launch (config given)": lambda: launch(
+            q, k, v, causal=causal, window=None, scale=d**-0.5, allow_tf32=False, config=cfg
+        ),
         "check_inputs": lambda: check_inputs(q, k, v, window=None, scale=None),
-        "2 x torch.empty": lambda: (torch.empty_like(q),
-                                    torch.empty(b, h, n, device=q.device)),
+        "2 x torch.empty": lambda: (torch.empty_like(q), torch.empty(b, h, n, device=q.device)),
         "sdpa-flash": sdpa("FLASH_ATTENTION", q, k, v, causal),
         "sdpa-cudnn": sdpa("CUDNN_ATTENTION", q, k, v, causal),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=3000)
     args = ap.parse_args()
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
-          f"{triton.__version__}", flush=True)  # fmt: skip
+    print(
+        f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
+        f"{triton.__version__}",
+        flush=True,
+    )
     rows = []
     for b, h, n in ((1, 1, 128), (16, 16, 1024)):
         g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=g)
-                   for _ in range(3))  # fmt: skip
+        q, k, v = (
+            torch.randn(b, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+            for _ in range(3)
+        )
         for causal in (False, True):
             for name, fn in calls(q, k, v, causal).items():
                 try:
                     hus = host_us(fn, args.calls if n <= 128 else max(200, args.calls // 10))
-                    dev = (triton.testing.do_bench(fn, warmup=25, rep=100,
-                                                   return_mode="median") * 1e3
-                           if name != "check_inputs" else float("nan"))  # fmt: skip
+                    dev = (
+                        triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+                        if name != "check_inputs"
+                        else float("nan")
+                    )
                 except Exception as exc:  # a backend that refuses the shape
                     print(f"{name}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
                     continue
                 rows.append((f"B={b} H={h} N={n}{' causal' if causal else ''}", name, hus, dev))
                 print(rows[-1], flush=True)
-    print("\n| shape (d = 128, bf16) | call | wall per back-to-back call (µs) | "
-          "do_bench median (µs) |")  # fmt: skip
+    print(
+        "\n| shape (d = 128, bf16) | call | wall per back-to-back call (µs) | "
+        "do_bench median (µs) |"
+    )
     print("|---|---|---|---|")
     for shape, name, hus, dev in rows:
         print(f"| {shape} | {name} | {hus:.1f} | {dev:.1f} |")

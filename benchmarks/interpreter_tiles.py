@@ -34,8 +34,7 @@ def main() -> None:
             q, k, v = c.to_torch()
             scale = c.scale if c.scale is not None else c.shape[5] ** -0.5
             win = None if c.window is None else tuple(-1 if x is None else x for x in c.window)
-            launch(q, k, v, causal=c.causal, window=win, scale=scale, allow_tf32=False,
-                   config=cfg)  # fmt: skip
+            launch(q, k, v, causal=c.causal, window=win, scale=scale, allow_tf32=False, config=cfg)
         print(f"| {bm} x {bn} | {time.perf_counter() - t0:.2f} |")
 
 

@@ -49,10 +49,15 @@ def _forward(kernel: str, n: int, d: int, heads: int):
     from flashcheck.kernels.triton_flash import flash_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-               for _ in range(3))  # fmt: skip
-    backends = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-                "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}  # fmt: skip
+    q, k, v = (
+        torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        for _ in range(3)
+    )
+    backends = {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
 
     def fwd():
         if kernel == "naive":
@@ -107,13 +112,19 @@ def _time(out: Path) -> int:
     import torch
 
     mm, cp = _ceilings()
-    res = {"matmul_tflops": mm, "copy_tbps": cp, "device": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "points": []}  # fmt: skip
+    res = {
+        "matmul_tflops": mm,
+        "copy_tbps": cp,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "points": [],
+    }
     for kernel, n, d in CONFIGS:
         ms = _median_ms(_forward(kernel, n, d, HEADS))
         flops = HEADS * 4.0 * n * n * d
-        res["points"].append({"kernel": kernel, "N": n, "d": d, "ms": ms,
-                              "tflops": flops / ms / 1e9})  # fmt: skip
+        res["points"].append(
+            {"kernel": kernel, "N": n, "d": d, "ms": ms, "tflops": flops / ms / 1e9}
+        )
         print(f"{kernel} N={n} d={d}: {ms:.3f} ms, {flops / ms / 1e9:.1f} TFLOP/s", flush=True)
     print(f"ceilings: bf16 matmul {mm:.0f} TFLOP/s, copy {cp:.2f} TB/s")
     out.mkdir(parents=True, exist_ok=True)
@@ -125,16 +136,35 @@ def _sweep(out: Path) -> int:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     rows = []
     for kernel, n, d in CONFIGS:
-        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv",
-               "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum",
-               sys.executable, __file__, "run", "--kernel", kernel, "-n", str(n), "-d", str(d),
-               "--heads", str(HEADS)]  # fmt: skip
+        cmd = [
+            ncu,
+            "--profile-from-start",
+            "off",
+            "--clock-control",
+            "none",
+            "--csv",
+            "--metrics",
+            "dram__bytes_read.sum,dram__bytes_write.sum",
+            sys.executable,
+            __file__,
+            "run",
+            "--kernel",
+            kernel,
+            "-n",
+            str(n),
+            "-d",
+            str(d),
+            "--heads",
+            str(HEADS),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
         text = proc.stdout
         start = text.find('"ID"')
         if proc.returncode != 0 or start < 0:
-            print(f"{kernel} N={n} d={d}: ncu failed (rc {proc.returncode})\n"
-                  f"{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")  # fmt: skip
+            print(
+                f"{kernel} N={n} d={d}: ncu failed (rc {proc.returncode})\n"
+                f"{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
+            )
             return 1
         read = write = 0.0
         launches = set()
@@ -147,9 +177,19 @@ def _sweep(out: Path) -> int:
             else:
                 write += val
         pred = _predict(kernel, n, d, HEADS)
-        rows.append({"kernel": kernel, "N": n, "d": d, "heads": HEADS, "launches": len(launches),
-                     "dram_read": read, "dram_write": write, "model": pred,
-                     "ratio": (read + write) / pred})  # fmt: skip
+        rows.append(
+            {
+                "kernel": kernel,
+                "N": n,
+                "d": d,
+                "heads": HEADS,
+                "launches": len(launches),
+                "dram_read": read,
+                "dram_write": write,
+                "model": pred,
+                "ratio": (read + write) / pred,
+            }
+        )
         print(
             f"{kernel} N={n} d={d}: measured {(read + write) / 1e6:.1f} MB, model "
             f"{pred / 1e6:.1f} MB, ratio {(read + write) / pred:.3f}",
@@ -157,12 +197,16 @@ def _sweep(out: Path) -> int:
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "iomodel_ncu.json").write_text(json.dumps(rows, indent=2))
-    print("\n| kernel | N | d | heads | launches | DRAM read MB | DRAM write MB | model MB | "
-          "measured / model |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        "\n| kernel | N | d | heads | launches | DRAM read MB | DRAM write MB | model MB | "
+        "measured / model |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['kernel']} | {r['N']} | {r['d']} | {r['heads']} | {r['launches']} | "
-              f"{r['dram_read'] / 1e6:.1f} | {r['dram_write'] / 1e6:.1f} | {r['model'] / 1e6:.1f} "
-              f"| {r['ratio']:.3f} |")  # fmt: skip
+        print(
+            f"| {r['kernel']} | {r['N']} | {r['d']} | {r['heads']} | {r['launches']} | "
+            f"{r['dram_read'] / 1e6:.1f} | {r['dram_write'] / 1e6:.1f} | {r['model'] / 1e6:.1f} "
+            f"| {r['ratio']:.3f} |"
+        )
     return 0
 
 

@@ -38,8 +38,12 @@ BUILTIN = "harness/adapters/builtin.py"
 BWD_TESTS = ["properties/test_gradients.py", "-k", "recurrence-fa2"]
 TRITON_BWD = "kernels/triton_flash_bwd.py"
 # The Triton backward's mutants: its file's tests, then the gradient properties on triton.
-TRITON_BWD_TESTS = ["tests/test_triton_flash_bwd.py", "properties/test_gradients.py", "-k",
-                    "triton and not tf32"]  # fmt: skip
+TRITON_BWD_TESTS = [
+    "tests/test_triton_flash_bwd.py",
+    "properties/test_gradients.py",
+    "-k",
+    "triton and not tf32",
+]
 
 # name: (description, file, [(old, new), ...], tests)
 MUTANTS = {
@@ -155,9 +159,8 @@ MUTANTS = {
                 "p=format_of(q.dtype).name, output='fp32')",
             ),
             (
-                "online_attention_backward(q, k, v, o, lse, do, policy=bwd_policy,",
-                "online_attention_backward(q, k, v, o, lse, do.astype(np.float32), "
-                "policy=bwd_policy,",
+                "q, k, v, o, lse, do, policy=bwd_policy, block_q=16,",
+                "q, k, v, o, lse, do.astype(np.float32), policy=bwd_policy, block_q=16,",
             ),
         ],
         BWD_TESTS,
@@ -261,9 +264,12 @@ MUTANTS = {
 
 def _copy_tree(dst: Path) -> None:
     files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-        text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for rel in files:
         src = ROOT / rel
         if src.is_file():
@@ -286,29 +292,56 @@ def run_mutant(name: str, timeout: int) -> dict:
         cases = tree / "cases"
         # The mutated tree's code shadows the installed flashcheck (same import names).
         staged = stage(tree, tree / ".staged")
-        env = dict(os.environ, FLASHCHECK_PROFILE="ci", TRITON_INTERPRET="1",
-                   FLASHCHECK_CASE_DIR=str(cases), PYTHONPATH=str(staged))  # fmt: skip
+        env = dict(
+            os.environ,
+            FLASHCHECK_PROFILE="ci",
+            TRITON_INTERPRET="1",
+            FLASHCHECK_CASE_DIR=str(cases),
+            PYTHONPATH=str(staged),
+        )
         t0 = time.time()
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
-            )  # fmt: skip
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             rc, out = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired:
             rc, out = -1, ""
         secs = time.time() - t0
         failed = [ln for ln in out.splitlines() if ln.startswith("FAILED")]
-        result = {"mutant": name, "description": desc, "rc": rc, "seconds": round(secs),
-                  "caught": rc == 1, "first_failure": failed[0][7:] if failed else ""}  # fmt: skip
+        result = {
+            "mutant": name,
+            "description": desc,
+            "rc": rc,
+            "seconds": round(secs),
+            "caught": rc == 1,
+            "first_failure": failed[0][7:] if failed else "",
+        }
         saved = sorted(cases.glob("*.json")) if cases.exists() else []
         result["case"] = saved[0].stem if saved else None
         if saved:
             rec = json.loads(saved[0].read_text())
             rep = subprocess.run(
-                [sys.executable, "-m", "flashcheck.harness.cli", "replay", saved[0].stem, "--dir",
-                str(cases)], cwd=tree, env=env, capture_output=True, text=True, timeout=600,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "flashcheck.harness.cli",
+                    "replay",
+                    saved[0].stem,
+                    "--dir",
+                    str(cases),
+                ],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             recorded = (rec.get("verdict") or {}).get("verdict")
             same = "(same verdict)" in rep.stdout
             prop = rec["context"].get("property")
@@ -333,16 +366,20 @@ def main() -> int:
     for i, n in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {n} ...", flush=True)
         r = run_mutant(n, args.timeout)
-        print(f"    caught={r['caught']} rc={r['rc']} {r['seconds']} s {r['first_failure']}",
-              flush=True)  # fmt: skip
+        print(
+            f"    caught={r['caught']} rc={r['rc']} {r['seconds']} s {r['first_failure']}",
+            flush=True,
+        )
         rows.append(r)
     print("\n| mutant | planted bug | caught | first failing test | case replay | s |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         mark = "yes" if r["caught"] else "NO"
         first = r["first_failure"] or "-"
-        print(f"| {r['mutant']} | {r['description']} | {mark} | {first} | "
-              f"{r.get('replay', '-')} | {r['seconds']} |")  # fmt: skip
+        print(
+            f"| {r['mutant']} | {r['description']} | {mark} | {first} | "
+            f"{r.get('replay', '-')} | {r['seconds']} |"
+        )
     caught = sum(r["caught"] for r in rows)
     print(f"\n{caught}/{len(rows)} planted bugs caught")
     return 0 if caught == len(rows) else 1

@@ -41,8 +41,13 @@ def main() -> None:
         label=f"roofline: {tim['matmul_tflops']:.0f} TFLOP/s, {tim['copy_tbps']:.2f} TB/s",
     )
     ax.axvline(peak / bw, color="0.6", ls=":", lw=1)
-    colors = {"naive": "tab:red", "triton": "tab:blue", "sdpa-flash": "tab:green",
-              "sdpa-cudnn": "tab:purple", "sdpa-efficient": "tab:orange"}  # fmt: skip
+    colors = {
+        "naive": "tab:red",
+        "triton": "tab:blue",
+        "sdpa-flash": "tab:green",
+        "sdpa-cudnn": "tab:purple",
+        "sdpa-efficient": "tab:orange",
+    }
     rows = []
     for r in ncu:
         key = (r["kernel"], r["N"], r["d"])
@@ -53,8 +58,9 @@ def main() -> None:
         ax.loglog(flops / measured, t, "o", color=colors[r["kernel"]], ms=7)
         ax.loglog(flops / r["model"], t, "o", mfc="none", color=colors[r["kernel"]], ms=7)
         if r["kernel"] in ("naive", "triton"):
-            ax.annotate(lab, (flops / measured, t), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                lab, (flops / measured, t), fontsize=7, xytext=(4, 3), textcoords="offset points"
+            )
         rows.append((r, flops, measured, t))
     for name, c in colors.items():
         ax.plot([], [], "s", color=c, label=name)

@@ -24,12 +24,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats",
-            "WarpStateStats")  # fmt: skip
-KEEP = ("gpu__time_duration.sum", "sm__throughput.avg.pct", "gmma", "pipe_tensor", "pipe_xu",
-        "pipe_fma", "pipe_alu", "issue_active", "inst_executed.avg.per_cycle_active",
-        "warps_active.avg.pct", "registers", "smsp__pcsamp_warps_issue_stalled",
-        "average_warp_latency_issue_stalled", "dram__throughput.avg.pct")  # fmt: skip
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")
+KEEP = (
+    "gpu__time_duration.sum",
+    "sm__throughput.avg.pct",
+    "gmma",
+    "pipe_tensor",
+    "pipe_xu",
+    "pipe_fma",
+    "pipe_alu",
+    "issue_active",
+    "inst_executed.avg.per_cycle_active",
+    "warps_active.avg.pct",
+    "registers",
+    "smsp__pcsamp_warps_issue_stalled",
+    "average_warp_latency_issue_stalled",
+    "dram__throughput.avg.pct",
+)
 
 
 def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
@@ -41,8 +52,10 @@ def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
     from flashcheck.kernels.triton_flash_bwd import flash_attention_differentiable
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, do = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                   for _ in range(4))  # fmt: skip
+    q, k, v, do = (
+        torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        for _ in range(4)
+    )
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     if kernel == "triton":
         out = flash_attention_differentiable(q, k, v, causal=causal)
@@ -58,19 +71,40 @@ def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def profile(kernel: str, n: int, d: int, heads: int, backward: bool = False,
-            causal: bool = False) -> list[dict[str, str]]:  # fmt: skip
+def profile(
+    kernel: str, n: int, d: int, heads: int, backward: bool = False, causal: bool = False
+) -> list[dict[str, str]]:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv",
-           "--page", "raw"]  # fmt: skip
+    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "raw"]
     for s in SECTIONS:
         cmd += ["--section", s]
     if backward:
-        cmd += [sys.executable, __file__, "--run-bwd", kernel, "-n", str(n), "-d", str(d),
-                "--heads", str(heads)] + (["--causal"] if causal else [])  # fmt: skip
+        cmd += [
+            sys.executable,
+            __file__,
+            "--run-bwd",
+            kernel,
+            "-n",
+            str(n),
+            "-d",
+            str(d),
+            "--heads",
+            str(heads),
+        ] + (["--causal"] if causal else [])
     else:
-        cmd += [sys.executable, str(ROOT / "benchmarks" / "iomodel_ncu.py"), "run", "--kernel",
-                kernel, "-n", str(n), "-d", str(d), "--heads", str(heads)]  # fmt: skip
+        cmd += [
+            sys.executable,
+            str(ROOT / "benchmarks" / "iomodel_ncu.py"),
+            "run",
+            "--kernel",
+            kernel,
+            "-n",
+            str(n),
+            "-d",
+            str(d),
+            "--heads",
+            str(heads),
+        ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith('"')]
     if res.returncode or not lines:
@@ -97,8 +131,7 @@ def main() -> int:
     backward = args.which_pass == "bwd"
     found: dict[str, dict[str, str]] = {}
     for kernel in ("triton", "sdpa-cudnn"):
-        for i, row in enumerate(profile(kernel, args.n, args.d, args.heads, backward,
-                                        args.causal)):  # fmt: skip
+        for i, row in enumerate(profile(kernel, args.n, args.d, args.heads, backward, args.causal)):
             name = row.get("Kernel Name", "?")[:60]
             found[f"{kernel}: {name} #{i}" if backward else f"{kernel}: {name}"] = row
     if args.out:
@@ -126,8 +159,10 @@ def main() -> int:
         for which, r in found.items():
             if dur(r) >= 0.03 * totals[which.split(":")[0]]:
                 main_rows[which] = (which, r)
-        print("backward time (sum of kernel durations): "
-              + ", ".join(f"{k} {t:,.0f}" for k, t in totals.items()))  # fmt: skip
+        print(
+            "backward time (sum of kernel durations): "
+            + ", ".join(f"{k} {t:,.0f}" for k, t in totals.items())
+        )
     for which, r in found.items():
         k = which.split(":")[0]
         if backward:
@@ -136,8 +171,10 @@ def main() -> int:
             main_rows[k] = (which, r)
     names = sorted({m for _, r in main_rows.values() for m in r if any(s in m for s in KEEP)})
     cols = list(main_rows)
-    print(f"{args.which_pass}, bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, "
-          f"{'causal' if args.causal else 'non-causal'}")  # fmt: skip
+    print(
+        f"{args.which_pass}, bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, "
+        f"{'causal' if args.causal else 'non-causal'}"
+    )
     print("| metric | " + " | ".join(main_rows[c][0] for c in cols) + " |")
     print("|---|" + "---|" * len(cols))
     for m in names:

@@ -144,9 +144,19 @@ def _per_kernel_sweep(tag, q, k, v, o, lse, do, causal, d, ref, t_start, budget)
 
     def run_with(cfg):
         return functools.partial(
-            launch_backward, q, k, v, o, lse, do, causal=causal, window=None,
-            scale=d**-0.5, allow_tf32=False, config=cfg,
-        )  # fmt: skip
+            launch_backward,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            do,
+            causal=causal,
+            window=None,
+            scale=d**-0.5,
+            allow_tf32=False,
+            config=cfg,
+        )
 
     def measure(cfg, kernel):
         if time.perf_counter() - t_start > budget:
@@ -157,13 +167,17 @@ def _per_kernel_sweep(tag, q, k, v, o, lse, do, causal, d, ref, t_start, budget)
             err = max(_rel(x, r) for x, r in zip(grads, ref, strict=True))
             ms = _kernel_ms(run_with(cfg))
         except Exception as exc:  # a tile that does not fit: report it, go on
-            print(f"{tag} {kernel} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:100]}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{tag} {kernel} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:100]}", flush=True
+            )
             return None
         got = ms.get(kernel)
-        print(f"{tag} {kernel} {tuple(cfg)}: {got:.3f} ms (all kernels: "
-              + ", ".join(f"{n} {t:.3f}" for n, t in sorted(ms.items()))
-              + f") rel err {err:.2e}", flush=True)  # fmt: skip
+        print(
+            f"{tag} {kernel} {tuple(cfg)}: {got:.3f} ms (all kernels: "
+            + ", ".join(f"{n} {t:.3f}" for n, t in sorted(ms.items()))
+            + f") rel err {err:.2e}",
+            flush=True,
+        )
         return got if err < 2e-2 else None
 
     kv_list, dq_list = (DKDV_WIDE, DQ_WIDE) if d > 128 else (DKDV_NARROW, DQ_NARROW)
@@ -200,22 +214,33 @@ def main() -> None:
         action="store_true",
         help="sweep the dK/dV and dQ kernels one at a time",
     )
-    ap.add_argument("--shape", action="append", metavar="D:CAUSAL:N",
-                    help="e.g. 128:1:4096 (default: d 64/128/256 at 4K; 128 causal)")  # fmt: skip
+    ap.add_argument(
+        "--shape",
+        action="append",
+        metavar="D:CAUSAL:N",
+        help="e.g. 128:1:4096 (default: d 64/128/256 at 4K; 128 causal)",
+    )
     args = ap.parse_args()
-    shapes = [tuple(int(x) for x in s.split(":")) for s in args.shape or
-              ("64:0:4096", "128:0:4096", "128:1:4096", "256:0:4096")]  # fmt: skip
+    shapes = [
+        tuple(int(x) for x in s.split(":"))
+        for s in args.shape or ("64:0:4096", "128:0:4096", "128:1:4096", "256:0:4096")
+    ]
     t_start = time.perf_counter()
     rows = []
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
-          f"{triton.__version__}", flush=True)  # fmt: skip
+    print(
+        f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
+        f"{triton.__version__}",
+        flush=True,
+    )
     for d, causal, n in shapes:
         b, h = TOKENS // n, WIDTH // d
         causal = bool(causal)
         flops = 2.5 * 4 * n * n * d * b * h / (2 if causal else 1)
         g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                       for _ in range(4))  # fmt: skip
+        q, k, v, do = (
+            torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+            for _ in range(4)
+        )
         qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
         with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
             of = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
@@ -227,15 +252,15 @@ def main() -> None:
         for name, backend in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
             try:
                 fn = _sdpa_grad_fn(backend, q, k, v, do, causal)
-                peers[name] = triton.testing.do_bench(fn, warmup=50, rep=200,
-                                                      return_mode="median")  # fmt: skip
+                peers[name] = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
             except RuntimeError as exc:
                 print(f"{tag} {name}: {str(exc)[:80]}", flush=True)
         default = backward_config(d, d, 2)
         cands = [default] + [_cfg(p) for p in (WIDE if d > 128 else NARROW)]
         if args.per_kernel:
-            cands = _per_kernel_sweep(tag, q, k, v, o, lse, do, causal, d, ref, t_start,
-                                      args.budget)  # fmt: skip
+            cands = _per_kernel_sweep(
+                tag, q, k, v, o, lse, do, causal, d, ref, t_start, args.budget
+            )
             cands = [default, *cands]
         for cfg in dict.fromkeys(cands):
             if time.perf_counter() - t_start > args.budget:
@@ -243,9 +268,19 @@ def main() -> None:
                 break
 
             run = functools.partial(
-                launch_backward, q, k, v, o, lse, do, causal=causal, window=None,
-                scale=d**-0.5, allow_tf32=False, config=cfg,
-            )  # fmt: skip
+                launch_backward,
+                q,
+                k,
+                v,
+                o,
+                lse,
+                do,
+                causal=causal,
+                window=None,
+                scale=d**-0.5,
+                allow_tf32=False,
+                config=cfg,
+            )
             try:
                 grads = run()
                 torch.cuda.synchronize()
@@ -256,12 +291,16 @@ def main() -> None:
                 rows.append((tag, cfg, None, None, peers, flops, cfg == default))
                 continue
             rows.append((tag, cfg, ms, err, peers, flops, cfg == default))
-            print(f"{tag} {tuple(cfg)}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s rel err "
-                  f"{err:.2e}" + "".join(f" {p} {ms_p / ms:.2f}x" for p, ms_p in peers.items()),
-                  flush=True)  # fmt: skip
+            print(
+                f"{tag} {tuple(cfg)}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s rel err "
+                f"{err:.2e}" + "".join(f" {p} {ms_p / ms:.2f}x" for p, ms_p in peers.items()),
+                flush=True,
+            )
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s\n")
-    print("| shape | dK/dV (m, n, warps, stages) | dQ (m, n, warps, stages) | ms | TFLOP/s | "
-          "vs SDPA flash | vs cuDNN | rel. error |")  # fmt: skip
+    print(
+        "| shape | dK/dV (m, n, warps, stages) | dQ (m, n, warps, stages) | ms | TFLOP/s | "
+        "vs SDPA flash | vs cuDNN | rel. error |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for tag, cfg, ms, err, peers, flops, is_default in rows:
         kv = f"{cfg.block_m}, {cfg.block_n}, {cfg.warps}, {cfg.stages}"
@@ -272,8 +311,10 @@ def main() -> None:
             print(f"| {tag} | {kv}{mark} | {dq} | failed | | | | |")
             continue
         ratios = [f"{peers[p] / ms:.2f}x" if p in peers else "–" for p in ("flash", "cudnn")]
-        print(f"| {tag} | {kv}{mark} | {dq} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
-              f"{ratios[0]} | {ratios[1]} | {err:.1e} |")  # fmt: skip
+        print(
+            f"| {tag} | {kv}{mark} | {dq} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
+            f"{ratios[0]} | {ratios[1]} | {err:.1e} |"
+        )
 
 
 if __name__ == "__main__":

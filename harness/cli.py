@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from flashcheck.harness.core.environment import __version__, environment
-from flashcheck.harness.core.formats import FORMATS
+from .core.environment import __version__, environment
+from .core.formats import FORMATS
 
 
 def _positive(text: str) -> int:
@@ -38,8 +38,8 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from flashcheck.harness.cases.store import CaseFileError
-    from flashcheck.harness.judging.replay import replay
+    from .cases.store import CaseFileError
+    from .judging.replay import replay
 
     try:
         _, verdict, _ = replay(
@@ -52,10 +52,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_iomodel(args: argparse.Namespace) -> int:
-    from flashcheck.harness.iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+    from .iomodel import GPUSpec, Profiler, flash_attention, standard_attention
 
-    presets = {"v100": GPUSpec.sim_v100, "a100": GPUSpec.sim_a100, "h100": GPUSpec.sim_h100,
-               "h100-real": GPUSpec.h100_sxm, "h200-real": GPUSpec.h200}  # fmt: skip
+    presets = {
+        "v100": GPUSpec.sim_v100,
+        "a100": GPUSpec.sim_a100,
+        "h100": GPUSpec.sim_h100,
+        "h100-real": GPUSpec.h100_sxm,
+        "h200-real": GPUSpec.h200,
+    }
     spec = presets[args.gpu]()
     std = Profiler(spec, f"standard attention N={args.n} d={args.d}")
     standard_attention(std, args.n, args.d)
@@ -75,17 +80,30 @@ def _cmd_iomodel(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from flashcheck.harness.campaign.report import ReportOptions, run_report
-    from flashcheck.harness.core.resultlog import ResultLogError
+    from .campaign.report import ReportOptions, run_report
+    from .core.resultlog import ResultLogError
 
     opts = ReportOptions(
-        name=args.name, preset=args.preset, seed=args.seed, kernels=tuple(args.kernel or ()),
-        dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")), device=args.device, out=args.out,
-        timeout=args.timeout, isolate=not args.no_isolate, fresh=args.fresh,
-        render=not args.no_render, fail_on=args.fail_on, streak=args.stop_after,
-        arithmetic=args.arithmetic, workers=args.workers, kernel_workers=args.kernel_workers,
-        executor=args.executor, address=args.address, parts=tuple(args.part or ()),
-    )  # fmt: skip
+        name=args.name,
+        preset=args.preset,
+        seed=args.seed,
+        kernels=tuple(args.kernel or ()),
+        dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")),
+        device=args.device,
+        out=args.out,
+        timeout=args.timeout,
+        isolate=not args.no_isolate,
+        fresh=args.fresh,
+        render=not args.no_render,
+        fail_on=args.fail_on,
+        streak=args.stop_after,
+        arithmetic=args.arithmetic,
+        workers=args.workers,
+        kernel_workers=args.kernel_workers,
+        executor=args.executor,
+        address=args.address,
+        parts=tuple(args.part or ()),
+    )
     try:
         return run_report(opts)
     except (ValueError, ResultLogError) as err:
@@ -94,8 +112,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from flashcheck.harness.campaign.render import render_report
-    from flashcheck.harness.core.resultlog import ResultLogError
+    from .campaign.render import render_report
+    from .core.resultlog import ResultLogError
 
     try:
         path = render_report(args.results, args.out, figures=not args.no_figures)
@@ -107,39 +125,52 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from flashcheck.harness.bench.render import render_bench, summary_text
-    from flashcheck.harness.bench.suite import PARTS, BenchOptions, run_bench
-    from flashcheck.harness.core.resultlog import ResultLogError
+    from .bench.render import render_bench, summary_text
+    from .bench.suite import PARTS, BenchOptions, run_bench
+    from .core.resultlog import ResultLogError
 
     def chosen(values):
         return tuple(dict.fromkeys(values)) if values else None
 
     if args.render_only:
         if not args.name:
-            print("flashcheck bench: error: --render-only needs --name (the directory under "
-                  f"{args.out})", file=sys.stderr)  # fmt: skip
+            print(
+                "flashcheck bench: error: --render-only needs --name (the directory under "
+                f"{args.out})",
+                file=sys.stderr,
+            )
             return 2
         results = Path(args.out) / args.name / "results.jsonl"
         if not results.is_file():
-            print(f"flashcheck bench: error: no results at {results}; run 'flashcheck bench "
-                  f"--name {args.name}' on a GPU first", file=sys.stderr)  # fmt: skip
+            print(
+                f"flashcheck bench: error: no results at {results}; run 'flashcheck bench "
+                f"--name {args.name}' on a GPU first",
+                file=sys.stderr,
+            )
             return 2
         try:
             md = render_bench(results, figures=not args.no_figures)
         except (OSError, ResultLogError, KeyError) as err:
-            print(f"flashcheck bench: error: {results} cannot be rendered: {err}",
-                  file=sys.stderr)  # fmt: skip
+            print(f"flashcheck bench: error: {results} cannot be rendered: {err}", file=sys.stderr)
             return 2
         print(f"bench report: {md}")
         print(summary_text(results))
         return 0
     opts = BenchOptions(
-        name=args.name, out=args.out, parts=tuple(dict.fromkeys(args.part or PARTS)),
+        name=args.name,
+        out=args.out,
+        parts=tuple(dict.fromkeys(args.part or PARTS)),
         providers=tuple(dict.fromkeys(args.provider)) if args.provider else None,
-        quick=args.quick, fresh=args.fresh, render=not args.no_render, seed=args.seed,
-        passes=chosen(args.pass_) or ("fwd",), ns=chosen(args.n), head_dims=chosen(args.d),
-        dtypes=chosen(args.dtype), oracle_max_n=args.grad_oracle_max_n,
-    )  # fmt: skip
+        quick=args.quick,
+        fresh=args.fresh,
+        render=not args.no_render,
+        seed=args.seed,
+        passes=chosen(args.pass_) or ("fwd",),
+        ns=chosen(args.n),
+        head_dims=chosen(args.d),
+        dtypes=chosen(args.dtype),
+        oracle_max_n=args.grad_oracle_max_n,
+    )
     try:
         code = run_bench(opts)
     except (ValueError, ResultLogError) as err:
@@ -149,9 +180,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub) -> None:
-    from flashcheck.harness.bench.grad_check import ORACLE_MAX_N
-    from flashcheck.harness.bench.providers import PROVIDERS
-    from flashcheck.harness.bench.suite import PARTS, PASSES
+    from .bench.grad_check import ORACLE_MAX_N
+    from .bench.providers import PROVIDERS
+    from .bench.suite import PARTS, PASSES
 
     b = sub.add_parser(
         "bench",
@@ -169,30 +200,71 @@ def _add_bench(sub) -> None:
     )
     b.add_argument("--name", help="report name: <out>/<name>/ (default: the GPU model, e.g. h100)")
     b.add_argument("--out", default="reports/bench", help="parent directory (default %(default)s)")
-    b.add_argument("--part", action="append", choices=PARTS,
-                   help="run only this part; repeat for several (default: all)")  # fmt: skip
-    b.add_argument("--provider", action="append", choices=list(PROVIDERS),
-                   help="run only this provider; repeat for several (default: all)")  # fmt: skip
-    b.add_argument("--pass", dest="pass_", action="append", choices=PASSES,
-                   help="what is timed: fwd (default), bwd (the backward alone, on a retained "
-                   "graph) or fwd+bwd; repeat for several")  # fmt: skip
-    b.add_argument("--n", action="append", type=int, metavar="N",
-                   help="only shapes with this sequence length; repeat for several")  # fmt: skip
-    b.add_argument("--d", action="append", type=int, metavar="D",
-                   help="only shapes with this head dim; repeat for several")  # fmt: skip
-    b.add_argument("--dtype", action="append", choices=("bf16", "fp16", "fp32"),
-                   help="only shapes of this dtype; repeat for several")  # fmt: skip
-    b.add_argument("--grad-oracle-max-n", type=int, default=ORACLE_MAX_N, metavar="N",
-                   help="backward passes: dK/dV checked by the certified oracle up to this N, "
-                   "above it against a float64 reference (default %(default)s)")  # fmt: skip
-    b.add_argument("--quick", action="store_true",
-                   help="a small grid (N 1K and 4K, d 64 and 128, bf16): a smoke test")  # fmt: skip
+    b.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        help="run only this part; repeat for several (default: all)",
+    )
+    b.add_argument(
+        "--provider",
+        action="append",
+        choices=list(PROVIDERS),
+        help="run only this provider; repeat for several (default: all)",
+    )
+    b.add_argument(
+        "--pass",
+        dest="pass_",
+        action="append",
+        choices=PASSES,
+        help="what is timed: fwd (default), bwd (the backward alone, on a retained "
+        "graph) or fwd+bwd; repeat for several",
+    )
+    b.add_argument(
+        "--n",
+        action="append",
+        type=int,
+        metavar="N",
+        help="only shapes with this sequence length; repeat for several",
+    )
+    b.add_argument(
+        "--d",
+        action="append",
+        type=int,
+        metavar="D",
+        help="only shapes with this head dim; repeat for several",
+    )
+    b.add_argument(
+        "--dtype",
+        action="append",
+        choices=("bf16", "fp16", "fp32"),
+        help="only shapes of this dtype; repeat for several",
+    )
+    b.add_argument(
+        "--grad-oracle-max-n",
+        type=int,
+        default=ORACLE_MAX_N,
+        metavar="N",
+        help="backward passes: dK/dV checked by the certified oracle up to this N, "
+        "above it against a float64 reference (default %(default)s)",
+    )
+    b.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small grid (N 1K and 4K, d 64 and 128, bf16): a smoke test",
+    )
     b.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    b.add_argument("--fresh", action="store_true",
-                   help="discard existing results of this name instead of resuming")  # fmt: skip
+    b.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard existing results of this name instead of resuming",
+    )
     b.add_argument("--no-render", action="store_true", help="measure only")
-    b.add_argument("--render-only", action="store_true",
-                   help="re-render bench.md, bench.json, figures from results.jsonl")  # fmt: skip
+    b.add_argument(
+        "--render-only",
+        action="store_true",
+        help="re-render bench.md, bench.json, figures from results.jsonl",
+    )
     b.add_argument("--no-figures", action="store_true", help="with --render-only: markdown only")
     b.set_defaults(func=_cmd_bench)
 
@@ -205,7 +277,7 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
 
     import pytest
 
-    from flashcheck.harness.adapters.registry import resolve
+    from .adapters.registry import resolve
 
     if args.spec != "builtin":
         try:
@@ -214,9 +286,18 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"flashcheck test: error: {err}", file=sys.stderr)
             return 2
     suite = importlib.resources.files("flashcheck.properties")
-    argv = ["--pyargs", "flashcheck.properties", "-c", str(suite / "suite.ini"),
-            "--rootdir", str(Path.cwd()), "--flashcheck-profile", args.profile,
-            "--flashcheck-kernel", args.spec]  # fmt: skip
+    argv = [
+        "--pyargs",
+        "flashcheck.properties",
+        "-c",
+        str(suite / "suite.ini"),
+        "--rootdir",
+        str(Path.cwd()),
+        "--flashcheck-profile",
+        args.profile,
+        "--flashcheck-kernel",
+        args.spec,
+    ]
     for dt in args.dtype or ():
         argv += ["--flashcheck-dtype", dt]
     if args.device:
@@ -234,10 +315,13 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         last = mark.read_text() if mark.exists() else ""
     if last != "finished" and code not in (0, pytest.ExitCode.USAGE_ERROR):
         where = f"in {last}" if last else "before the first test"
-        print(f"\nflashcheck test: the test process ended abruptly {where} (exit status {code}): "
-              "the kernel probably killed it (a crash, os._exit). 'flashcheck report --kernel "
-              f"{args.spec}' runs the kernel in an isolated process and records such crashes "
-              "with their inputs.", file=sys.stderr)  # fmt: skip
+        print(
+            f"\nflashcheck test: the test process ended abruptly {where} (exit status {code}): "
+            "the kernel probably killed it (a crash, os._exit). 'flashcheck report --kernel "
+            f"{args.spec}' runs the kernel in an isolated process and records such crashes "
+            "with their inputs.",
+            file=sys.stderr,
+        )
     # pytest's own codes, except a usage error, which is 2 here as in every flashcheck command.
     return 2 if code == pytest.ExitCode.USAGE_ERROR else code
 
@@ -259,10 +343,14 @@ def _add_test(sub) -> None:
         "status: pytest's (0 all passed, 1 a test failed, 5 nothing ran), 2 usage error.",
     )
     t.add_argument("spec", metavar="SPEC", help="the kernel to test (first, before pytest options)")
-    t.add_argument("--profile", choices=("ci", "dev", "thorough", "sweep"), default="ci",
-                   help="Hypothesis profile: ci (default; the same examples every run, 40 per "
-                   "accuracy property), dev (random examples), thorough (1000), sweep "
-                   "(10000)")  # fmt: skip
+    t.add_argument(
+        "--profile",
+        choices=("ci", "dev", "thorough", "sweep"),
+        default="ci",
+        help="Hypothesis profile: ci (default; the same examples every run, 40 per "
+        "accuracy property), dev (random examples), thorough (1000), sweep "
+        "(10000)",
+    )
     t.add_argument(
         "--dtype",
         action="append",
@@ -279,7 +367,7 @@ def _add_test(sub) -> None:
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    from flashcheck.harness.adapters.registry import builtin_kernels, entry_point_kernels, resolve
+    from .adapters.registry import builtin_kernels, entry_point_kernels, resolve
 
     table = dict(builtin_kernels())
     for name in entry_point_kernels():
@@ -295,8 +383,10 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
             for dt in a.dtypes:
                 why = a.unavailable(dt, dev)
                 here.append(f"{dt}/{dev}: " + ("yes" if why is None else f"no ({why})"))
-        print(f"| {name} | {a.arithmetic} | {', '.join(a.dtypes)} | {', '.join(a.devices)} "
-              f"| {', '.join(sorted(a.masks)) or 'none'} | {'; '.join(here)} |")  # fmt: skip
+        print(
+            f"| {name} | {a.arithmetic} | {', '.join(a.dtypes)} | {', '.join(a.devices)} "
+            f"| {', '.join(sorted(a.masks)) or 'none'} | {'; '.join(here)} |"
+        )
     return 0
 
 
@@ -311,9 +401,9 @@ def _positive_float(text: str) -> float:
 
 
 def _add_report(sub) -> None:
-    from flashcheck.harness.campaign.plan import PARTS
-    from flashcheck.harness.campaign.report import GATES
-    from flashcheck.harness.campaign.runner import PRESETS
+    from .campaign.plan import PARTS
+    from .campaign.report import GATES
+    from .campaign.runner import PRESETS
 
     p = sub.add_parser(
         "report",
@@ -326,58 +416,120 @@ def _add_report(sub) -> None:
         "Exit status: 0 nothing at the --fail-on gate, 1 something was, 2 usage error, "
         "130 interrupted.",
     )
-    p.add_argument("--name", help="report name: reports/<name>/ (default: made from the --kernel "
-                   "specs, else cpu or the GPU model)")  # fmt: skip
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="campaign size (default: cpu on a CPU machine, gpu with CUDA); smoke "
-                   "is a seconds-long sanity run")  # fmt: skip
+    p.add_argument(
+        "--name",
+        help="report name: reports/<name>/ (default: made from the --kernel "
+        "specs, else cpu or the GPU model)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="campaign size (default: cpu on a CPU machine, gpu with CUDA); smoke "
+        "is a seconds-long sanity run",
+    )
     p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
-    p.add_argument("--kernel", action="append", metavar="SPEC",
-                   help="kernel to test: a built-in name (see 'flashcheck kernels'), an entry "
-                   "point of group flashcheck.kernels, or package.module:function; repeat for "
-                   "several (default: every built-in kernel)")  # fmt: skip
-    p.add_argument("--dtype", action="append", choices=("fp16", "bf16", "fp32"),
-                   help="input format; repeat for several (default: all three)")  # fmt: skip
-    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                   help="device for the kernels that support it (default: cuda if "
-                   "available)")  # fmt: skip
+    p.add_argument(
+        "--kernel",
+        action="append",
+        metavar="SPEC",
+        help="kernel to test: a built-in name (see 'flashcheck kernels'), an entry "
+        "point of group flashcheck.kernels, or package.module:function; repeat for "
+        "several (default: every built-in kernel)",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        choices=("fp16", "bf16", "fp32"),
+        help="input format; repeat for several (default: all three)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="device for the kernels that support it (default: cuda if available)",
+    )
     p.add_argument("--out", default="reports", help="parent directory (default reports)")
-    p.add_argument("--timeout", type=_positive_float, default=300.0,
-                   help="seconds one kernel call may take before it is killed and recorded "
-                   "as TIMEOUT (default 300)")  # fmt: skip
-    p.add_argument("--no-isolate", action="store_true",
-                   help="run kernels in this process (no timeout; for debugging)")  # fmt: skip
-    p.add_argument("--fresh", action="store_true",
-                   help="discard existing results of this name instead of resuming")  # fmt: skip
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        help="seconds one kernel call may take before it is killed and recorded "
+        "as TIMEOUT (default 300)",
+    )
+    p.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="run kernels in this process (no timeout; for debugging)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard existing results of this name instead of resuming",
+    )
     p.add_argument("--no-render", action="store_true", help="run the campaign only")
-    p.add_argument("--fail-on", choices=list(GATES), default="fail-hard",
-                   help="what makes the exit status 1 (default fail-hard: FAIL-HARD, wrong-shape "
-                   "outputs, a kernel that raised or hung inside its contract, a failed "
-                   "structural property, a kernel that could not run at all; fail adds FAIL; "
-                   "never)")  # fmt: skip
-    p.add_argument("--arithmetic", choices=("naive", "flash", "flash-fa1", "tf32"),
-                   help="declare the arithmetic class of the --kernel functions that do not "
-                   "declare one, so that class's error bounds apply (default: unknown, the "
-                   "loosest bound of every class)")  # fmt: skip
-    p.add_argument("--workers", type=_positive, default=None, metavar="N",
-                   help="processes for the oracle, bounds and baselines (default: one per "
-                   "core); results do not depend on it")  # fmt: skip
-    p.add_argument("--kernel-workers", type=_positive, default=None, metavar="N",
-                   help="isolated processes running the kernels (default: one per GPU with "
-                   "--device cuda, else one per core); with more than the GPUs, they share "
-                   "them")  # fmt: skip
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="run on this machine (default) or on a Ray cluster (pip install "
-                   "'flashcheck[ray]'; docs/report.md)")  # fmt: skip
-    p.add_argument("--address", default=None,
-                   help="with --executor ray: the cluster's address (default: a Ray instance "
-                   "started on this machine)")  # fmt: skip
-    p.add_argument("--stop-after", type=_positive, default=5, metavar="N",
-                   help="stop a kernel for a dtype after N identical failures in a row "
-                   "(raised, hung or bad output; default 5)")  # fmt: skip
-    p.add_argument("--part", action="append", choices=PARTS, metavar="PART",
-                   help=f"run only this part of the campaign; repeat for several (default: "
-                   f"all: {', '.join(PARTS)})")  # fmt: skip
+    p.add_argument(
+        "--fail-on",
+        choices=list(GATES),
+        default="fail-hard",
+        help="what makes the exit status 1 (default fail-hard: FAIL-HARD, wrong-shape "
+        "outputs, a kernel that raised or hung inside its contract, a failed "
+        "structural property, a kernel that could not run at all; fail adds FAIL; "
+        "never)",
+    )
+    p.add_argument(
+        "--arithmetic",
+        choices=("naive", "flash", "flash-fa1", "tf32"),
+        help="declare the arithmetic class of the --kernel functions that do not "
+        "declare one, so that class's error bounds apply (default: unknown, the "
+        "loosest bound of every class)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="processes for the oracle, bounds and baselines (default: one per "
+        "core); results do not depend on it",
+    )
+    p.add_argument(
+        "--kernel-workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="isolated processes running the kernels (default: one per GPU with "
+        "--device cuda, else one per core); with more than the GPUs, they share "
+        "them",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="run on this machine (default) or on a Ray cluster (pip install "
+        "'flashcheck[ray]'; docs/report.md)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --executor ray: the cluster's address (default: a Ray instance "
+        "started on this machine)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=_positive,
+        default=5,
+        metavar="N",
+        help="stop a kernel for a dtype after N identical failures in a row "
+        "(raised, hung or bad output; default 5)",
+    )
+    p.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        metavar="PART",
+        help=f"run only this part of the campaign; repeat for several (default: "
+        f"all: {', '.join(PARTS)})",
+    )
     p.set_defaults(func=_cmd_report)
     r = sub.add_parser(
         "render",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any, NoReturn
 
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.cases.store import save_case
-from flashcheck.harness.judging.check import CheckResult, check, format_check
-from flashcheck.properties.plugin import RUN_CONTEXT, final_example
+from ..harness.cases.case import Case
+from ..harness.cases.store import save_case
+from ..harness.judging.check import CheckResult, check, format_check
+from .plugin import RUN_CONTEXT, final_example
 
 __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]
 
@@ -44,8 +44,9 @@ def save_failure(
         return None
     ctx = dict(RUN_CONTEXT)
     ctx["property"] = prop
-    return save_case(case, kernel=kernel, device=device, verdict=verdict, context=ctx,
-                     directory=directory)  # fmt: skip
+    return save_case(
+        case, kernel=kernel, device=device, verdict=verdict, context=ctx, directory=directory
+    )
 
 
 def fail(
@@ -91,9 +92,27 @@ def assert_attention(
     ``flashcheck replay`` command. Returns the :class:`CheckResult` when it passes.
     """
     __tracebackhide__ = True
-    res = check(kernel, q, k, v, causal=causal, window=window, mask=mask, scale=scale,
-                device=device, save="never")  # fmt: skip
+    res = check(
+        kernel,
+        q,
+        k,
+        v,
+        causal=causal,
+        window=window,
+        mask=mask,
+        scale=scale,
+        device=device,
+        save="never",
+    )
     if not res.passed:
-        fail(res.case, res.kernel, res.device, "accuracy", "\n" + format_check(res),
-             res.verdict.as_dict(), directory=case_dir, result=res)  # fmt: skip
+        fail(
+            res.case,
+            res.kernel,
+            res.device,
+            "accuracy",
+            "\n" + format_check(res),
+            res.verdict.as_dict(),
+            directory=case_dir,
+            result=res,
+        )
     return res

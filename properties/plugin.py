@@ -57,16 +57,31 @@ def _register_profiles() -> None:
     # No explain phase and no blob: a failure is reproduced from its saved case file, and
     # the installed suite's source is not the user's to edit.
     settings.register_profile(
-        "flashcheck-ci", derandomize=True, database=None, deadline=None, max_examples=40,
-        suppress_health_check=slow_ok, phases=every_phase,
-    )  # fmt: skip
+        "flashcheck-ci",
+        derandomize=True,
+        database=None,
+        deadline=None,
+        max_examples=40,
+        suppress_health_check=slow_ok,
+        phases=every_phase,
+    )
     settings.register_profile(
         "flashcheck-dev", deadline=None, max_examples=40, suppress_health_check=slow_ok
     )
-    settings.register_profile("flashcheck-thorough", deadline=None, max_examples=1000,
-                              suppress_health_check=slow_ok, phases=every_phase)  # fmt: skip
-    settings.register_profile("flashcheck-sweep", deadline=None, max_examples=10_000,
-                              suppress_health_check=slow_ok, phases=every_phase)  # fmt: skip
+    settings.register_profile(
+        "flashcheck-thorough",
+        deadline=None,
+        max_examples=1000,
+        suppress_health_check=slow_ok,
+        phases=every_phase,
+    )
+    settings.register_profile(
+        "flashcheck-sweep",
+        deadline=None,
+        max_examples=10_000,
+        suppress_health_check=slow_ok,
+        phases=every_phase,
+    )
 
 
 _register_profiles()
@@ -96,28 +111,49 @@ def final_example() -> bool:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("flashcheck", "flashcheck: attention-kernel numerics")
     group.addoption(
-        "--flashcheck-kernel", action="append", dest="flashcheck_kernels", metavar="SPEC",
+        "--flashcheck-kernel",
+        action="append",
+        dest="flashcheck_kernels",
+        metavar="SPEC",
         help="kernel under test: a built-in name, 'builtin' (the project's own kernels), an "
         "entry point of group flashcheck.kernels or package.module:function; repeatable",
-    )  # fmt: skip
-    group.addoption("--flashcheck-dtype", action="append", dest="flashcheck_dtypes",
-                    choices=("fp16", "bf16", "fp32"),
-                    help="only this input format; repeatable (default: the kernel's)")  # fmt: skip
-    group.addoption("--flashcheck-device", dest="flashcheck_device", choices=("cpu", "cuda"),
-                    help="device for kernels that run on several (default: cuda if "
-                    "available)")  # fmt: skip
-    group.addoption("--flashcheck-profile", dest="flashcheck_profile", choices=PROFILES,
-                    help="Hypothesis profile for the run (default: $FLASHCHECK_PROFILE, else "
-                    "Hypothesis' own)")  # fmt: skip
-    parser.addini("flashcheck_kernels", type="args", default=[],
-                  help="kernels under test when --flashcheck-kernel is not given")  # fmt: skip
-    parser.addini("flashcheck_profile", type="string", default="",
-                  help="Hypothesis profile when neither --flashcheck-profile nor "
-                  "$FLASHCHECK_PROFILE is given")  # fmt: skip
+    )
+    group.addoption(
+        "--flashcheck-dtype",
+        action="append",
+        dest="flashcheck_dtypes",
+        choices=("fp16", "bf16", "fp32"),
+        help="only this input format; repeatable (default: the kernel's)",
+    )
+    group.addoption(
+        "--flashcheck-device",
+        dest="flashcheck_device",
+        choices=("cpu", "cuda"),
+        help="device for kernels that run on several (default: cuda if available)",
+    )
+    group.addoption(
+        "--flashcheck-profile",
+        dest="flashcheck_profile",
+        choices=PROFILES,
+        help="Hypothesis profile for the run (default: $FLASHCHECK_PROFILE, else Hypothesis' own)",
+    )
+    parser.addini(
+        "flashcheck_kernels",
+        type="args",
+        default=[],
+        help="kernels under test when --flashcheck-kernel is not given",
+    )
+    parser.addini(
+        "flashcheck_profile",
+        type="string",
+        default="",
+        help="Hypothesis profile when neither --flashcheck-profile nor "
+        "$FLASHCHECK_PROFILE is given",
+    )
 
 
 def _specs(config: pytest.Config) -> list[str]:
-    from flashcheck.harness.adapters.registry import SUITE_KERNELS
+    from ..harness.adapters.registry import SUITE_KERNELS
 
     given = config.getoption("flashcheck_kernels") or config.getini("flashcheck_kernels")
     out: list[str] = []
@@ -186,9 +222,9 @@ def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dic
     at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
     a separate process with a time limit: a kernel that hangs or kills its process on a probe
     input is then reported as such, not a silent end of the test session."""
-    from flashcheck.harness.adapters.probe import resolved
-    from flashcheck.harness.adapters.registry import resolve
-    from flashcheck.harness.campaign.worker import KernelWorker, probe_runner
+    from ..harness.adapters.probe import resolved
+    from ..harness.adapters.registry import resolve
+    from ..harness.campaign.worker import KernelWorker, probe_runner
 
     out: dict[str, Any] = {}
     with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
@@ -210,7 +246,7 @@ def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dic
 
 
 def _builtin_suite() -> tuple[str, ...]:
-    from flashcheck.harness.adapters.registry import SUITE_KERNELS
+    from ..harness.adapters.registry import SUITE_KERNELS
 
     return SUITE_KERNELS
 
@@ -266,8 +302,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not params:
         why = "no kernel under test: pass --flashcheck-kernel SPEC"
         mark = pytest.mark.skip(reason=why)
-        params = [pytest.param(None, None, marks=mark) if with_dtype else
-                  pytest.param(None, marks=mark)]  # fmt: skip
+        params = [
+            pytest.param(None, None, marks=mark) if with_dtype else pytest.param(None, marks=mark)
+        ]
     names = ["flashcheck_kernel", "flashcheck_dtype"] if with_dtype else ["flashcheck_kernel"]
     metafunc.parametrize(names, params, indirect=True)
 
@@ -285,8 +322,9 @@ def flashcheck_device(request: pytest.FixtureRequest, flashcheck_kernel: Any) ->
 
 
 @pytest.fixture(scope="session")
-def flashcheck_dtype(request: pytest.FixtureRequest, flashcheck_kernel: Any,
-                     flashcheck_device: str) -> str:  # fmt: skip
+def flashcheck_dtype(
+    request: pytest.FixtureRequest, flashcheck_kernel: Any, flashcheck_device: str
+) -> str:
     """An input format of the kernel's contract; skips, saying why, where it cannot run."""
     dtype = request.param
     if dtype is None:

@@ -21,10 +21,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from flashcheck.harness.adapters.probe import resolved
-from flashcheck.harness.adapters.registry import as_kernel
-from flashcheck.harness.cases.case import DTYPES, Case
-from flashcheck.harness.cases.families import (
+from ..harness.adapters.probe import resolved
+from ..harness.adapters.registry import as_kernel
+from ..harness.cases.case import DTYPES, Case
+from ..harness.cases.families import (
     EDGES,
     FAMILIES,
     HEAD_DIMS,
@@ -129,9 +129,23 @@ def recipes(
     magnitude = draw(st.sampled_from(magnitudes(family, dtype, score_limit)))
     seed = draw(st.integers(0, 2**32 - 1))
     return Recipe(
-        dtype, family, b, hq, hk, nq, nk, d, dv, seed, causal, window, mask_density, scale,
-        magnitude, score_limit,
-    )  # fmt: skip
+        dtype,
+        family,
+        b,
+        hq,
+        hk,
+        nq,
+        nk,
+        d,
+        dv,
+        seed,
+        causal,
+        window,
+        mask_density,
+        scale,
+        magnitude,
+        score_limit,
+    )
 
 
 def cases(**kw) -> st.SearchStrategy[Case]:
@@ -182,8 +196,15 @@ def attention_cases(
 
         def for_dtype(dt: str) -> st.SearchStrategy[Case]:
             score = None if kern is None else kern.score_limit.get(dt)
-            return cases(dtype=dt, families=families, max_len=max_len, max_work=work,
-                         min_slices=min_slices, score_limit=score, **limits)  # fmt: skip
+            return cases(
+                dtype=dt,
+                families=families,
+                max_len=max_len,
+                max_work=work,
+                min_slices=min_slices,
+                score_limit=score,
+                **limits,
+            )
 
         return st.sampled_from(dtypes).flatmap(for_dtype)
 

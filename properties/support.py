@@ -11,9 +11,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
-from flashcheck.harness.cases.families import Recipe, make_case
-from flashcheck.properties.plugin import profile_name
-from flashcheck.properties.strategies import cases, contract_limits
+from ..harness.cases.families import Recipe, make_case
+from .plugin import profile_name
+from .strategies import cases, contract_limits
 
 __all__ = [
     "MAX_LEN",
@@ -83,15 +83,27 @@ def run_or_fail(kernel: Any, case: Any, device: str, prop: str, call: Any) -> An
     """``call()``, or a saved case and a failure naming what the kernel did: raised inside its
     contract, or returned something that is not an attention output."""
     __tracebackhide__ = True
-    from flashcheck.harness.adapters.adapter import KernelOutputError
-    from flashcheck.properties.assertions import fail
+    from ..harness.adapters.adapter import KernelOutputError
+    from .assertions import fail
 
     try:
         return call()
     except KernelOutputError as err:
-        fail(case, kernel.name, device, prop, f"BAD-OUTPUT: {err}",
-             {"verdict": "BAD-OUTPUT", "message": str(err)})  # fmt: skip
+        fail(
+            case,
+            kernel.name,
+            device,
+            prop,
+            f"BAD-OUTPUT: {err}",
+            {"verdict": "BAD-OUTPUT", "message": str(err)},
+        )
     except Exception as err:
         why = f"{type(err).__name__}: {err}"
-        fail(case, kernel.name, device, prop, f"the kernel raised inside its contract: {why}",
-             {"verdict": "ERROR", "message": why})  # fmt: skip
+        fail(
+            case,
+            kernel.name,
+            device,
+            prop,
+            f"the kernel raised inside its contract: {why}",
+            {"verdict": "ERROR", "message": why},
+        )

@@ -53,8 +53,10 @@ def test_gradients_within_bounds_and_policy(
     assume(kern.backward_supports(case, dev) is None)
     res = _judge(kern, case, dev)
     worst = max(v.max_ulp for v in res.verdicts.values())
-    target(math.log2(1 + (worst if math.isfinite(worst) else 2.0**60)),
-           label=f"log2(1 + floored ulp) of gradients {kern.name} {dtype}")  # fmt: skip
+    target(
+        math.log2(1 + (worst if math.isfinite(worst) else 2.0**60)),
+        label=f"log2(1 + floored ulp) of gradients {kern.name} {dtype}",
+    )
 
 
 def _fixed_cases(kern, dtype):
@@ -105,8 +107,7 @@ def _structural(name, kern, case, dev):
     check = GRADIENT_CHECKS[name]
     ok, msg = run_or_fail(kern, case, dev, name, lambda: check(kern, case, dev))
     if not ok:
-        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name,
-                                               "message": msg})  # fmt: skip
+        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name, "message": msg})
 
 
 @fewer(10)
@@ -119,12 +120,16 @@ def test_flash_backward_matches_its_declared_arithmetic(
     kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
     _needs_backward(kern)
     if kern.backward_arithmetic != "flash":
-        pytest.skip(f"conformance applies to the flash backward class, not "
-                    f"{kern.backward_arithmetic}")  # fmt: skip
+        pytest.skip(
+            f"conformance applies to the flash backward class, not {kern.backward_arithmetic}"
+        )
     if kern.seq_multiple > ONE_BLOCK:
-        pytest.skip(f"needs one {ONE_BLOCK}-row block; lengths are multiples of "
-                    f"{kern.seq_multiple}")  # fmt: skip
-    case = data.draw(case_strategy(kern, dtype, families=FINITE, max_len=ONE_BLOCK,
-                                   masks=("causal", "window")), label="case")  # fmt: skip
+        pytest.skip(
+            f"needs one {ONE_BLOCK}-row block; lengths are multiples of {kern.seq_multiple}"
+        )
+    case = data.draw(
+        case_strategy(kern, dtype, families=FINITE, max_len=ONE_BLOCK, masks=("causal", "window")),
+        label="case",
+    )
     assume(kern.backward_supports(case, dev) is None)
     _structural("gradient-conformance", kern, case, dev)

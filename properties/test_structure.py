@@ -28,28 +28,40 @@ def _check(name, kern, dtype, dev, data, **kw):
     assume(kern.supports(case, dev) is None)
     ok, msg = run_or_fail(kern, case, dev, name, lambda: CHECKS[name](kern, case, dev))
     if not ok:
-        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name,
-                                                "message": msg})  # fmt: skip
+        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name, "message": msg})
 
 
 @fewer(10)
 @given(data=st.data())
-def test_batch_and_head_independence(flashcheck_kernel, flashcheck_dtype, flashcheck_device,
-                                     data):  # fmt: skip
+def test_batch_and_head_independence(flashcheck_kernel, flashcheck_dtype, flashcheck_device, data):
     if not flashcheck_kernel.batched:
         pytest.skip("the kernel takes one (batch, head) slice per call (its contract)")
-    _check("batch-head-independence", flashcheck_kernel, flashcheck_dtype, flashcheck_device,
-           data, families=FINITE, min_slices=2)  # fmt: skip
+    _check(
+        "batch-head-independence",
+        flashcheck_kernel,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+        min_slices=2,
+    )
 
 
 @fewer(10)
 @given(data=st.data())
-def test_padded_buffers_give_the_same_output(flashcheck_kernel, flashcheck_dtype,
-                                             flashcheck_device, data):  # fmt: skip
+def test_padded_buffers_give_the_same_output(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
     # Inputs inside NaN-filled buffers (non-contiguous views): any read outside the logical
     # tensor would change the result.
-    _check("padded-buffers", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data,
-           families=FINITE)  # fmt: skip
+    _check(
+        "padded-buffers",
+        flashcheck_kernel,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+    )
 
 
 @fewer(10)
@@ -60,46 +72,74 @@ def test_repeated_runs_agree(flashcheck_kernel, flashcheck_dtype, flashcheck_dev
 
 @fewer(10)
 @given(data=st.data())
-def test_key_permutation_changes_output_only_within_bounds(flashcheck_kernel, flashcheck_dtype,
-                                                           flashcheck_device, data):  # fmt: skip
+def test_key_permutation_changes_output_only_within_bounds(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
     # The permutation is drawn from the case's seed, so a replay permutes the same way.
-    _check("key-permutation", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data,
-           families=FINITE, masks=())  # fmt: skip
+    _check(
+        "key-permutation",
+        flashcheck_kernel,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+        masks=(),
+    )
 
 
 @fewer(15)
 @given(data=st.data())
-def test_nan_inputs_propagate_and_stay_contained(flashcheck_kernel, flashcheck_dtype,
-                                                 flashcheck_device, data):  # fmt: skip
+def test_nan_inputs_propagate_and_stay_contained(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
     # SPEC 3.1: an output whose exact computation involves a NaN input is NaN; outputs that
     # involve only finite inputs stay finite (no leak across rows, heads or batches).
-    why = family_outside_contract(flashcheck_kernel, flashcheck_dtype, flashcheck_device,
-                                  "nonfinite")  # fmt: skip
+    why = family_outside_contract(
+        flashcheck_kernel, flashcheck_dtype, flashcheck_device, "nonfinite"
+    )
     if why:
         pytest.skip(why)
-    _check("nan-rule", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data,
-           families=("nonfinite",))  # fmt: skip
+    _check(
+        "nan-rule",
+        flashcheck_kernel,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=("nonfinite",),
+    )
 
 
 @fewer(20)
 @given(data=st.data())
-def test_flash_kernel_matches_its_declared_arithmetic(flashcheck_kernel, flashcheck_dtype,
-                                                      flashcheck_device, data):  # fmt: skip
+def test_flash_kernel_matches_its_declared_arithmetic(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
     # Catches kernels that are *more* accurate than declared (P not rounded), which the
     # accuracy bounds cannot see; see flashcheck.harness.judging.structural.conformance.
     if flashcheck_kernel.arithmetic != "flash":
         pytest.skip(f"conformance applies to the flash class, not {flashcheck_kernel.arithmetic}")
     if flashcheck_kernel.seq_multiple > ONE_BLOCK:
-        pytest.skip(f"needs keys within one {ONE_BLOCK}-key block; lengths are multiples of "
-                    f"{flashcheck_kernel.seq_multiple}")  # fmt: skip
-    _check("conformance", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data,
-           families=FINITE, max_len=ONE_BLOCK, masks=("causal", "window"))  # fmt: skip
+        pytest.skip(
+            f"needs keys within one {ONE_BLOCK}-key block; lengths are multiples of "
+            f"{flashcheck_kernel.seq_multiple}"
+        )
+    _check(
+        "conformance",
+        flashcheck_kernel,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+        max_len=ONE_BLOCK,
+        masks=("causal", "window"),
+    )
 
 
 @fewer(10)
 @given(data=st.data())
-def test_options_change_the_output_where_they_should(flashcheck_kernel, flashcheck_dtype,
-                                                     flashcheck_device, data):  # fmt: skip
+def test_options_change_the_output_where_they_should(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
     # A kernel that ignores causal, window or scale is caught even where its error would be
     # small: the option must change the output wherever it changes the exact answer.
     kern = flashcheck_kernel

@@ -11,5 +11,6 @@ def run_flashcheck(args, cwd, timeout=400):
     exe = Path(sys.executable).with_name("flashcheck")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -47,11 +47,27 @@ def _reference(q, k, v, do, causal=False, window=None, mask=None, scale=None):
     tq, tk, tv = (torch.from_numpy(x.astype(np.float64)).requires_grad_() for x in (q, k, v))
     kk, vv = tk.repeat_interleave(rep, 1), tv.repeat_interleave(rep, 1)
     mk = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
-    keep = torch.from_numpy(np.stack([
-        np.stack([keep_mask(nq, nk, np.arange(nq), np.arange(nk), causal, window,
-                            None if mk is None else mk[b, h]) for h in range(hq)])
-        for b in range(bsz)
-    ]))  # fmt: skip
+    keep = torch.from_numpy(
+        np.stack(
+            [
+                np.stack(
+                    [
+                        keep_mask(
+                            nq,
+                            nk,
+                            np.arange(nq),
+                            np.arange(nk),
+                            causal,
+                            window,
+                            None if mk is None else mk[b, h],
+                        )
+                        for h in range(hq)
+                    ]
+                )
+                for b in range(bsz)
+            ]
+        )
+    )
     s = (sc * tq @ kk.transpose(-1, -2)).masked_fill(~keep, -math.inf)
     has = keep.any(-1, keepdim=True)
     p = torch.softmax(torch.where(has, s, 0.0), -1) * keep
@@ -71,9 +87,17 @@ def _reference(q, k, v, do, causal=False, window=None, mask=None, scale=None):
 def _flash(q, k, v, do, policy, block_q=16, block_k=16, **opts):
     o, lse = online_attention(q, k, v, policy=policy, block_q=block_q, block_k=block_k, **opts)
     return online_attention_backward(
-        q, k, v, o, lse, do.astype(o.dtype), policy=policy, block_q=block_q, block_k=block_k,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do.astype(o.dtype),
+        policy=policy,
+        block_q=block_q,
+        block_k=block_k,
         **opts,
-    )  # fmt: skip
+    )
 
 
 def _max_rel(got, ref):

@@ -104,13 +104,22 @@ def test_check_passes_a_correct_output_and_fails_a_wrong_one(dtype, causal):
 
 def _synthetic(path, *, complete=True, triton_verdict="PASS"):
     """A results file as flashcheck bench writes it, with made-up speeds."""
-    header = {"tool": "flashcheck bench", "name": "fake",
-              "config": {"parts": ["grid", "memory"], "quick": True, "seed": 0,
-                         "providers": None}}  # fmt: skip
+    header = {
+        "tool": "flashcheck bench",
+        "name": "fake",
+        "config": {"parts": ["grid", "memory"], "quick": True, "seed": 0, "providers": None},
+    }
     with ResultLog.open(path, header, fresh=True) as log:
         log.append({"type": "session", "env": {"gpu": "Fake GPU", "torch": "x"}})
-        log.append({"type": "ceilings", "matmul_bf16_tflops": 700.0, "matmul_n": 8192,
-                    "copy_tbs": 3.0, "copy_bytes": 2**30})  # fmt: skip
+        log.append(
+            {
+                "type": "ceilings",
+                "matmul_bf16_tflops": 700.0,
+                "matmul_n": 8192,
+                "copy_tbs": 3.0,
+                "copy_bytes": 2**30,
+            }
+        )
         speeds = {"triton": 500.0, "sdpa-flash": 350.0, "sdpa-cudnn": 600.0}
         compiled = {"stages": 2, "registers": 128, "spills": 0, "shared_bytes": 98304}
         for n in (1024, 4096):
@@ -120,21 +129,65 @@ def _synthetic(path, *, complete=True, triton_verdict="PASS"):
                 # The compiler's report, as on Hopper: short sequences take another tile.
                 tile = {"warps": 8 if n <= 2048 else 16, **compiled}
                 info = {"triton": tile} if prov == "triton" else {}
-                log.append({"type": "speed", "key": shape.key, "provider": prov,
-                            **shape.as_dict(), "status": "ok", "ms": shape.flops / tf / 1e9,
-                            "tflops": tf, "runs": 20, "spread": 0.01, **info,
-                            "check": {"verdict": verdict, "max_ulp": 0.5, "naive_ulp": 0.5,
-                                      "det_util": 0.1, "reasons": [], "rows": 12}})  # fmt: skip
-            log.append({"type": "speed", "key": shape.key, "provider": "sdpa-math",
-                        **shape.as_dict(), "status": "skipped", "reason": "too big"})  # fmt: skip
+                log.append(
+                    {
+                        "type": "speed",
+                        "key": shape.key,
+                        "provider": prov,
+                        **shape.as_dict(),
+                        "status": "ok",
+                        "ms": shape.flops / tf / 1e9,
+                        "tflops": tf,
+                        "runs": 20,
+                        "spread": 0.01,
+                        **info,
+                        "check": {
+                            "verdict": verdict,
+                            "max_ulp": 0.5,
+                            "naive_ulp": 0.5,
+                            "det_util": 0.1,
+                            "reasons": [],
+                            "rows": 12,
+                        },
+                    }
+                )
+            log.append(
+                {
+                    "type": "speed",
+                    "key": shape.key,
+                    "provider": "sdpa-math",
+                    **shape.as_dict(),
+                    "status": "skipped",
+                    "reason": "too big",
+                }
+            )
             log.append({"type": "shape-done", "key": shape.key})
         shape = Shape("memory", "bf16", 1, 8, 1024, 128, False)
         for prov, extra in (("triton", 2 * 2**20 + 32768), ("naive", 80 * 2**20)):
-            log.append({"type": "speed", "key": shape.key, "provider": prov, **shape.as_dict(),
-                        "status": "ok", "ms": 0.1, "tflops": 10.0, "runs": 20, "spread": 0.0,
-                        "peak_extra_bytes": extra, "out_bytes": 2 * 2**20, "lse_bytes": 32768,
-                        "check": {"verdict": "PASS", "max_ulp": 0.5, "naive_ulp": 0.5,
-                                  "det_util": 0.1, "reasons": [], "rows": 12}})  # fmt: skip
+            log.append(
+                {
+                    "type": "speed",
+                    "key": shape.key,
+                    "provider": prov,
+                    **shape.as_dict(),
+                    "status": "ok",
+                    "ms": 0.1,
+                    "tflops": 10.0,
+                    "runs": 20,
+                    "spread": 0.0,
+                    "peak_extra_bytes": extra,
+                    "out_bytes": 2 * 2**20,
+                    "lse_bytes": 32768,
+                    "check": {
+                        "verdict": "PASS",
+                        "max_ulp": 0.5,
+                        "naive_ulp": 0.5,
+                        "det_util": 0.1,
+                        "reasons": [],
+                        "rows": 12,
+                    },
+                }
+            )
         if complete:
             log.append({"type": "complete"})
 
@@ -204,10 +257,15 @@ def test_plan_passes_and_shape_filters():
     assert all(s.pass_ == "bwd" and s.key.endswith("/bwd") for s in bwd)
     assert len({s.key for s, _ in both}) == len(both)
     assert bwd[0].as_dict()["pass"] == "bwd" and fwd[0][0].as_dict()["pass"] == "fwd"
-    sel = plan(parts=("grid",), passes=("bwd",), ns=(1024, 16384), head_dims=(128,),
-               dtypes=("bf16",))  # fmt: skip
-    assert [(s.n, s.causal) for s, _ in sel] == [(1024, False), (16384, False), (1024, True),
-                                                 (16384, True)]  # fmt: skip
+    sel = plan(
+        parts=("grid",), passes=("bwd",), ns=(1024, 16384), head_dims=(128,), dtypes=("bf16",)
+    )
+    assert [(s.n, s.causal) for s, _ in sel] == [
+        (1024, False),
+        (16384, False),
+        (1024, True),
+        (16384, True),
+    ]
     assert plan(parts=("memory",), passes=("bwd",), ns=(4096,))[0][0].key.endswith("/bwd")
     with pytest.raises(ValueError, match="passes"):
         plan(passes=("backward",))
@@ -255,8 +313,9 @@ def test_pass_figures_record_the_side_timings():
     from flashcheck.harness.bench.suite import _pass_figures
 
     s = Shape("grid", "bf16", 1, 1, 1024, 64, False, "bwd")
-    rec = _pass_figures(s, {"fwd": Timing((1.0,) * 5), "bwd": Timing((2.0,) * 5),
-                            "fwd+bwd": Timing((3.5,) * 5)})  # fmt: skip
+    rec = _pass_figures(
+        s, {"fwd": Timing((1.0,) * 5), "bwd": Timing((2.0,) * 5), "fwd+bwd": Timing((3.5,) * 5)}
+    )
     assert rec["ms"] == 2.0 and rec["tflops"] == pytest.approx(s.flops / 2.0 / 1e9)
     assert rec["diff_ms"] == 2.5 and rec["diff_tflops"] == pytest.approx(s.flops / 2.5 / 1e9)
     both = _pass_figures(replace(s, pass_="fwd+bwd"), {"fwd+bwd": Timing((3.5,) * 5)})
@@ -282,8 +341,9 @@ def test_gradient_check_passes_correct_and_fails_wrong(causal, oracle_max_n):
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(2, 3, 64, 32, generator=g).to(dtype) for _ in range(4))
     rows = sample_rows(64, seed=1)
-    ref = grad_check.grad_reference(q, k, v, do, causal=causal, rows=rows,
-                                    oracle_max_n=oracle_max_n)  # fmt: skip
+    ref = grad_check.grad_reference(
+        q, k, v, do, causal=causal, rows=rows, oracle_max_n=oracle_max_n
+    )
     assert ref.kv_mode == ("oracle" if oracle_max_n else "fp64")
     assert ref.keys[0] == 0 and ref.keys[-1] == 63 and ref.keys.size == grad_check.SAMPLE_KEYS
     good = _grads(q, k, v, do, causal, dtype)
@@ -310,8 +370,9 @@ def test_float64_key_gradients_agree_with_the_oracle():
     q, k, v, do = (torch.randn(1, 1, 48, 16, generator=g).to(torch.float16) for _ in range(4))
     keys = np.array([0, 7, 30, 47])
     ref = oracle(q, k, v, causal=True, do=do, rows=[0], keys=keys)
-    f = grad_check.fp64_key_gradients(q[0, 0], k[0, 0], v[0, 0], do[0, 0], causal=True,
-                                      keys=keys, chunk=10)  # fmt: skip
+    f = grad_check.fp64_key_gradients(
+        q[0, 0], k[0, 0], v[0, 0], do[0, 0], causal=True, keys=keys, chunk=10
+    )
     for name in ("dk", "dv"):
         floor = getattr(ref, f"{name}_floor")
         assert np.all(
@@ -319,15 +380,22 @@ def test_float64_key_gradients_agree_with_the_oracle():
         )
         assert np.allclose(getattr(f, f"{name}_floor"), floor, rtol=1e-12)
     with pytest.raises(ValueError, match="chunk"):
-        grad_check.fp64_key_gradients(q[0, 0], k[0, 0], v[0, 0], do[0, 0], causal=False,
-                                      keys=keys, chunk=0)  # fmt: skip
+        grad_check.fp64_key_gradients(
+            q[0, 0], k[0, 0], v[0, 0], do[0, 0], causal=False, keys=keys, chunk=0
+        )
 
 
 def _check(verdict="PASS", mode="fp64"):
-    return {"verdict": verdict, "reasons": [] if verdict == "PASS" else ["FAIL: made up"],
-            "max_ulp": {"dq": 0.6, "dk": 0.7, "dv": 0.5}, "naive_ulp": {"dq": 1, "dk": 1, "dv": 1},
-            "det_util": {"dq": 0.1, "dk": 0.1, "dv": 0.1}, "rows": 12, "keys": 12,
-            "kv_mode": mode}  # fmt: skip
+    return {
+        "verdict": verdict,
+        "reasons": [] if verdict == "PASS" else ["FAIL: made up"],
+        "max_ulp": {"dq": 0.6, "dk": 0.7, "dv": 0.5},
+        "naive_ulp": {"dq": 1, "dk": 1, "dv": 1},
+        "det_util": {"dq": 0.1, "dk": 0.1, "dv": 0.1},
+        "rows": 12,
+        "keys": 12,
+        "kv_mode": mode,
+    }
 
 
 def _add_backward(path, *, triton_verdict="PASS"):
@@ -338,19 +406,44 @@ def _add_backward(path, *, triton_verdict="PASS"):
             shape = Shape("grid", "bf16", TOKENS // n, 16, n, 128, False, "bwd")
             for prov, tf in speeds.items():
                 verdict = triton_verdict if prov == "triton" else "PASS"
-                log.append({"type": "speed", "key": shape.key, "provider": prov,
-                            **shape.as_dict(), "status": "ok", "ms": shape.flops / tf / 1e9,
-                            "tflops": tf, "runs": 20, "spread": 0.01, "fwd_ms": 1.0,
-                            "fwdbwd_ms": 3.0, "diff_ms": 2.0, "diff_tflops": tf * 0.9,
-                            "check": _check(verdict)})  # fmt: skip
+                log.append(
+                    {
+                        "type": "speed",
+                        "key": shape.key,
+                        "provider": prov,
+                        **shape.as_dict(),
+                        "status": "ok",
+                        "ms": shape.flops / tf / 1e9,
+                        "tflops": tf,
+                        "runs": 20,
+                        "spread": 0.01,
+                        "fwd_ms": 1.0,
+                        "fwdbwd_ms": 3.0,
+                        "diff_ms": 2.0,
+                        "diff_tflops": tf * 0.9,
+                        "check": _check(verdict),
+                    }
+                )
             log.append({"type": "shape-done", "key": shape.key})
         for n, extra in ((1024, 9 * 2**20), (4096, 36 * 2**20)):
             shape = Shape("memory", "bf16", 1, 8, n, 128, False, "bwd")
-            log.append({"type": "speed", "key": shape.key, "provider": "triton",
-                        **shape.as_dict(), "status": "ok", "ms": 0.1, "tflops": 10.0,
-                        "runs": 20, "spread": 0.0, "bwd_peak_extra_bytes": extra,
-                        "saved_bytes": 2**20, "grad_bytes": 3 * n * 1024 * 2,
-                        "check": _check("PASS", "oracle")})  # fmt: skip
+            log.append(
+                {
+                    "type": "speed",
+                    "key": shape.key,
+                    "provider": "triton",
+                    **shape.as_dict(),
+                    "status": "ok",
+                    "ms": 0.1,
+                    "tflops": 10.0,
+                    "runs": 20,
+                    "spread": 0.0,
+                    "bwd_peak_extra_bytes": extra,
+                    "saved_bytes": 2**20,
+                    "grad_bytes": 3 * n * 1024 * 2,
+                    "check": _check("PASS", "oracle"),
+                }
+            )
 
 
 def test_render_backward_sections_never_mix_passes(tmp_path):
@@ -390,8 +483,24 @@ def test_render_a_failed_gradient_check_does_not_score(tmp_path):
 
 def test_cli_backward_options(tmp_path, capsys):
     if not torch.cuda.is_available():
-        assert main(["bench", "--pass", "bwd", "--n", "1024", "--d", "128", "--dtype", "bf16",
-                     "--out", str(tmp_path)]) == 2  # fmt: skip
+        assert (
+            main(
+                [
+                    "bench",
+                    "--pass",
+                    "bwd",
+                    "--n",
+                    "1024",
+                    "--d",
+                    "128",
+                    "--dtype",
+                    "bf16",
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 2
+        )
         assert "no CUDA GPU" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "--pass", "backward"])

@@ -22,8 +22,16 @@ def _run(kind, case, block):
         return naive_numpy(case.q, case.k, case.v, **case.options())
     variant = "fa1" if kind == "flash-fa1" else "fa2"
     policy = PrecisionPolicy.flash(case.dtype)
-    return online_attention(case.q, case.k, case.v, policy=policy, variant=variant, block_q=8,
-                            block_k=block, **case.options())  # fmt: skip
+    return online_attention(
+        case.q,
+        case.k,
+        case.v,
+        policy=policy,
+        variant=variant,
+        block_q=8,
+        block_k=block,
+        **case.options(),
+    )
 
 
 @settings(max_examples=60)
@@ -61,8 +69,14 @@ def test_deterministic_bound_dominates_emulated_error(rec, kind, block):
             return
     o, lse = _run(kind, case, block)
     ref = oracle(case.q, case.k, case.v, **case.options())
-    b = error_bounds(case.q, case.k, case.v, arithmetic=kind,
-                     key_block=None if kind == "naive" else block, **case.options())  # fmt: skip
+    b = error_bounds(
+        case.q,
+        case.k,
+        case.v,
+        arithmetic=kind,
+        key_block=None if kind == "naive" else block,
+        **case.options(),
+    )
     err = _err(o, ref)
     assert np.all(err <= b.o_det), f"max utilization {np.max(err / b.o_det):.3g}"
     live = np.isfinite(ref.lse_hi)
@@ -78,8 +92,10 @@ def test_bounds_are_not_absurdly_loose(dtype):
     rng = np.random.default_rng(7)
     from flashcheck.harness.cases.case import DTYPES
 
-    q, k, v = (rng.standard_normal((1, 2, 64, 32)).astype(np.float32).astype(DTYPES[dtype])
-               for _ in range(3))  # fmt: skip
+    q, k, v = (
+        rng.standard_normal((1, 2, 64, 32)).astype(np.float32).astype(DTYPES[dtype])
+        for _ in range(3)
+    )
     o, _ = online_attention(q, k, v, policy=PrecisionPolicy.flash(dtype), block_k=16)
     ref = oracle(q, k, v)
     b = error_bounds(q, k, v, arithmetic="flash", key_block=16)

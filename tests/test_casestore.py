@@ -9,15 +9,17 @@ from flashcheck.properties.strategies import Recipe, make_case
 
 
 def _case(dtype="bf16"):
-    return make_case(Recipe(dtype, "fa3_outliers", 1, 2, 1, 5, 7, 8, 3, seed=3, causal=True,
-                            mask_density=0.5))  # fmt: skip
+    return make_case(
+        Recipe(dtype, "fa3_outliers", 1, 2, 1, 5, 7, 8, 3, seed=3, causal=True, mask_density=0.5)
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_round_trip_is_bit_exact(tmp_path, dtype):
     case = _case(dtype)
-    cid = save_case(case, kernel="triton", device="cpu", verdict={"verdict": "FAIL"},
-                    directory=tmp_path)  # fmt: skip
+    cid = save_case(
+        case, kernel="triton", device="cpu", verdict={"verdict": "FAIL"}, directory=tmp_path
+    )
     back, rec = load_case(cid, tmp_path)
     for name in ("q", "k", "v"):
         assert np.array_equal(case.bits(name), back.bits(name))

@@ -24,9 +24,22 @@ from flashcheck.kernels.recurrence import (
     online_attention_backward,
 )
 
-FAMILIES = ("randn", "huge_logits", "negative_rows", "near_ties", "exact_ties", "spike",
-            "one_hot", "monotone", "cancel_v", "sink", "uniform", "fa3_outliers", "tiny",
-            "subnormal")  # fmt: skip
+FAMILIES = (
+    "randn",
+    "huge_logits",
+    "negative_rows",
+    "near_ties",
+    "exact_ties",
+    "spike",
+    "one_hot",
+    "monotone",
+    "cancel_v",
+    "sink",
+    "uniform",
+    "fa3_outliers",
+    "tiny",
+    "subnormal",
+)
 # Median over the 100 cases of each test of max(err / det bound), per gradient dQ / dK / dV
 # (printed by `pytest -s tests/test_gradient_bounds.py -k dominate`):
 #   naive fp16 0.11 / 0.12 / 0.16, bf16 0.09 / 0.09 / 0.15, fp32 0.017 / 0.013 / 0.027;
@@ -56,8 +69,15 @@ def exact_gradients(q, k, v, do, *, causal=False, window=None, mask=None, scale=
     for b in range(bsz):
         for h in range(hq):
             g = h // (hq // hk)
-            keep = keep_mask(nq, nk, np.arange(nq), np.arange(nk), causal, window,
-                             None if full is None else full[b, h])  # fmt: skip
+            keep = keep_mask(
+                nq,
+                nk,
+                np.arange(nq),
+                np.arange(nk),
+                causal,
+                window,
+                None if full is None else full[b, h],
+            )
             s = np.where(keep, tau * q[b, h] @ k[b, g].T, -np.inf)
             m = np.where(keep.any(1), s.max(1, initial=-np.inf), 0.0)
             e = np.where(keep, np.exp(s - m[:, None]), 0.0)
@@ -76,18 +96,35 @@ def _recipes(dtype: str, n: int, seed: int) -> list[Recipe]:
     for i in range(n):
         fam = FAMILIES[i % len(FAMILIES)]
         hk = int(rng.choice([1, 2]))
-        mag = {"huge_logits": 1e3, "negative_rows": 1e3, "near_ties": 30.0, "exact_ties": 10.0,
-               "spike": 30.0, "one_hot": 10.0, "monotone": 30.0, "sink": 10.0}  # fmt: skip
-        out.append(Recipe(
-            dtype=dtype, family=fam, b=1, hq=hk * int(rng.choice([1, 2])), hk=hk,
-            nq=int(rng.integers(1, 41)), nk=int(rng.integers(1, 41)),
-            d=int(rng.choice([4, 8, 16])), dv=int(rng.choice([3, 8, 16])),
-            seed=int(rng.integers(1 << 30)), causal=bool(rng.random() < 0.3),
-            window=(2, 1) if rng.random() < 0.15 else None,
-            mask_density=0.4 if rng.random() < 0.2 else None,
-            scale=float(rng.choice([0.3, -0.7])) if rng.random() < 0.2 else None,
-            magnitude=mag.get(fam, 1.0),
-        ))  # fmt: skip
+        mag = {
+            "huge_logits": 1e3,
+            "negative_rows": 1e3,
+            "near_ties": 30.0,
+            "exact_ties": 10.0,
+            "spike": 30.0,
+            "one_hot": 10.0,
+            "monotone": 30.0,
+            "sink": 10.0,
+        }
+        out.append(
+            Recipe(
+                dtype=dtype,
+                family=fam,
+                b=1,
+                hq=hk * int(rng.choice([1, 2])),
+                hk=hk,
+                nq=int(rng.integers(1, 41)),
+                nk=int(rng.integers(1, 41)),
+                d=int(rng.choice([4, 8, 16])),
+                dv=int(rng.choice([3, 8, 16])),
+                seed=int(rng.integers(1 << 30)),
+                causal=bool(rng.random() < 0.3),
+                window=(2, 1) if rng.random() < 0.15 else None,
+                mask_density=0.4 if rng.random() < 0.2 else None,
+                scale=float(rng.choice([0.3, -0.7])) if rng.random() < 0.2 else None,
+                magnitude=mag.get(fam, 1.0),
+            )
+        )
     return out
 
 
@@ -131,8 +168,9 @@ def _emulate(kind, case, do, bq, bk, monkeypatch):
     with monkeypatch.context() as mp:
         if kind == "tf32":  # the five GEMMs of the backward on tf32 operands
             mp.setattr(recurrence, "sequential_dot", _tf32_dot)
-        return online_attention_backward(case.q, case.k, case.v, o, lse, do, policy=pol,
-                                         block_q=bq, block_k=bk, **opts)  # fmt: skip
+        return online_attention_backward(
+            case.q, case.k, case.v, o, lse, do, policy=pol, block_q=bq, block_k=bk, **opts
+        )
 
 
 @pytest.mark.parametrize(
@@ -152,8 +190,9 @@ def test_bounds_dominate_emulated_gradients(kind, dtype, monkeypatch):
         got = _emulate(kind, case, do, bq, bk, monkeypatch)
         exact = exact_gradients(case.q, case.k, case.v, do, **case.options())
         blocks = {} if kind == "naive" else {"key_block": bk, "query_block": bq}
-        bnd = gradient_bounds(case.q, case.k, case.v, do, arithmetic=kind, **blocks,
-                              **case.options())  # fmt: skip
+        bnd = gradient_bounds(
+            case.q, case.k, case.v, do, arithmetic=kind, **blocks, **case.options()
+        )
         for name, g, e in zip(GRADS, got, exact, strict=True):
             det, prob = getattr(bnd, f"{name}_det"), getattr(bnd, f"{name}_prob")
             assert det.shape == e.shape
@@ -178,8 +217,19 @@ def test_bounds_hold_when_rounding_closes_a_huge_logit_gap(kind, magnitude, monk
     # Found by the CI profile (naive-torch bf16, huge_logits 1e6); this recipe is that case.
     rng = np.random.default_rng(7)
     for seed in range(4):
-        rec = Recipe(dtype="bf16", family="huge_logits", b=2, hq=1, hk=1, nq=31, nk=31, d=8,
-                     dv=1, seed=seed, magnitude=magnitude)  # fmt: skip
+        rec = Recipe(
+            dtype="bf16",
+            family="huge_logits",
+            b=2,
+            hq=1,
+            hk=1,
+            nq=31,
+            nk=31,
+            d=8,
+            dv=1,
+            seed=seed,
+            magnitude=magnitude,
+        )
         case = make_case(rec)
         do = _do(case, rng)
         got = _emulate(kind, case, do, 8, 16, monkeypatch)
@@ -219,8 +269,9 @@ def test_probabilistic_bound_is_tighter_for_long_sums():
 def test_fully_masked_rows_and_unused_keys(dtype, monkeypatch):
     rng = np.random.default_rng(1)
     dt = DTYPES[dtype]
-    q, k, v, do = (rng.standard_normal((1, 2, 6, 8)).astype(np.float32).astype(dt)
-                   for _ in range(4))  # fmt: skip
+    q, k, v, do = (
+        rng.standard_normal((1, 2, 6, 8)).astype(np.float32).astype(dt) for _ in range(4)
+    )
     k, v = k[:, :1], v[:, :1]  # MQA: both query heads share the kv head
     mask = np.ones((1, 2, 6, 6), dtype=bool)
     mask[:, :, 2] = False  # row 2 keeps no key (both heads)
@@ -235,8 +286,9 @@ def test_fully_masked_rows_and_unused_keys(dtype, monkeypatch):
         else:
             pol = PrecisionPolicy.flash(dtype)
             o, lse = online_attention(q, k, v, policy=pol, mask=mask, block_k=4)
-            dq, dk, dv = online_attention_backward(q, k, v, o, lse, do, policy=pol, mask=mask,
-                                                   block_q=4, block_k=4)  # fmt: skip
+            dq, dk, dv = online_attention_backward(
+                q, k, v, o, lse, do, policy=pol, mask=mask, block_q=4, block_k=4
+            )
         assert np.all(dq[:, :, 2] == 0) and np.all(dk[:, :, 4] == 0) and np.all(dv[:, :, 4] == 0)
         ex = exact_gradients(q, k, v, do, mask=mask)
         for g, e, bd in zip((dq, dk, dv), ex, (b.dq_det, b.dk_det, b.dv_det), strict=True):
@@ -252,8 +304,13 @@ def test_unknown_is_the_elementwise_max_of_every_class(dtype):
     classes = ["naive", "flash", "flash-fa1"] + (["tf32"] if dtype == "fp32" else [])
     assert loose.arithmetic == "unknown" and sorted(loose.parts) == sorted(classes)
     for name in ("dq_det", "dq_prob", "dk_det", "dk_prob", "dv_det", "dv_prob"):
-        each = [getattr(gradient_bounds(q, k, v, do, arithmetic=c, causal=True, key_block=4,
-                                        query_block=2), name) for c in classes]  # fmt: skip
+        each = [
+            getattr(
+                gradient_bounds(q, k, v, do, arithmetic=c, causal=True, key_block=4, query_block=2),
+                name,
+            )
+            for c in classes
+        ]
         for c, arr in zip(classes, each, strict=True):
             assert np.all(getattr(loose, name) >= arr), (c, name)
         part = [getattr(loose.parts[c], name) for c in classes]
@@ -266,8 +323,16 @@ def test_torch_inputs_and_naive_autograd_within_bound():
 
     rng = np.random.default_rng(8)
     for dtype, fam in (("bf16", "randn"), ("fp16", "near_ties"), ("fp32", "huge_logits")):
-        rec = dataclasses.replace(_recipes(dtype, 1, 4)[0], family=fam, hq=2, hk=1, nq=11,
-                                  nk=13, causal=True, magnitude=30.0)  # fmt: skip
+        rec = dataclasses.replace(
+            _recipes(dtype, 1, 4)[0],
+            family=fam,
+            hq=2,
+            hk=1,
+            nq=11,
+            nk=13,
+            causal=True,
+            magnitude=30.0,
+        )
         case = make_case(rec)
         do = _do(case, rng)
         q, k, v = (t.requires_grad_() for t in case.to_torch())

@@ -41,8 +41,7 @@ def _inputs(dtype=np.float16, b=2, hq=4, hk=2, nq=24, nk=16, d=16, seed=0):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_a_correct_backward_passes(ub, name, dtype):
     # causal with Nq > Nk: the first 8 rows keep no key, and their gradients must be 0
-    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(dtype), causal=True,
-                                     save="never")  # fmt: skip
+    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(dtype), causal=True, save="never")
     assert res.passed, str(res)
     assert set(res.verdicts) == {"dq", "dk", "dv"}
     assert np.all(res.grads.dq[:, :, :8] == 0)
@@ -57,15 +56,15 @@ def test_a_correct_backward_passes(ub, name, dtype):
     ],
 )
 def test_each_planted_backward_bug_is_named(ub, tmp_path, name, gradient, reason):
-    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(), causal=True,
-                                     case_dir=tmp_path)  # fmt: skip
+    res = flashcheck.check_gradients(getattr(ub, name), *_inputs(), causal=True, case_dir=tmp_path)
     assert res.verdict == "FAIL-HARD"
     assert res.verdicts[gradient].verdict == "FAIL-HARD"
     assert any(reason in r for r in res.verdicts[gradient].reasons), res.reasons
     # saved, and the replay recomputes the same verdict from the case file alone
     assert res.replay is not None and res.case_id is not None
-    _, verdict, record = replay(res.case_id, directory=tmp_path, kernel=getattr(ub, name),
-                                echo=lambda *_: None)  # fmt: skip
+    _, verdict, record = replay(
+        res.case_id, directory=tmp_path, kernel=getattr(ub, name), echo=lambda *_: None
+    )
     assert verdict == "FAIL-HARD"
     assert record["context"]["property"] == "gradients"
 
@@ -119,8 +118,18 @@ def user_dir(tmp_path):
 
 
 def test_report_on_a_backward_bug_exits_1_and_names_the_gradients(user_dir):
-    args = ["report", "--preset", "smoke", "--dtype", "fp16", "--part", "gradients",
-            "--kernel", "user_backward:no_dq_scale", "--no-render"]  # fmt: skip
+    args = [
+        "report",
+        "--preset",
+        "smoke",
+        "--dtype",
+        "fp16",
+        "--part",
+        "gradients",
+        "--kernel",
+        "user_backward:no_dq_scale",
+        "--no-render",
+    ]
     out = run_flashcheck(args, user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
@@ -128,8 +137,17 @@ def test_report_on_a_backward_bug_exits_1_and_names_the_gradients(user_dir):
 
 
 def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
-    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "gradients",
-            "--kernel", "user_backward:manual"]  # fmt: skip
+    args = [
+        "report",
+        "--preset",
+        "smoke",
+        "--dtype",
+        "fp32",
+        "--part",
+        "gradients",
+        "--kernel",
+        "user_backward:manual",
+    ]
     out = run_flashcheck(args, user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
@@ -150,16 +168,24 @@ def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatc
 
     computed = []
     real = ex.compute_gradient_reference
-    monkeypatch.setattr(ex, "compute_gradient_reference",
-                        lambda recipe: computed.append(recipe) or real(recipe))  # fmt: skip
+    monkeypatch.setattr(
+        ex, "compute_gradient_reference", lambda recipe: computed.append(recipe) or real(recipe)
+    )
 
     def no_second_oracle(case):
         raise AssertionError("the gradient oracle ran again for a case file")
 
     monkeypatch.setattr(gradient_check, "gradient_oracle", no_second_oracle)
-    opts = ReportOptions(name="g", preset="smoke", kernels=("naive-numpy",), dtypes=("fp32",),
-                         out=str(tmp_path), isolate=False, render=False,
-                         parts=("gradients",))  # fmt: skip
+    opts = ReportOptions(
+        name="g",
+        preset="smoke",
+        kernels=("naive-numpy",),
+        dtypes=("fp32",),
+        out=str(tmp_path),
+        isolate=False,
+        render=False,
+        parts=("gradients",),
+    )
     assert run_report(opts, echo=lambda *a: None) == 0
     data = load(tmp_path / "g" / "results.jsonl")
     assert data["complete"] and data["gradients"]

@@ -44,8 +44,10 @@ def test_standard_attention_a100_256_fits_in_sram():
 
 def test_presets_tiles_and_argument_checks():
     assert [g.balance for g in (GPUSpec.sim_v100(), GPUSpec.sim_a100(), GPUSpec.sim_h100())] == [
-        70.0, 150.0, 300.0,
-    ]  # fmt: skip
+        70.0,
+        150.0,
+        300.0,
+    ]
     h100, h200 = GPUSpec.h100_sxm(), GPUSpec.h200()
     assert h100.hbm_bandwidth * 2 * 1e9 == pytest.approx(3.35e12)  # bytes/s at 1 ns per cycle
     assert 290 < h100.balance * 0.5 < 300  # ~295 FLOP/B, seed 000's quoted H100 balance

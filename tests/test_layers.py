@@ -14,8 +14,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Source folders and the subpackage of `flashcheck` each becomes (pyproject's package-dir).
-PACKAGES = {"api": "flashcheck", "harness": "flashcheck.harness", "kernels": "flashcheck.kernels",
-            "properties": "flashcheck.properties"}  # fmt: skip
+PACKAGES = {
+    "api": "flashcheck",
+    "harness": "flashcheck.harness",
+    "kernels": "flashcheck.kernels",
+    "properties": "flashcheck.properties",
+}
 IMPORTERS = ("tests", "benchmarks")
 
 
@@ -124,20 +128,41 @@ def test_kernels_stand_alone_and_no_private_names_cross_modules():
 
 def test_wheel_holds_one_top_level_package_with_its_data(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-         "-q", "-w", str(tmp_path)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = tmp_path.glob("flashcheck-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"flashcheck", wheel.name.split("-py3")[0]
-                                                 + ".dist-info"}  # fmt: skip
-    needed = ("__init__.py", "strategies.py", "harness/cli.py", "kernels/triton_flash.py",
-              "properties/plugin.py", "properties/suite.ini")  # fmt: skip
+    assert {n.split("/")[0] for n in names} == {
+        "flashcheck",
+        wheel.name.split("-py3")[0] + ".dist-info",
+    }
+    needed = (
+        "__init__.py",
+        "strategies.py",
+        "harness/cli.py",
+        "kernels/triton_flash.py",
+        "properties/plugin.py",
+        "properties/suite.ini",
+    )
     for name in needed:
         assert f"flashcheck/{name}" in names
-    assert any(n.startswith("flashcheck/properties/regressions/") and n.endswith(".npz")
-               for n in names)  # fmt: skip
+    assert any(
+        n.startswith("flashcheck/properties/regressions/") and n.endswith(".npz") for n in names
+    )
     meta = next(n for n in names if n.endswith("entry_points.txt"))
     entry = zipfile.ZipFile(wheel).read(meta).decode()
     assert "flashcheck = flashcheck.harness.cli:main" in entry

@@ -85,8 +85,9 @@ def test_uniform_scores_match_exact_rationals(name):
     fr = lambda x: Fraction(float(x))  # noqa: E731
     kk, vv, dd = k[0, 0], v[0, 0], do[0, 0]
     p = Fraction(1, nk)
-    dp = [[sum(fr(dd[i, c]) * fr(vv[j, c]) for c in range(dv)) for j in range(nk)]
-          for i in range(nq)]  # fmt: skip
+    dp = [
+        [sum(fr(dd[i, c]) * fr(vv[j, c]) for c in range(dv)) for j in range(nk)] for i in range(nq)
+    ]
     big_d = [sum(p * x for x in row) for row in dp]
     ds = [[p * (dp[i][j] - big_d[i]) for j in range(nk)] for i in range(nq)]
     half = Fraction(1, 2)
@@ -115,8 +116,9 @@ def _loss(q, k, v, do, **kw):
     r = oracle(q, k, v, **kw)
     with mpmath.workprec(200):
         total = mpmath.mpf(0)
-        for hi, lo, g in zip(r.o_hi.ravel(), r.o_lo.ravel(), do.astype(np.float64).ravel(),
-                             strict=True):  # fmt: skip
+        for hi, lo, g in zip(
+            r.o_hi.ravel(), r.o_lo.ravel(), do.astype(np.float64).ravel(), strict=True
+        ):
             total += (mpmath.mpf(hi) + mpmath.mpf(lo)) * mpmath.mpf(g)
     return total
 
@@ -132,9 +134,11 @@ def test_finite_differences_of_the_forward_agree_with_the_gradients(causal):
     do = cast(cast(rng.standard_normal((1, 2, 4, 2)), "fp16"), "fp32")
     r = oracle(q, k, v, do=do, causal=causal)
     eps = 2.0**-20
-    spots = {"q": (q, r.dq_hi, [(0, 1, 2, 0), (0, 0, 3, 2)]),
-             "k": (k, r.dk_hi, [(0, 0, 1, 1), (0, 0, 4, 0)]),
-             "v": (v, r.dv_hi, [(0, 0, 0, 1), (0, 0, 3, 0)])}  # fmt: skip
+    spots = {
+        "q": (q, r.dq_hi, [(0, 1, 2, 0), (0, 0, 3, 2)]),
+        "k": (k, r.dk_hi, [(0, 0, 1, 1), (0, 0, 4, 0)]),
+        "v": (v, r.dv_hi, [(0, 0, 0, 1), (0, 0, 3, 0)]),
+    }
     for name, (x, grad, idxs) in spots.items():
         for idx in idxs:
             plus, minus = x.copy(), x.copy()

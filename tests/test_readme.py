@@ -23,8 +23,13 @@ def test_readme_pytest_example_passes_on_a_correct_kernel(tmp_path):
     (pkg / "attn.py").write_text("from mypkg.user_kernels import textbook as forward\n")
     (tmp_path / "test_example.py").write_text(example)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHCHECK_", "HYPOTHESIS_"))}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "test_example.py"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1 passed" in out.stdout

@@ -33,8 +33,14 @@ PLANTED = textwrap.dedent(
 def _cli(args, cwd, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "flashcheck.harness.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "flashcheck.harness.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_planted_bug_is_saved_and_replays_with_the_same_verdict(tmp_path, monkeypatch):

@@ -76,8 +76,14 @@ USER_KERNELS = textwrap.dedent(
 def _cli(args, cwd, env_extra=None, timeout=600):
     env = dict(os.environ, **(env_extra or {}))
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "flashcheck.harness.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "flashcheck.harness.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -99,20 +105,38 @@ SMOKE = ["report", "--preset", "smoke", "--dtype", "fp16"]
 
 
 def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
-    out = _cli([*SMOKE, "--name", "t", "--kernel", "userkern:good", "--kernel", "userkern:wrong",
-                "--fail-on", "fail"], cwd=user_dir)  # fmt: skip
+    out = _cli(
+        [
+            *SMOKE,
+            "--name",
+            "t",
+            "--kernel",
+            "userkern:good",
+            "--kernel",
+            "userkern:wrong",
+            "--fail-on",
+            "fail",
+        ],
+        cwd=user_dir,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     report = (user_dir / "reports/t/error-report.md").read_text()
-    rows = {line.split("|")[1].strip(): line for line in report.splitlines()
-            if line.startswith("| userkern:") and "| cpu |" in line}  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in report.splitlines()
+        if line.startswith("| userkern:") and "| cpu |" in line
+    }
     cols = [c.strip() for c in rows["userkern:wrong"].split("|")]
     # A 1.25x scale error is beyond the loosest bound of any known arithmetic: FAIL-HARD even
     # for a kernel of unknown arithmetic (SPEC 10).
     assert int(cols[7].strip("*")) > 0  # FAIL-HARD count of the wrong kernel
     cols = [c.strip() for c in rows["userkern:good"].split("|")]
     assert cols[6] == "0" and cols[7] == "0"  # the correct one neither FAILs nor FAIL-HARDs
-    replays = [line for line in report.splitlines() if "| userkern:wrong |" in line
-               and "flashcheck replay" in line]  # fmt: skip
+    replays = [
+        line
+        for line in report.splitlines()
+        if "| userkern:wrong |" in line and "flashcheck replay" in line
+    ]
     assert replays and "| FAIL-HARD |" in replays[0]
     cmd = replays[0].split("`")[-2].split()
     assert cmd[:2] == ["flashcheck", "replay"]
@@ -120,8 +144,10 @@ def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
     assert rep.returncode == 1, rep.stdout + rep.stderr
     assert "replayed: FAIL-HARD (same verdict)" in rep.stdout
     # the default gate (FAIL-HARD) fails the same results; only the good kernel passes it
-    again = _cli([*SMOKE, "--name", "t", "--kernel", "userkern:good", "--kernel",
-                  "userkern:wrong"], cwd=user_dir)  # fmt: skip
+    again = _cli(
+        [*SMOKE, "--name", "t", "--kernel", "userkern:good", "--kernel", "userkern:wrong"],
+        cwd=user_dir,
+    )
     assert again.returncode == 1, again.stdout + again.stderr
     assert "resuming:" in again.stdout
     good = _cli([*SMOKE, "--name", "g", "--kernel", "userkern:good"], cwd=user_dir)
@@ -129,8 +155,16 @@ def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
 
 
 def test_hanging_and_wrong_shape_kernels_are_recorded_and_the_campaign_goes_on(user_dir):
-    args = ["--name", "h", "--kernel", "userkern:hangs", "--kernel", "userkern:bad_shape",
-            "--timeout", "5"]  # fmt: skip
+    args = [
+        "--name",
+        "h",
+        "--kernel",
+        "userkern:hangs",
+        "--kernel",
+        "userkern:bad_shape",
+        "--timeout",
+        "5",
+    ]
     out = _cli([*SMOKE, *args], cwd=user_dir)
     assert out.returncode == 1, out.stdout + out.stderr
     res = _results(user_dir / "reports/h/results.jsonl")
@@ -141,20 +175,27 @@ def test_hanging_and_wrong_shape_kernels_are_recorded_and_the_campaign_goes_on(u
     assert any(r["status"] == "PASS" for r in after)  # it went on after the timeout
     bad = [r for r in res if r["kernel"] == "userkern:bad_shape"]
     assert bad and all(r["status"] in ("BAD-OUTPUT", "SKIP") for r in bad)
-    assert "returned O of shape" in next(r for r in bad if r["status"] == "BAD-OUTPUT")[
-        "reasons"][0]  # fmt: skip
+    assert (
+        "returned O of shape" in next(r for r in bad if r["status"] == "BAD-OUTPUT")["reasons"][0]
+    )
     report = (user_dir / "reports/h/error-report.md").read_text()
     assert "TIMEOUT: no result within 5 s" in report
 
 
 def test_killed_campaign_resumes_without_recomputing(user_dir):
     args = [*SMOKE, "--name", "k", "--kernel", "userkern:slow", "--kernel", "naive-numpy"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get(
-        "PYTHONPATH", "")]))  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    )
     cmd = [sys.executable, "-m", "flashcheck.harness.cli", *args]
-    proc = subprocess.Popen(cmd, cwd=user_dir, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=user_dir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     path = user_dir / "reports/k/results.jsonl"
     deadline = time.monotonic() + 120
     n_before = 0
@@ -184,9 +225,15 @@ def test_killed_campaign_resumes_without_recomputing(user_dir):
 
 def test_same_seed_same_numbers_and_render_reads_only_the_jsonl(tmp_path, capsys):
     def run(name, seed=0):
-        opts = ReportOptions(name=name, preset="smoke", seed=seed, kernels=("naive-numpy",
-                             "recurrence-fa2"), dtypes=("bf16",), out=str(tmp_path),
-                             isolate=False)  # fmt: skip
+        opts = ReportOptions(
+            name=name,
+            preset="smoke",
+            seed=seed,
+            kernels=("naive-numpy", "recurrence-fa2"),
+            dtypes=("bf16",),
+            out=str(tmp_path),
+            isolate=False,
+        )
         assert run_report(opts, progress_stream=sys.stderr) == 0
         return tmp_path / name
 
@@ -195,9 +242,14 @@ def test_same_seed_same_numbers_and_render_reads_only_the_jsonl(tmp_path, capsys
     assert _numbers(ra) == _numbers(rb)
     assert _numbers(ra) != _numbers(rc)
     md = (a / "error-report.md").read_text()
-    for section in ("## Verdicts by kernel and dtype", "## Worst cases",
-                    "## FlashAttention-3-style accuracy table", "## By input family",
-                    "## Limitations detected at run time", "## Environment"):  # fmt: skip
+    for section in (
+        "## Verdicts by kernel and dtype",
+        "## Worst cases",
+        "## FlashAttention-3-style accuracy table",
+        "## By input family",
+        "## Limitations detected at run time",
+        "## Environment",
+    ):
         assert section in md
     assert "flashcheck report --name a --preset smoke --seed 0 --dtype bf16" in md
     assert "Incomplete campaign" not in md
@@ -225,8 +277,14 @@ def test_plan_is_deterministic_and_covers_every_family():
 
 
 def _res(status, **kw):
-    return {"type": "result", "status": status, "kernel": "k", "dtype": "fp16", "part": "grid",
-            **kw}  # fmt: skip
+    return {
+        "type": "result",
+        "status": status,
+        "kernel": "k",
+        "dtype": "fp16",
+        "part": "grid",
+        **kw,
+    }
 
 
 def test_gate_exit_codes():
@@ -261,8 +319,15 @@ def test_report_usage_errors(tmp_path):
 
 
 def test_resuming_with_other_options_is_refused(tmp_path):
-    opts = ReportOptions(name="r", preset="smoke", kernels=("naive-numpy",), dtypes=("fp16",),
-                         out=str(tmp_path), isolate=False, render=False)  # fmt: skip
+    opts = ReportOptions(
+        name="r",
+        preset="smoke",
+        kernels=("naive-numpy",),
+        dtypes=("fp16",),
+        out=str(tmp_path),
+        isolate=False,
+        render=False,
+    )
     assert run_report(opts, echo=lambda *a, **k: None) == 0
     from dataclasses import replace
 
@@ -324,10 +389,12 @@ def test_results_are_bitwise_identical_whatever_the_number_of_workers(user_dir):
     # every core): the same records, bit for bit, in the same order. A user kernel and a
     # built-in one, so that fitted cases, shared oracle calls and the structural part all run.
     kernels = ["--kernel", "userkern:good", "--kernel", "naive-torch"]
-    one = _cli([*SMOKE, "--name", "w1", *kernels, "--workers", "1", "--kernel-workers", "1"],
-               cwd=user_dir)  # fmt: skip
-    two = _cli([*SMOKE, "--name", "w2", *kernels, "--workers", "2", "--kernel-workers", "2"],
-               cwd=user_dir)  # fmt: skip
+    one = _cli(
+        [*SMOKE, "--name", "w1", *kernels, "--workers", "1", "--kernel-workers", "1"], cwd=user_dir
+    )
+    two = _cli(
+        [*SMOKE, "--name", "w2", *kernels, "--workers", "2", "--kernel-workers", "2"], cwd=user_dir
+    )
     assert one.returncode == two.returncode == 0, one.stdout + one.stderr + two.stdout
     a = _results(user_dir / "reports/w1/results.jsonl")
     b = _results(user_dir / "reports/w2/results.jsonl")

@@ -46,8 +46,9 @@ def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named)
     assert any(f"user_kernels:{kernel} {dtype}" in line for line in lines[at + 1 :])
     # the report folder is named after the kernel, and every failure saved a replayable case
     records = read_records(user_dir / f"reports/user_kernels-{kernel}/results.jsonl")
-    failing = [r for r in records if r.get("type") == "result"
-               and r["status"] in ("FAIL", "FAIL-HARD")]  # fmt: skip
+    failing = [
+        r for r in records if r.get("type") == "result" and r["status"] in ("FAIL", "FAIL-HARD")
+    ]
     if failing:
         assert "flashcheck replay" in text
 
@@ -57,20 +58,32 @@ def test_correct_kernels_pass_every_dtype(user_dir):
     out = run_flashcheck(["report", "--preset", "smoke", *kernels, "--no-render"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    records = read_records(user_dir / "reports/user_kernels-textbook+user_kernels-online_softmax"
-                           / "results.jsonl")  # fmt: skip
+    records = read_records(
+        user_dir / "reports/user_kernels-textbook+user_kernels-online_softmax" / "results.jsonl"
+    )
     results = [r for r in records if r.get("type") == "result"]
     statuses = {r["status"] for r in results}
     assert statuses <= {"PASS", "SKIP"}, [r["reasons"] for r in results if r["status"] != "PASS"]
     assert {r["dtype"] for r in results if r["status"] == "PASS"} == {"fp16", "bf16", "fp32"}
-    assert {r["property"] for r in results if r["part"] == "structural"
-            and r["status"] == "PASS"} >= {"batch-head-independence", "nan-rule",
-                                           "options-applied", "padded-buffers"}  # fmt: skip
+    assert {
+        r["property"] for r in results if r["part"] == "structural" and r["status"] == "PASS"
+    } >= {"batch-head-independence", "nan-rule", "options-applied", "padded-buffers"}
 
 
 def test_contract_keeps_cases_inside_and_batches_above_one(user_dir):
-    out = run_flashcheck(["report", "--preset", "smoke", "--dtype", "fp32", "--kernel",
-                       "user_kernels:batch_leak", "--no-render"], user_dir)  # fmt: skip
+    out = run_flashcheck(
+        [
+            "report",
+            "--preset",
+            "smoke",
+            "--dtype",
+            "fp32",
+            "--kernel",
+            "user_kernels:batch_leak",
+            "--no-render",
+        ],
+        user_dir,
+    )
     records = read_records(user_dir / "reports/user_kernels-batch_leak/results.jsonl")
     results = [r for r in records if r.get("type") == "result"]
     assert results, out.stdout + out.stderr
@@ -84,8 +97,11 @@ def test_contract_keeps_cases_inside_and_batches_above_one(user_dir):
 
 def test_unusable_kernel_specs_are_usage_errors(user_dir):
     (user_dir / "broken_mod.py").write_text("raise RuntimeError('boom at import')\n")
-    for args in (["report", "--kernel", "broken_mod:fn"], ["report", "--kernel", "nosuch:fn"],
-                 ["test", "broken_mod:fn"]):  # fmt: skip
+    for args in (
+        ["report", "--kernel", "broken_mod:fn"],
+        ["report", "--kernel", "nosuch:fn"],
+        ["test", "broken_mod:fn"],
+    ):
         out = run_flashcheck(args, user_dir)
         assert out.returncode == 2, out.stdout + out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -93,10 +109,13 @@ def test_unusable_kernel_specs_are_usage_errors(user_dir):
 
 
 def test_a_missing_triton_is_a_one_line_usage_error(user_dir):
-    code = ("import sys; sys.modules['triton'] = None; from flashcheck.harness.cli import main; "
-            "sys.exit(main(['report', '--kernel', 'triton', '--preset', 'smoke']))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=user_dir, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    code = (
+        "import sys; sys.modules['triton'] = None; from flashcheck.harness.cli import main; "
+        "sys.exit(main(['report', '--kernel', 'triton', '--preset', 'smoke']))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=user_dir, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip() == (
         "flashcheck report: error: triton cannot run here: Triton is not installed "

@@ -151,9 +151,9 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
         for tma in (False, True):
             for split, prefetch in ((False, False), (True, False), (True, True)):
                 cfg = LaunchConfig(bm, bn, 4, 1, tma=tma, split=split, prefetch=prefetch)
-                outs[tma, split, prefetch] = launch(q, k, v, causal=causal, window=win,
-                                                     scale=sc, allow_tf32=False,
-                                                     config=cfg)  # fmt: skip
+                outs[tma, split, prefetch] = launch(
+                    q, k, v, causal=causal, window=win, scale=sc, allow_tf32=False, config=cfg
+                )
         base_o, base_l = outs[False, False, False]
         for key, (o, lse) in outs.items():
             assert torch.equal(o, base_o), (bm, bn, key)
@@ -161,8 +161,9 @@ def test_mask_free_blocks_and_tma_path_change_no_bit(shape):
     o = base_o.cpu()
     ref = oracle(q.cpu(), k.cpu(), v.cpu(), causal=causal, window=window, scale=sc)
     e = floored_ulp_error(o.double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
-    n, _ = naive_numpy(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=causal,
-                       window=window, scale=sc)  # fmt: skip
+    n, _ = naive_numpy(
+        q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=causal, window=window, scale=sc
+    )
     en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
     assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())
     np.testing.assert_array_equal(np.isneginf(base_l.cpu().numpy()), ~np.isfinite(ref.lse_hi))
@@ -178,9 +179,19 @@ def test_accumulator_as_the_products_addend(shape):
     q, k, v, causal, window = _run(torch.float16, shape, seed=3 + sum(shape[:7]))
     win = None if window is None else tuple(-1 if w is None else w for w in window)
     sc = shape[5] ** -0.5
-    outs = [launch(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=win, scale=sc,
-                   allow_tf32=False, config=LaunchConfig(32, 16, 4, 1, acc_in_dot=acc))[0].cpu()
-            for acc in (False, True)]  # fmt: skip
+    outs = [
+        launch(
+            q.to(DEV),
+            k.to(DEV),
+            v.to(DEV),
+            causal=causal,
+            window=win,
+            scale=sc,
+            allow_tf32=False,
+            config=LaunchConfig(32, 16, 4, 1, acc_in_dot=acc),
+        )[0].cpu()
+        for acc in (False, True)
+    ]
     if DEV == "cpu":
         assert torch.equal(outs[0], outs[1])
     ref = oracle(q, k, v, causal=causal, window=window, scale=sc)
@@ -215,11 +226,11 @@ def test_logits_near_1e12_keep_the_row_maximums_exponent_at_zero(causal):
 def test_non_positive_scale_takes_the_scaled_maximum(scale):
     """For c ≤ 0, max(s)·c is not max(s·c): the kernel must scale before the row maximum."""
     q, k, v, causal, window = _run(torch.float16, (1, 2, 1, 37, 53, 32, 32, True, (20, None)), 7)
-    o, _ = flash_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=window,
-                           scale=scale)  # fmt: skip
+    o, _ = flash_attention(
+        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=window, scale=scale
+    )
     ref = oracle(q, k, v, causal=causal, window=window, scale=scale)
     e = floored_ulp_error(o.cpu().double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
-    n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window,
-                       scale=scale)  # fmt: skip
+    n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window, scale=scale)
     en = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP16)
     assert e.max() <= 2 * en.max() + 1.0, (e.max(), en.max())

@@ -68,13 +68,29 @@ def test_same_arithmetic_as_the_numpy_emulation(fmt, shape):
     q, k, v, do, causal, window = _inputs(DTYPES[fmt], shape, seed=sum(shape[:7]))
     opts = {"causal": causal, "window": window}
     o, lse = flash_attention(q, k, v, **opts)
-    got = launch_backward(q, k, v, o, lse, do, scale=shape[5] ** -0.5, allow_tf32=False,
-                          config=SMALL, causal=causal,
-                          window=None if window is None else tuple(window))  # fmt: skip
+    got = launch_backward(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        scale=shape[5] ** -0.5,
+        allow_tf32=False,
+        config=SMALL,
+        causal=causal,
+        window=None if window is None else tuple(window),
+    )
     arr = [x.cpu().numpy() for x in (q, k, v, o)]
-    want = online_attention_backward(*arr, lse.cpu().numpy(), do.cpu().numpy(), block_q=16,
-                                     block_k=16, policy=PrecisionPolicy.flash(fmt),
-                                     **opts)  # fmt: skip
+    want = online_attention_backward(
+        *arr,
+        lse.cpu().numpy(),
+        do.cpu().numpy(),
+        block_q=16,
+        block_k=16,
+        policy=PrecisionPolicy.flash(fmt),
+        **opts,
+    )
     bnd = gradient_bounds(*arr[:3], do.cpu().numpy(), arithmetic="flash", **opts)
     for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
         g64, w64 = g.double().cpu().numpy(), w.astype(np.float64)
@@ -91,8 +107,9 @@ def test_gradients_pass_the_oracle_within_flash_bounds(fmt, shape):
     # The project's own judgement (SPEC 3.7): deterministic and probabilistic flash-class bounds,
     # 2 × the naive same-precision backward + 1 floored ulp, no NaN where the exact value is finite.
     q, k, v, do, causal, window = _inputs(DTYPES[fmt], shape, seed=1 + sum(shape[:7]))
-    res = check_gradients("triton", q, k, v, do=do, causal=causal, window=window, save="never",
-                          device=DEV)  # fmt: skip
+    res = check_gradients(
+        "triton", q, k, v, do=do, causal=causal, window=window, save="never", device=DEV
+    )
     assert res.passed, str(res)
 
 
@@ -102,14 +119,16 @@ def test_rows_that_keep_no_key_get_zero_gradients_not_nan():
     o, lse = flash_attention(q, k, v, causal=True)
     assert torch.isneginf(lse[:, :, :32]).all()
     for cfg in (SMALL, None):
-        dq, dk, dv = launch_backward(q, k, v, o, lse, do, causal=True, window=None, scale=0.25,
-                                     allow_tf32=False, config=cfg)  # fmt: skip
+        dq, dk, dv = launch_backward(
+            q, k, v, o, lse, do, causal=True, window=None, scale=0.25, allow_tf32=False, config=cfg
+        )
         assert torch.equal(dq[:, :, :32], torch.zeros_like(dq[:, :, :32]))
         assert not any(torch.isnan(x).any() for x in (dq, dk, dv))
         # a window that keeps nothing for any row: every gradient is exactly zero
     o, lse = flash_attention(q, k, v, window=(0, 0))
-    dq, dk, dv = flash_attention_backward(q[:, :, :3], k, v, o[:, :, :3], lse[:, :, :3],
-                                          do[:, :, :3], window=(0, 0))  # fmt: skip
+    dq, dk, dv = flash_attention_backward(
+        q[:, :, :3], k, v, o[:, :, :3], lse[:, :, :3], do[:, :, :3], window=(0, 0)
+    )
     assert all(torch.count_nonzero(x) == 0 for x in (dq, dk, dv))
 
 
@@ -146,16 +165,18 @@ def test_strided_views_in_nan_buffers_give_the_same_bits():
     ref = flash_attention_backward(q, k, v, o, lse, do, causal=True)
 
     def pad(x):
-        big = torch.full((x.shape[0], x.shape[1], x.shape[2] + 19, x.shape[3] + 7), float("nan"),
-                         device=x.device)  # fmt: skip
+        big = torch.full(
+            (x.shape[0], x.shape[1], x.shape[2] + 19, x.shape[3] + 7), float("nan"), device=x.device
+        )
         big = big.to(x.dtype)
         big[:, :, 5 : 5 + x.shape[2], 3 : 3 + x.shape[3]] = x
         return big[:, :, 5 : 5 + x.shape[2], 3 : 3 + x.shape[3]]
 
     lse_big = torch.full((1, 2, 40), float("nan"), device=DEV)
     lse_big[:, :, 2:23] = lse
-    got = flash_attention_backward(pad(q), pad(k), pad(v), pad(o), lse_big[:, :, 2:23], pad(do),
-                                   causal=True)  # fmt: skip
+    got = flash_attention_backward(
+        pad(q), pad(k), pad(v), pad(o), lse_big[:, :, 2:23], pad(do), causal=True
+    )
     for a, b in zip(got, ref, strict=True):
         assert torch.equal(a, b)
     again = flash_attention_backward(q, k, v, o, lse, do, causal=True)
@@ -213,8 +234,9 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_pass():
     with pytest.raises(ValueError, match=r"o must have shape"):
         flash_attention_backward(q, k, v, o[:, :, :4], lse, do)
     with pytest.raises(ValueError, match="multiple"):
-        flash_attention_backward(q[:, :1].expand(1, 3, 9, 16), k.expand(1, 2, 12, 16),
-                                 v.expand(1, 2, 12, 16), o, lse, do)  # fmt: skip
+        flash_attention_backward(
+            q[:, :1].expand(1, 3, 9, 16), k.expand(1, 2, 12, 16), v.expand(1, 2, 12, 16), o, lse, do
+        )
     with pytest.raises(ValueError, match="window"):
         flash_attention_backward(q, k, v, o, lse, do, window=(-3, 2))
     with pytest.raises(ValueError, match=r"torch\.Tensor"):
@@ -228,8 +250,9 @@ def test_dq_tiles_reach_the_dq_kernel_only():
     o, lse = flash_attention(q, k, v, causal=causal)
 
     def grads(cfg):
-        return launch_backward(q, k, v, o, lse, do, causal=causal, window=None, scale=0.2,
-                               allow_tf32=False, config=cfg)  # fmt: skip
+        return launch_backward(
+            q, k, v, o, lse, do, causal=causal, window=None, scale=0.2, allow_tf32=False, config=cfg
+        )
 
     mixed = grads(BackwardConfig(16, 32, 4, 1, True, 32, 16, 4, 1))
     kv_only = grads(BackwardConfig(16, 32, 4, 1))
@@ -242,8 +265,9 @@ def test_dq_tiles_reach_the_dq_kernel_only():
         assert not torch.equal(kv_only[0], dq_only[0])
 
 
-@pytest.mark.parametrize("shape", [GRID[0], GRID[2], (1, 4, 1, 45, 70, 24, 16, True, None)],
-                         ids=_sid)  # fmt: skip
+@pytest.mark.parametrize(
+    "shape", [GRID[0], GRID[2], (1, 4, 1, 45, 70, 24, 16, True, None)], ids=_sid
+)
 def test_dk_and_dv_apart_give_the_bits_of_dk_and_dv_together(shape):
     # BackwardConfig.kv_apart runs the key-block kernel once for dK and once for dV; each
     # evaluates the expressions of the joint kernel in the same order (GQA sums included).

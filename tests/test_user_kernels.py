@@ -21,8 +21,9 @@ def _flashcheck(args, cwd, timeout=LIMIT_S + 60):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
     t0 = time.monotonic()
-    out = subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=timeout)  # fmt: skip
+    out = subprocess.run(
+        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     return out, time.monotonic() - t0
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.core.semantics import as_exact_array
+from ..cases.case import Case
+from ..core.semantics import as_exact_array
 
 __all__ = [
     "ALL_DTYPES",
@@ -43,9 +43,16 @@ ALL_MASKS = frozenset({"causal", "window", "mask"})
 FP32_SCORES = 1e37  # fp32 score accumulators: |scale·q·k| and its partial sums stay finite
 # The contract fields a probe can discover (everything else is declared or defaulted).
 CONTRACT_FIELDS = (
-    "dtypes", "head_dims", "masks", "options", "gqa", "unequal_lengths", "distinct_dv",
-    "seq_multiple", "batched",
-)  # fmt: skip
+    "dtypes",
+    "head_dims",
+    "masks",
+    "options",
+    "gqa",
+    "unequal_lengths",
+    "distinct_dv",
+    "seq_multiple",
+    "batched",
+)
 
 
 class KernelOutputError(ValueError):
@@ -196,8 +203,10 @@ class Kernel:
         if why is None and self.backward_score_limit is not None:
             mag = score_magnitude(case)
             if mag >= self.backward_score_limit:
-                why = (f"scores reach {mag:.3g} >= the backward's limit "
-                       f"{self.backward_score_limit:.3g}")  # fmt: skip
+                why = (
+                    f"scores reach {mag:.3g} >= the backward's limit "
+                    f"{self.backward_score_limit:.3g}"
+                )
         return why
 
     def contract_lines(self) -> list[str]:
@@ -209,8 +218,10 @@ class Kernel:
         )
         yes = {True: "yes", False: "no"}
         if not self.dtypes and self.unsupported:
-            return [f"arithmetic {self.arithmetic}; ran on none of the probe inputs: "
-                    f"{self.unsupported[0][1]}"]  # fmt: skip
+            return [
+                f"arithmetic {self.arithmetic}; ran on none of the probe inputs: "
+                f"{self.unsupported[0][1]}"
+            ]
         masks = ", ".join(sorted(self.masks)) or "none"
         if not self.masks and self.options is not None and not self.options & ALL_MASKS:
             masks += " (the signature names no causal, window or mask keyword)"
@@ -266,11 +277,12 @@ class Kernel:
                             f"{self.name}'s O does not depend on q, k, v through torch "
                             "autograd: declare backward=None, or pass a backward function"
                         )
-                    res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t,
-                                              allow_unused=True)  # fmt: skip
+                    res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t, allow_unused=True)
                     # An input O does not depend on has gradient 0 (judged as such).
-                    res = [torch.zeros_like(x) if g is None else g
-                           for g, x in zip(res, (q, k, v), strict=True)]  # fmt: skip
+                    res = [
+                        torch.zeros_like(x) if g is None else g
+                        for g, x in zip(res, (q, k, v), strict=True)
+                    ]
         if not isinstance(res, tuple | list) or len(res) != 3:
             raise KernelOutputError(f"{self.name}'s backward must return (dQ, dK, dV)")
         grads = []

@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.cases.case import Case
+from ..cases.case import Case
+from .adapter import Kernel
 
 __all__ = [
     "BWD_FLASH_SCORES",
@@ -33,68 +33,78 @@ BWD_FLASH_SCORES = 2.0**26
 
 def _recurrence(variant: str, block_k: int):
     def fn(q, k, v, *, causal, window, scale, mask=None):
-        from flashcheck.harness.core.formats import format_of
-        from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+        from ...kernels.recurrence import PrecisionPolicy, online_attention
+        from ..core.formats import format_of
 
         policy = PrecisionPolicy.flash(format_of(q.dtype).name)
         return online_attention(
-            q, k, v, policy=policy, variant=variant, block_q=16, block_k=block_k,
-            causal=causal, window=window, mask=mask, scale=scale,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            policy=policy,
+            variant=variant,
+            block_q=16,
+            block_k=block_k,
+            causal=causal,
+            window=window,
+            mask=mask,
+            scale=scale,
+        )
 
     return fn
 
 
 def _recurrence_backward(q, k, v, do, *, causal, window, scale, mask=None):
     """The FA2 backward of the recurrence, after its own forward (for O and LSE)."""
-    from flashcheck.harness.core.formats import format_of
-    from flashcheck.kernels.recurrence import (
+    from ...kernels.recurrence import (
         PrecisionPolicy,
         online_attention,
         online_attention_backward,
     )
+    from ..core.formats import format_of
 
     bwd_policy = PrecisionPolicy.flash(format_of(q.dtype).name)
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
     o, lse = online_attention(q, k, v, policy=bwd_policy, block_q=16, block_k=16, **opts)
-    return online_attention_backward(q, k, v, o, lse, do, policy=bwd_policy, block_q=16,
-                                     block_k=16, **opts)  # fmt: skip
+    return online_attention_backward(
+        q, k, v, o, lse, do, policy=bwd_policy, block_q=16, block_k=16, **opts
+    )
 
 
 def _naive_numpy_backward(q, k, v, do, *, causal, window, scale, mask=None):
-    from flashcheck.kernels.naive import naive_numpy_backward
+    from ...kernels.naive import naive_numpy_backward
 
     return naive_numpy_backward(q, k, v, do, causal=causal, window=window, mask=mask, scale=scale)
 
 
 def _naive_numpy(q, k, v, *, causal, window, scale, mask=None):
-    from flashcheck.kernels.naive import naive_numpy
+    from ...kernels.naive import naive_numpy
 
     return naive_numpy(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
 
 
 def _naive_torch(q, k, v, *, causal, window, scale, mask=None):
-    from flashcheck.kernels.naive import naive_torch
+    from ...kernels.naive import naive_torch
 
     return naive_torch(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
 
 
 def _triton(q, k, v, *, causal, window, scale, mask=None):
-    from flashcheck.kernels.triton_flash import flash_attention
+    from ...kernels.triton_flash import flash_attention
 
     return flash_attention(q, k, v, causal=causal, window=window, scale=scale)
 
 
 def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
-    from flashcheck.kernels.triton_flash import flash_attention
+    from ...kernels.triton_flash import flash_attention
 
     return flash_attention(q, k, v, causal=causal, window=window, scale=scale, allow_tf32=True)
 
 
 def _triton_backward(q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False):
     """The Triton FA2 backward, after the Triton forward (for O and LSE)."""
-    from flashcheck.kernels.triton_flash import flash_attention
-    from flashcheck.kernels.triton_flash_bwd import flash_attention_backward
+    from ...kernels.triton_flash import flash_attention
+    from ...kernels.triton_flash_bwd import flash_attention_backward
 
     opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": allow_tf32}
     o, lse = flash_attention(q, k, v, **opts)
@@ -102,8 +112,7 @@ def _triton_backward(q, k, v, do, *, causal, window, scale, mask=None, allow_tf3
 
 
 def _triton_tf32_backward(q, k, v, do, *, causal, window, scale, mask=None):
-    return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale,
-                            allow_tf32=True)  # fmt: skip
+    return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale, allow_tf32=True)
 
 
 def _triton_available(dtype: str, device: str) -> str | None:
@@ -121,7 +130,7 @@ def _triton_available(dtype: str, device: str) -> str | None:
     if device == "cpu" and dtype == "bf16":
         import torch
 
-        from flashcheck.kernels import triton_flash
+        from ...kernels import triton_flash
 
         if not triton_flash.bf16_dot_supported(torch):
             return (
@@ -146,7 +155,7 @@ def gemm_flushes_subnormals(dtype: str, device: str) -> bool:
     if key not in _FLUSH_CACHE:
         import torch
 
-        from flashcheck.harness.core.formats import FORMATS
+        from ..core.formats import FORMATS
 
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
         tiny = float(FORMATS[dtype].min_normal) / 4  # exactly representable: a power of two
@@ -219,32 +228,68 @@ def project_kernels() -> dict[str, Kernel]:
     naive_limit = {"fp16": 65504.0}
     return {
         "recurrence-fa2": Kernel(
-            "recurrence-fa2", _recurrence("fa2", 16), "flash", api="numpy", devices=("cpu",),
-            key_block=16, backward=_recurrence_backward, backward_arithmetic="flash",
+            "recurrence-fa2",
+            _recurrence("fa2", 16),
+            "flash",
+            api="numpy",
+            devices=("cpu",),
+            key_block=16,
+            backward=_recurrence_backward,
+            backward_arithmetic="flash",
             backward_score_limit=BWD_FLASH_SCORES,
         ),
         "recurrence-fa1": Kernel(
-            "recurrence-fa1", _recurrence("fa1", 5), "flash-fa1", api="numpy", devices=("cpu",),
+            "recurrence-fa1",
+            _recurrence("fa1", 5),
+            "flash-fa1",
+            api="numpy",
+            devices=("cpu",),
             key_block=5,
         ),
         "naive-numpy": Kernel(
-            "naive-numpy", _naive_numpy, "naive", api="numpy", devices=("cpu",),
-            score_limit=naive_limit, backward=_naive_numpy_backward, backward_arithmetic="naive",
+            "naive-numpy",
+            _naive_numpy,
+            "naive",
+            api="numpy",
+            devices=("cpu",),
+            score_limit=naive_limit,
+            backward=_naive_numpy_backward,
+            backward_arithmetic="naive",
         ),
         "naive-torch": Kernel(
-            "naive-torch", _naive_torch, "naive", api="torch", batch_invariant=False,
-            score_limit=naive_limit, check_available=torch_device_ok,
-            check_case=_naive_torch_case, backward="autograd", backward_arithmetic="naive",
+            "naive-torch",
+            _naive_torch,
+            "naive",
+            api="torch",
+            batch_invariant=False,
+            score_limit=naive_limit,
+            check_available=torch_device_ok,
+            check_case=_naive_torch_case,
+            backward="autograd",
+            backward_arithmetic="naive",
         ),
         "triton": Kernel(
-            "triton", _triton, "flash", api="torch", masks=frozenset({"causal", "window"}),
-            check_available=_triton_available, backward=_triton_backward,
-            backward_arithmetic="flash", backward_score_limit=BWD_FLASH_SCORES,
+            "triton",
+            _triton,
+            "flash",
+            api="torch",
+            masks=frozenset({"causal", "window"}),
+            check_available=_triton_available,
+            backward=_triton_backward,
+            backward_arithmetic="flash",
+            backward_score_limit=BWD_FLASH_SCORES,
         ),
         "triton-tf32": Kernel(
-            "triton-tf32", _triton_tf32, "tf32", api="torch", dtypes=("fp32",),
-            devices=("cuda",), masks=frozenset({"causal", "window"}),
-            check_available=_triton_available, backward=_triton_tf32_backward,
-            backward_arithmetic="tf32", backward_score_limit=BWD_FLASH_SCORES,
+            "triton-tf32",
+            _triton_tf32,
+            "tf32",
+            api="torch",
+            dtypes=("fp32",),
+            devices=("cuda",),
+            masks=frozenset({"causal", "window"}),
+            check_available=_triton_available,
+            backward=_triton_tf32_backward,
+            backward_arithmetic="tf32",
+            backward_score_limit=BWD_FLASH_SCORES,
         ),
-    }  # fmt: skip
+    }

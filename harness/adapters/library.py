@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel, KernelUnsupported
-from flashcheck.harness.cases.case import Case
+from ..cases.case import Case
+from .adapter import Kernel, KernelUnsupported
 
 __all__ = ["SDPA_BACKENDS", "library_kernels", "raise_recompile_limits"]
 
@@ -58,9 +58,12 @@ def raise_recompile_limits() -> None:
     import torch
 
     cfg = torch._dynamo.config
-    for name, floor in (("recompile_limit", 512), ("cache_size_limit", 512),
-                        ("accumulated_recompile_limit", 4096),
-                        ("accumulated_cache_size_limit", 4096)):  # fmt: skip
+    for name, floor in (
+        ("recompile_limit", 512),
+        ("cache_size_limit", 512),
+        ("accumulated_recompile_limit", 4096),
+        ("accumulated_cache_size_limit", 4096),
+    ):
         if hasattr(cfg, name):  # renamed across torch versions
             setattr(cfg, name, max(getattr(cfg, name), floor))
 
@@ -69,7 +72,7 @@ def _keep_tensor(q: Any, k: Any, causal: bool, window: Any, mask: Any) -> Any | 
     """The case's boolean keep-mask ``(B or 1, Hq or 1, Nq, Nk)``, or ``None`` without masks."""
     import torch
 
-    from flashcheck.kernels.recurrence import keep_mask
+    from ...kernels.recurrence import keep_mask
 
     nq, nk = q.shape[2], k.shape[2]
     if not causal and window is None and mask is None:
@@ -161,9 +164,14 @@ def _flash_attn(q, k, v, *, causal, window, scale):
     # flash-attn takes (B, N, H, d) and handles GQA itself; it returns LSE when asked for
     # "attention probabilities" (softmax_lse is the second element).
     res = flash_attn_func(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale=scale,
-        causal=causal, window_size=ws, return_attn_probs=True,
-    )  # fmt: skip
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        softmax_scale=scale,
+        causal=causal,
+        window_size=ws,
+        return_attn_probs=True,
+    )
     return res[0].transpose(1, 2), res[1]
 
 
@@ -202,31 +210,66 @@ def library_kernels() -> dict[str, Kernel]:
     mult8 = tuple(range(8, 257, 8))
     out = {
         "sdpa-math": Kernel(
-            "sdpa-math", _sdpa("MATH", True), "unknown", masks=all_masks, batch_invariant=False,
-            check_available=_cuda_if_asked, backward="autograd",
+            "sdpa-math",
+            _sdpa("MATH", True),
+            "unknown",
+            masks=all_masks,
+            batch_invariant=False,
+            check_available=_cuda_if_asked,
+            backward="autograd",
         ),
         "sdpa-flash": Kernel(
-            "sdpa-flash", _sdpa("FLASH_ATTENTION", False), "flash", dtypes=_HALF,
-            devices=("cuda",), masks=frozenset({"causal"}), check_available=_cuda_only,
-            check_case=_square_causal, backward="autograd",
+            "sdpa-flash",
+            _sdpa("FLASH_ATTENTION", False),
+            "flash",
+            dtypes=_HALF,
+            devices=("cuda",),
+            masks=frozenset({"causal"}),
+            check_available=_cuda_only,
+            check_case=_square_causal,
+            backward="autograd",
         ),
         "sdpa-efficient": Kernel(
-            "sdpa-efficient", _sdpa("EFFICIENT_ATTENTION", True), "unknown", devices=("cuda",),
-            masks=all_masks, check_available=_cuda_only, backward="autograd",
+            "sdpa-efficient",
+            _sdpa("EFFICIENT_ATTENTION", True),
+            "unknown",
+            devices=("cuda",),
+            masks=all_masks,
+            check_available=_cuda_only,
+            backward="autograd",
         ),
         "sdpa-cudnn": Kernel(
-            "sdpa-cudnn", _sdpa("CUDNN_ATTENTION", False), "unknown", dtypes=_HALF,
-            devices=("cuda",), masks=frozenset({"causal"}), head_dims=mult8[:16],
-            check_available=_cuda_only, check_case=_square_causal, backward="autograd",
+            "sdpa-cudnn",
+            _sdpa("CUDNN_ATTENTION", False),
+            "unknown",
+            dtypes=_HALF,
+            devices=("cuda",),
+            masks=frozenset({"causal"}),
+            head_dims=mult8[:16],
+            check_available=_cuda_only,
+            check_case=_square_causal,
+            backward="autograd",
         ),
         "flex": Kernel(
-            "flex", _flex_fn(), "unknown", devices=("cuda",), masks=all_masks, head_dims=pow2,
-            check_available=_flex_available, backward="autograd",
+            "flex",
+            _flex_fn(),
+            "unknown",
+            devices=("cuda",),
+            masks=all_masks,
+            head_dims=pow2,
+            check_available=_flex_available,
+            backward="autograd",
         ),
         "flash-attn": Kernel(
-            "flash-attn", _flash_attn, "flash", dtypes=_HALF, devices=("cuda",),
-            masks=frozenset({"causal", "window"}), options=frozenset({"causal", "window",
-            "scale"}), check_available=_flash_attn_available, backward="autograd",
+            "flash-attn",
+            _flash_attn,
+            "flash",
+            dtypes=_HALF,
+            devices=("cuda",),
+            masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale"}),
+            check_available=_flash_attn_available,
+            backward="autograd",
         ),
-    }  # fmt: skip
+    }
     return out

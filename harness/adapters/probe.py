@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import ALL_DTYPES, Kernel, KernelOutputError
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.cases.families import HEAD_DIMS, Recipe, make_case
+from ..cases.case import Case
+from ..cases.families import HEAD_DIMS, Recipe, make_case
+from .adapter import ALL_DTYPES, Kernel, KernelOutputError
 
 __all__ = ["ProbeFailure", "ProbeTimeout", "default_probe_device", "probe", "resolved"]
 
@@ -111,8 +111,9 @@ def probe(
 
 
 def _no_run(kernel: Kernel, why: str) -> Kernel:
-    return replace(kernel, dtypes=(), pending=frozenset(),
-                   unsupported=(("every probe input", why),))  # fmt: skip
+    return replace(
+        kernel, dtypes=(), pending=frozenset(), unsupported=(("every probe input", why),)
+    )
 
 
 def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) -> Kernel:

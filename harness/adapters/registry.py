@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, Kernel
-from flashcheck.harness.adapters.builtin import project_kernels
-from flashcheck.harness.adapters.library import library_kernels
-from flashcheck.harness.judging.bounds import ARITHMETIC_CLASSES
+from ..judging.bounds import ARITHMETIC_CLASSES
+from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, Kernel
+from .builtin import project_kernels
+from .library import library_kernels
 
 __all__ = [
     "BUILTIN",
@@ -37,8 +37,14 @@ __all__ = [
 ENTRY_POINT_GROUP = "flashcheck.kernels"
 OPTION_NAMES = frozenset({"causal", "window", "mask", "scale"})
 # The project's own kernels: what `flashcheck test builtin` and the repository's suite run.
-SUITE_KERNELS = ("triton", "triton-tf32", "recurrence-fa2", "recurrence-fa1", "naive-numpy",
-                 "naive-torch")  # fmt: skip
+SUITE_KERNELS = (
+    "triton",
+    "triton-tf32",
+    "recurrence-fa2",
+    "recurrence-fa1",
+    "naive-numpy",
+    "naive-torch",
+)
 
 
 def builtin_kernels() -> dict[str, Kernel]:
@@ -190,21 +196,33 @@ def kernel(
                 f"keyword argument of that name: add it to the function's signature"
             )
         declared["masks"] = want
-    for key, val in (("gqa", gqa), ("unequal_lengths", unequal_lengths),
-                     ("distinct_dv", distinct_dv), ("batched", batched),
-                     ("seq_multiple", seq_multiple)):  # fmt: skip
+    for key, val in (
+        ("gqa", gqa),
+        ("unequal_lengths", unequal_lengths),
+        ("distinct_dv", distinct_dv),
+        ("batched", batched),
+        ("seq_multiple", seq_multiple),
+    ):
         if val is not None:
             declared[key] = val
     label = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
     return Kernel(
-        label, fn, arithmetic, api=api, devices=_names(devices, ("cpu", "cuda"), "device(s)"),
-        max_head_dim=max_head_dim, key_block=key_block, deterministic=deterministic,
-        batch_invariant=batch_invariant, score_limit=dict(score_limit or {}),
-        backward=backward, backward_arithmetic=backward_arithmetic,
+        label,
+        fn,
+        arithmetic,
+        api=api,
+        devices=_names(devices, ("cpu", "cuda"), "device(s)"),
+        max_head_dim=max_head_dim,
+        key_block=key_block,
+        deterministic=deterministic,
+        batch_invariant=batch_invariant,
+        score_limit=dict(score_limit or {}),
+        backward=backward,
+        backward_arithmetic=backward_arithmetic,
         backward_score_limit=backward_score_limit,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         **{"masks": undeclared_masks, **declared},
-    )  # fmt: skip
+    )
 
 
 def as_kernel(obj: Any, spec: str | None = None) -> Kernel:
@@ -241,8 +259,10 @@ def resolve(spec: str) -> Kernel:
             try:
                 obj = eps[spec].load()
             except Exception as err:  # a broken plugin: say which, do not crash the caller
-                raise ValueError(f"cannot load entry point {spec!r} ({eps[spec].value}): "
-                                 f"{type(err).__name__}: {err}") from None  # fmt: skip
+                raise ValueError(
+                    f"cannot load entry point {spec!r} ({eps[spec].value}): "
+                    f"{type(err).__name__}: {err}"
+                ) from None
             return _named(obj, spec)
         known = ", ".join([*BUILTIN, *sorted(eps)])
         raise ValueError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flashcheck.harness.bench.timing import time_cuda
+from .timing import time_cuda
 
 __all__ = ["measure_ceilings"]
 

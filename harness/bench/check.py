@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.semantics import as_exact_array
-from flashcheck.harness.judging.bounds import Bounds, error_bounds
-from flashcheck.harness.judging.verdict import judge, naive_error
-from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+from ..core.semantics import as_exact_array
+from ..judging.bounds import Bounds, error_bounds
+from ..judging.verdict import judge, naive_error
+from ..oracle.evaluate import OracleResult, oracle
 
 __all__ = ["Reference", "judge_rows", "reference", "sample_rows", "sampled_output"]
 
@@ -85,8 +85,8 @@ class Reference:
 
 def reference(q: Any, k: Any, v: Any, *, causal: bool, rows: np.ndarray) -> Reference:
     """Oracle and same-precision naive error on ``rows`` of :func:`sampled_output`'s heads."""
-    from flashcheck.kernels.naive import naive_numpy
-    from flashcheck.kernels.recurrence import keep_mask
+    from ...kernels.naive import naive_numpy
+    from ...kernels.recurrence import keep_mask
 
     b = q.shape[0] - 1
     hs = _heads(q.shape[1])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.bench.summary import ORDER, counts
+from .summary import ORDER, counts
 
 __all__ = ["make_bench_figures"]
 

@@ -33,19 +33,25 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.bench.check import sample_rows
-from flashcheck.harness.bench.providers import PROVIDERS
-from flashcheck.harness.core.formats import Format, format_of
-from flashcheck.harness.core.semantics import as_exact_array
-from flashcheck.harness.judging.gradient_bounds import gradient_bounds
-from flashcheck.harness.judging.gradient_verdict import gradient_errors, judge_gradients
-from flashcheck.harness.judging.verdict import ORDER
-from flashcheck.harness.oracle.evaluate import oracle
+from ..core.formats import Format, format_of
+from ..core.semantics import as_exact_array
+from ..judging.gradient_bounds import gradient_bounds
+from ..judging.gradient_verdict import gradient_errors, judge_gradients
+from ..judging.verdict import ORDER
+from ..oracle.evaluate import oracle
+from .check import sample_rows
+from .providers import PROVIDERS
 
 __all__ = [
-    "ORACLE_MAX_N", "SAMPLE_KEYS", "Float64KeyGradients", "GradReference", "fp64_key_gradients",
-    "grad_reference", "judge_grads", "sampled_grads",
-]  # fmt: skip
+    "ORACLE_MAX_N",
+    "SAMPLE_KEYS",
+    "Float64KeyGradients",
+    "GradReference",
+    "fp64_key_gradients",
+    "grad_reference",
+    "judge_grads",
+    "sampled_grads",
+]
 
 SAMPLE_KEYS = 12
 # dK/dV with the certified oracle and bounds up to Nq = Nk = 1024: their cost grows as N² per
@@ -106,8 +112,10 @@ def fp64_key_gradients(
     nk = kd.shape[0]
     tau = 1.0 / math.sqrt(d)
     idx = torch.as_tensor(np.asarray(keys, np.int64), device=qd.device)
-    out = {n: torch.zeros(idx.numel(), x.shape[1], dtype=torch.float64, device=qd.device)
-           for n, x in (("dk", kd), ("dv", vd), ("fk", kd), ("fv", vd))}  # fmt: skip
+    out = {
+        n: torch.zeros(idx.numel(), x.shape[1], dtype=torch.float64, device=qd.device)
+        for n, x in (("dk", kd), ("dv", vd), ("fk", kd), ("fv", vd))
+    }
     cols = torch.arange(nk, device=qd.device)
     for r0 in range(0, nq, chunk):
         r1 = min(nq, r0 + chunk)
@@ -127,8 +135,9 @@ def fp64_key_gradients(
         out["fv"] += pk.T @ dod[r0:r1].abs()
     host = {n: t.cpu().numpy()[None, None] for n, t in out.items()}
     zero = np.zeros_like(host["dk"]), np.zeros_like(host["dv"])
-    return Float64KeyGradients(fmt, np.asarray(keys), host["dk"], zero[0], host["fk"],
-                               host["dv"], zero[1], host["fv"])  # fmt: skip
+    return Float64KeyGradients(
+        fmt, np.asarray(keys), host["dk"], zero[0], host["fk"], host["dv"], zero[1], host["fv"]
+    )
 
 
 def sampled_grads(
@@ -154,8 +163,9 @@ def _naive_grads(q, k, v, do, causal, rows, keys) -> dict[str, np.ndarray]:
     b, hs = q.shape[0] - 1, _heads(q.shape[1])
     dqs = []
     for h in hs:
-        qh, kh, vh = (x[b : b + 1, h : h + 1].detach().clone().requires_grad_(True)
-                      for x in (q, k, v))  # fmt: skip
+        qh, kh, vh = (
+            x[b : b + 1, h : h + 1].detach().clone().requires_grad_(True) for x in (q, k, v)
+        )
         o = PROVIDERS["naive"].make(qh, kh, vh, causal)(qh, kh, vh)
         gq, gk, gv = torch.autograd.grad(o, (qh, kh, vh), do[b : b + 1, h : h + 1])
         dqs.append(as_exact_array(gq[:, :, rows.tolist()], "dq")[0])
@@ -215,11 +225,12 @@ def grad_reference(
     tensors ``q, k, v, do`` (one device): see the module docstring for what is exact where."""
     import time
 
-    from flashcheck.kernels.recurrence import keep_mask
+    from ...kernels.recurrence import keep_mask
 
     if oracle_max_n < 0:
-        raise ValueError(f"oracle_max_n must be >= 0 (0: never the oracle for dK/dV), got "
-                         f"{oracle_max_n}")  # fmt: skip
+        raise ValueError(
+            f"oracle_max_n must be >= 0 (0: never the oracle for dK/dV), got {oracle_max_n}"
+        )
     t0 = time.perf_counter()
     nq, nk = q.shape[2], k.shape[2]
     keys = sample_rows(nk, SAMPLE_KEYS, seed=seed + 1) if keys is None else np.asarray(keys)
@@ -244,9 +255,18 @@ def grad_reference(
     naive_g = _naive_grads(q, k, v, do, causal, rows, keys)
     naive = gradient_errors({"dq": naive_g["dq"]}, dq_ref)
     naive.update(gradient_errors({g: naive_g[g] for g in ("dk", "dv")}, kv_ref))
-    return GradReference(rows, keys, causal, mode, dq_ref, kv_ref, naive,
-                         (qs, ks, vs, dos, keep), kv_inputs,
-                         seconds=time.perf_counter() - t0)  # fmt: skip
+    return GradReference(
+        rows,
+        keys,
+        causal,
+        mode,
+        dq_ref,
+        kv_ref,
+        naive,
+        (qs, ks, vs, dos, keep),
+        kv_inputs,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: str) -> dict:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flashcheck.harness.adapters.library import SDPA_BACKENDS as _SDPA
+from ..adapters.library import SDPA_BACKENDS as _SDPA
 
 __all__ = ["PROVIDERS", "Provider", "provider_names"]
 
@@ -86,7 +86,7 @@ class Provider:
 
 def _triton(tf32: bool):
     def build(q, k, v, causal):
-        from flashcheck.kernels.triton_flash import flash_attention
+        from ...kernels.triton_flash import flash_attention
 
         def fn(q, k, v):
             return flash_attention(q, k, v, causal=causal, allow_tf32=tf32)[0]
@@ -98,7 +98,7 @@ def _triton(tf32: bool):
 
 def _triton_grad(tf32: bool):
     def build(q, k, v, causal):
-        from flashcheck.kernels.triton_flash_bwd import flash_attention_differentiable
+        from ...kernels.triton_flash_bwd import flash_attention_differentiable
 
         def fn(q, k, v):
             return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32)
@@ -135,7 +135,7 @@ def _flex(q, k, v, causal):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _FLEX_COMPILED:
-        from flashcheck.harness.adapters.library import raise_recompile_limits
+        from ..adapters.library import raise_recompile_limits
 
         raise_recompile_limits()
         # The backward pass is timed through a retained graph; a compiled backward that

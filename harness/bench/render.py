@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.bench.summary import (
+from .summary import (
     FLOOR,
     GOAL,
     ORDER,
@@ -30,7 +30,7 @@ from flashcheck.harness.bench.summary import (
     passes_in,
     ratio,
     shape_keys,
-)  # fmt: skip
+)
 
 __all__ = ["bench_summary", "render_bench"]
 
@@ -166,7 +166,7 @@ def render_bench(
             L.append(f"| {k} | {v} |")
     L.append("")
     if figures and data["shapes"]:
-        from flashcheck.harness.bench.figures import make_bench_figures
+        from .figures import make_bench_figures
 
         made = make_bench_figures(data, out)
         if made:
@@ -381,8 +381,10 @@ def _backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
                 if not keys:
                     continue
                 grid += keys
-                L += [f"## {label}, {dt}, d = {d}, {'causal' if causal else 'non-causal'}: "
-                      "TFLOP/s", ""]  # fmt: skip
+                L += [
+                    f"## {label}, {dt}, d = {d}, {'causal' if causal else 'non-causal'}: TFLOP/s",
+                    "",
+                ]
                 L += _grid_table(
                     data,
                     keys,
@@ -390,9 +392,15 @@ def _backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
                 )
                 L.append("")
     for part in ("width", "fp32"):
-        keys = sorted(shape_keys(data, part),
-                      key=lambda k: (data["meta"][k]["d"], data["meta"][k]["causal"],
-                                     data["meta"][k]["h"], data["meta"][k]["n"]))  # fmt: skip
+        keys = sorted(
+            shape_keys(data, part),
+            key=lambda k: (
+                data["meta"][k]["d"],
+                data["meta"][k]["causal"],
+                data["meta"][k]["h"],
+                data["meta"][k]["n"],
+            ),
+        )
         if keys:
             L += [f"## {label}, {part} part: TFLOP/s", ""]
             L += _grid_table(
@@ -441,8 +449,9 @@ def _backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
             row = data["shapes"][k]
             grads = next(iter(row.values())).get("grad_bytes")
             cells = [str(data["meta"][k]["n"]), _mib(grads)]
-            cells += [_cell(row.get(p), "bwd_peak_extra_bytes", "{:,.1f}", scale=2**-20)
-                      for p in provs]  # fmt: skip
+            cells += [
+                _cell(row.get(p), "bwd_peak_extra_bytes", "{:,.1f}", scale=2**-20) for p in provs
+            ]
             cells += [_cell(row.get(p), "saved_bytes", "{:,.1f}", scale=2**-20) for p in provs]
             L.append("| " + " | ".join(cells) + " |")
         L.append("")

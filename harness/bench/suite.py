@@ -35,17 +35,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from flashcheck.harness.bench.check import judge_rows, reference, sample_rows, sampled_output
-from flashcheck.harness.bench.grad_check import (
+from ..core.progress import Progress
+from ..core.resultlog import ResultLog
+from .check import judge_rows, reference, sample_rows, sampled_output
+from .grad_check import (
     ORACLE_MAX_N,
     grad_reference,
     judge_grads,
     sampled_grads,
 )
-from flashcheck.harness.bench.providers import PROVIDERS
-from flashcheck.harness.bench.timing import copies_for_l2, time_cuda
-from flashcheck.harness.core.progress import Progress
-from flashcheck.harness.core.resultlog import ResultLog
+from .providers import PROVIDERS
+from .timing import copies_for_l2, time_cuda
 
 __all__ = ["FLOP_FACTOR", "PARTS", "PASSES", "BenchOptions", "Shape", "plan", "run_bench"]
 
@@ -158,8 +158,9 @@ def plan(
     if unknown:
         raise ValueError(f"unknown provider(s) {unknown}: choose from {', '.join(PROVIDERS)}")
     if not passes or any(p not in PASSES for p in passes):
-        raise ValueError(f"passes must be a non-empty selection of {', '.join(PASSES)}, got "
-                         f"{passes!r}")  # fmt: skip
+        raise ValueError(
+            f"passes must be a non-empty selection of {', '.join(PASSES)}, got {passes!r}"
+        )
     if dtypes is not None and any(dt not in _ITEMSIZE for dt in dtypes):
         raise ValueError(f"dtypes must be among {', '.join(_ITEMSIZE)}, got {dtypes!r}")
     for name, vals in (("ns", ns), ("head_dims", head_dims)):
@@ -248,7 +249,7 @@ def _short(exc: BaseException, caught: list) -> str:
 
 
 def _triton_info() -> dict[str, Any]:
-    from flashcheck.kernels.triton_flash import last_compiled
+    from ...kernels.triton_flash import last_compiled
 
     kern = last_compiled()
     meta = getattr(kern, "metadata", None)
@@ -332,8 +333,9 @@ def _measure_backward(
         return {**rec, "status": "skipped", "reason": why}
     # Materializing providers keep one graph only: their N × N traffic dwarfs any L2 anyway.
     graphs = 1 if prov.materializes else len(sets)
-    need = graphs * prov.score_bytes(shape.b, shape.h, shape.n, _ITEMSIZE[shape.dtype],
-                                     backward=True)  # fmt: skip
+    need = graphs * prov.score_bytes(
+        shape.b, shape.h, shape.n, _ITEMSIZE[shape.dtype], backward=True
+    )
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
     if need > _MEMORY_SHARE * free:
@@ -465,8 +467,15 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
     t0 = time.perf_counter()
     if any(r["status"] == "ok" for r in recs):
         try:
-            ref = grad_reference(*sets[0], dos[0], causal=shape.causal, rows=rows, keys=keys,
-                                 oracle_max_n=oracle_max_n, seed=seed)  # fmt: skip
+            ref = grad_reference(
+                *sets[0],
+                dos[0],
+                causal=shape.causal,
+                rows=rows,
+                keys=keys,
+                oracle_max_n=oracle_max_n,
+                seed=seed,
+            )
         except Exception as exc:  # e.g. the naive baseline out of memory: nothing scores
             torch.cuda.empty_cache()
             ref, why = None, _short(exc, [])
@@ -490,8 +499,8 @@ def run_bench(opts: BenchOptions) -> int:
     """Run (or resume) the benchmark and render it; the exit status of ``flashcheck bench``."""
     import torch
 
-    from flashcheck.harness.bench.ceilings import measure_ceilings
-    from flashcheck.harness.core.environment import environment_record
+    from ..core.environment import environment_record
+    from .ceilings import measure_ceilings
 
     stream = opts.stream if opts.stream is not None else sys.stderr
     if not torch.cuda.is_available():
@@ -505,9 +514,15 @@ def run_bench(opts: BenchOptions) -> int:
     gpu = torch.cuda.get_device_name()
     name = opts.name or _gpu_slug(gpu)
     out_dir = Path(opts.out) / name
-    items = plan(parts=opts.parts, quick=opts.quick, providers=opts.providers,
-                 passes=opts.passes, ns=opts.ns, head_dims=opts.head_dims,
-                 dtypes=opts.dtypes)  # fmt: skip
+    items = plan(
+        parts=opts.parts,
+        quick=opts.quick,
+        providers=opts.providers,
+        passes=opts.passes,
+        ns=opts.ns,
+        head_dims=opts.head_dims,
+        dtypes=opts.dtypes,
+    )
     config: dict[str, Any] = {
         "parts": list(opts.parts),
         "quick": opts.quick,
@@ -558,7 +573,7 @@ def run_bench(opts: BenchOptions) -> int:
         prog.finish()
         log.append({"type": "complete"})
     if opts.render:
-        from flashcheck.harness.bench.render import render_bench, summary_text
+        from .render import render_bench, summary_text
 
         md = render_bench(path, out_dir)
         print(f"bench report: {md}", file=stream)

@@ -10,14 +10,26 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.bench.providers import PROVIDERS
-from flashcheck.harness.core.resultlog import read_records
+from ..core.resultlog import read_records
+from .providers import PROVIDERS
 
 __all__ = [
-    "FLOOR", "GOAL", "ORDER", "PASS_ORDER", "STRETCH", "backward_memory_verdict", "bench_summary",
-    "ceiling_rows", "counts", "load_results", "memory_verdict", "only_pass", "passes_in", "ratio",
+    "FLOOR",
+    "GOAL",
+    "ORDER",
+    "PASS_ORDER",
+    "STRETCH",
+    "backward_memory_verdict",
+    "bench_summary",
+    "ceiling_rows",
+    "counts",
+    "load_results",
+    "memory_verdict",
+    "only_pass",
+    "passes_in",
+    "ratio",
     "shape_keys",
-]  # fmt: skip
+]
 
 ORDER = tuple(PROVIDERS)  # column and legend order
 FLOOR = 1.0  # Triton / SDPA flash, every grid and width shape
@@ -67,8 +79,11 @@ def only_pass(data: dict[str, Any], pass_: str) -> dict[str, Any]:
     """``data`` restricted to the shapes of one pass: every table, ratio and verdict is drawn
     from one such view, so speeds of different passes are never compared."""
     keys = [k for k, m in data["meta"].items() if m["pass"] == pass_]
-    return {**data, "shapes": {k: data["shapes"][k] for k in keys},
-            "meta": {k: data["meta"][k] for k in keys}}  # fmt: skip
+    return {
+        **data,
+        "shapes": {k: data["shapes"][k] for k in keys},
+        "meta": {k: data["meta"][k] for k in keys},
+    }
 
 
 def shape_keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:

@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.cases.families import Recipe, make_case
-from flashcheck.harness.judging.bounds import Bounds, error_bounds
-from flashcheck.harness.judging.check import naive_reference
-from flashcheck.harness.judging.gradient_bounds import GradientBounds, gradient_bounds
-from flashcheck.harness.judging.gradient_check import gradient_oracle, naive_gradient_reference
-from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+from ..cases.case import Case
+from ..cases.families import Recipe, make_case
+from ..judging.bounds import Bounds, error_bounds
+from ..judging.check import naive_reference
+from ..judging.gradient_bounds import GradientBounds, gradient_bounds
+from ..judging.gradient_check import gradient_oracle, naive_gradient_reference
+from ..oracle.evaluate import OracleResult, oracle
+from .worker import KernelFailure, KernelWorker
 
 __all__ = [
     "SINGLE_THREAD",
@@ -50,9 +50,14 @@ __all__ = [
 # depend on how many workers share the machine.
 SINGLE_THREAD = {
     name: "1"
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                 "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
-}  # fmt: skip
+    for name in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+    )
+}
 
 
 @dataclass
@@ -111,8 +116,9 @@ def compute_gradient_reference(recipe: Recipe) -> GradientReference:
     ref = gradient_oracle(case)
     naive = naive_gradient_reference(case, ref)
     seconds = time.perf_counter() - t0
-    every = gradient_bounds(case.q, case.k, case.v, case.grad_output(), arithmetic="unknown",
-                            **case.options())  # fmt: skip
+    every = gradient_bounds(
+        case.q, case.k, case.v, case.grad_output(), arithmetic="unknown", **case.options()
+    )
     return GradientReference(ref, naive, every, seconds)
 
 

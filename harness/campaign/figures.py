@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.core.resultlog import num
-from flashcheck.harness.judging.metrics import ULP_EDGES
+from ..core.resultlog import num
+from ..judging.metrics import ULP_EDGES
 
 __all__ = ["make_figures"]
 
@@ -56,8 +56,11 @@ def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: st
     for ax, dt in zip(axes, dts, strict=True):
         broken = []
         for k in kernels:
-            pts = sorted((xkey(r), num(r["metrics"]["max_ulp"])) for r in rows
-                         if r["kernel"] == k and r["dtype"] == dt)  # fmt: skip
+            pts = sorted(
+                (xkey(r), num(r["metrics"]["max_ulp"]))
+                for r in rows
+                if r["kernel"] == k and r["dtype"] == dt
+            )
             broken += [x for x, y in pts if x > 0 and not math.isfinite(y)]
             pts = [(x, max(y, 1e-3)) for x, y in pts if x > 0 and math.isfinite(y)]  # 0 -> 1e-3
             if pts:
@@ -66,8 +69,14 @@ def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: st
             # NaN/Inf outputs where the exact result is finite have no finite error: marked
             # along the top edge, never plotted as a small error.
             top = max(ax.get_ylim()[1], 1e3) if ax.has_data() else 1e3
-            ax.scatter(broken, [top] * len(broken), marker="X", color="red", zorder=5,
-                       label="NaN/Inf output")  # fmt: skip
+            ax.scatter(
+                broken,
+                [top] * len(broken),
+                marker="X",
+                color="red",
+                zorder=5,
+                label="NaN/Inf output",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(dt)
@@ -119,8 +128,11 @@ def _histograms(data, out, kernels, dtypes) -> bool:
 
 def _utilization(data, out, kernels, dtypes) -> bool:
     plt = _plt()
-    rows = [r for r in data["results"] if r["status"] in JUDGED
-            and math.isfinite(num(r["metrics"]["det_util"]))]  # fmt: skip
+    rows = [
+        r
+        for r in data["results"]
+        if r["status"] in JUDGED and math.isfinite(num(r["metrics"]["det_util"]))
+    ]
     dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
     if not dts:
         return False
@@ -128,8 +140,11 @@ def _utilization(data, out, kernels, dtypes) -> bool:
     for ax, dt in zip(axes, dts, strict=True):
         ks = [k for k in kernels if any(r["kernel"] == k and r["dtype"] == dt for r in rows)]
         for i, k in enumerate(ks):
-            ys = [max(num(r["metrics"]["det_util"]), 1e-6) for r in rows
-                  if r["kernel"] == k and r["dtype"] == dt]  # fmt: skip
+            ys = [
+                max(num(r["metrics"]["det_util"]), 1e-6)
+                for r in rows
+                if r["kernel"] == k and r["dtype"] == dt
+            ]
             xs = [i + 0.3 * ((j * 0.618) % 1 - 0.5) for j in range(len(ys))]
             ax.scatter(xs, ys, s=8, alpha=0.6)
         ax.axhline(1.0, color="red", linewidth=0.8)
@@ -147,11 +162,29 @@ def _utilization(data, out, kernels, dtypes) -> bool:
 def make_figures(data: dict[str, Any], out: Path, kernels: list[str], dtypes: list[str]):
     """Draw every figure the data supports into ``out``; returns the names drawn."""
     made = []
-    if _line_plot(data, out, kernels, dtypes, "length", lambda r: r["shape"]["Nk"], "error_vs_n",
-                  "Error vs sequence length, N(0,1) inputs", "Nq = Nk"):  # fmt: skip
+    if _line_plot(
+        data,
+        out,
+        kernels,
+        dtypes,
+        "length",
+        lambda r: r["shape"]["Nk"],
+        "error_vs_n",
+        "Error vs sequence length, N(0,1) inputs",
+        "Nq = Nk",
+    ):
         made.append("error_vs_n")
-    if _line_plot(data, out, kernels, dtypes, "logit", lambda r: num(r["max_logit"]),
-                  "error_vs_logit", "Error vs max |logit|", "max |scale·q·k|"):  # fmt: skip
+    if _line_plot(
+        data,
+        out,
+        kernels,
+        dtypes,
+        "logit",
+        lambda r: num(r["max_logit"]),
+        "error_vs_logit",
+        "Error vs max |logit|",
+        "max |scale·q·k|",
+    ):
         made.append("error_vs_logit")
     if _histograms(data, out, kernels, dtypes):
         made.append("ulp_histogram")

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel, score_magnitude
-from flashcheck.harness.cases.families import (
+from ..adapters.adapter import Kernel, score_magnitude
+from ..cases.families import (
     EDGES,
     FAMILIES,
     HEAD_DIMS,
@@ -76,22 +76,44 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "smoke": Preset(
-        "smoke", families=("randn", "huge_logits", "negative_rows", "nonfinite"),
-        grid_lengths=(16,), grid_max_work=1 << 10, head_dims=(16,), length_sweep=(1, 17, 33),
+        "smoke",
+        families=("randn", "huge_logits", "negative_rows", "nonfinite"),
+        grid_lengths=(16,),
+        grid_max_work=1 << 10,
+        head_dims=(16,),
+        length_sweep=(1, 17, 33),
         length_d=16,
-        logit_magnitudes=(1, 100, 1e4), logit_n=16, fa3_shape=(1, 1, 32, 16), fa3_seeds=1,
-        search_generations=1, search_population=2, search_parents=1, search_max_len=33,
-        search_max_work=1 << 10, structural_cases=1, gradient_cases=2,
+        logit_magnitudes=(1, 100, 1e4),
+        logit_n=16,
+        fa3_shape=(1, 1, 32, 16),
+        fa3_seeds=1,
+        search_generations=1,
+        search_population=2,
+        search_parents=1,
+        search_max_len=33,
+        search_max_work=1 << 10,
+        structural_cases=1,
+        gradient_cases=2,
     ),
     "cpu": Preset("cpu"),
     "gpu": Preset(
-        "gpu", grid_lengths=(16, 64, 129, 257), grid_max_work=1 << 18,
-        head_dims=(16, 40, 64, 111, 128, 256), length_sweep=(1, 17, 64, 129, 256, 512, 1024),
-        length_d=128, logit_n=256, fa3_shape=(1, 2, 512, 128), fa3_seeds=2,
-        search_generations=3, search_population=6, search_max_len=257, search_max_work=1 << 17,
-        structural_cases=3, gradient_cases=7,
+        "gpu",
+        grid_lengths=(16, 64, 129, 257),
+        grid_max_work=1 << 18,
+        head_dims=(16, 40, 64, 111, 128, 256),
+        length_sweep=(1, 17, 64, 129, 256, 512, 1024),
+        length_d=128,
+        logit_n=256,
+        fa3_shape=(1, 2, 512, 128),
+        fa3_seeds=2,
+        search_generations=3,
+        search_population=6,
+        search_max_len=257,
+        search_max_work=1 << 17,
+        structural_cases=3,
+        gradient_cases=7,
     ),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -145,8 +167,23 @@ def _grid_recipe(rng: np.random.Generator, dtype: str, family: str, n: int, p: P
     mask_density = float(rng.choice([0.1, 0.5])) if rng.random() < 0.1 else None
     scale = [None, None, None, 0.5, 2.0][int(rng.integers(5))]
     magnitude = float(rng.choice(magnitudes(family, dtype)))
-    return Recipe(dtype, family, b, hq, hk, n, nk, d, dv, seed32(rng), causal, window,
-                  mask_density, scale, magnitude)  # fmt: skip
+    return Recipe(
+        dtype,
+        family,
+        b,
+        hq,
+        hk,
+        n,
+        nk,
+        d,
+        dv,
+        seed32(rng),
+        causal,
+        window,
+        mask_density,
+        scale,
+        magnitude,
+    )
 
 
 def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
@@ -162,19 +199,32 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
             r = Recipe(dt, "randn", 1, 1, 1, n, n, d, d, seed32(rng_for(seed, "length", dt, n)))
             items.append(Item("length", str(n), r))
         # Causal with Nq > Nk: the first Nq - Nk rows keep no key (SPEC 3.1: O = 0, LSE = -inf).
-        r = Recipe(dt, "randn", 1, 2, 1, 24, 9, 32, 32, seed32(rng_for(seed, "masked", dt)),
-                   causal=True)  # fmt: skip
+        r = Recipe(
+            dt, "randn", 1, 2, 1, 24, 9, 32, 32, seed32(rng_for(seed, "masked", dt)), causal=True
+        )
         items.append(Item("edge", "masked-rows", r))
         n = preset.logit_n
         for m in preset.logit_magnitudes:
-            r = Recipe(dt, "huge_logits", 1, 2, 2, n, n, 64, 64,
-                       seed32(rng_for(seed, "logit", dt, m)), magnitude=float(m))  # fmt: skip
+            r = Recipe(
+                dt,
+                "huge_logits",
+                1,
+                2,
+                2,
+                n,
+                n,
+                64,
+                64,
+                seed32(rng_for(seed, "logit", dt, m)),
+                magnitude=float(m),
+            )
             items.append(Item("logit", f"{m:g}", r))
         if dt in ("fp16", "bf16"):
             b, h, n, d = preset.fa3_shape
             for s in range(preset.fa3_seeds):
-                r = Recipe(dt, "fa3_outliers", b, h, h, n, n, d, d,
-                           seed32(rng_for(seed, "fa3", dt, s)))  # fmt: skip
+                r = Recipe(
+                    dt, "fa3_outliers", b, h, h, n, n, d, d, seed32(rng_for(seed, "fa3", dt, s))
+                )
                 items.append(Item("fa3", str(s), r))
     return items
 
@@ -213,8 +263,20 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
             elif name != "key-permutation":
                 opts = {"causal": bool(rng.random() < 0.5)}
             # Four query heads on two key/value heads: a wrong group mapping shows.
-            r = Recipe(dtype, family, 2, 4, 2, n, nk, d, d, seed32(rng),
-                       magnitude=float(rng.choice(magnitudes(family, dtype))), **opts)  # fmt: skip
+            r = Recipe(
+                dtype,
+                family,
+                2,
+                4,
+                2,
+                n,
+                nk,
+                d,
+                d,
+                seed32(rng),
+                magnitude=float(rng.choice(magnitudes(family, dtype))),
+                **opts,
+            )
             items.append(Item("structural", f"{name}/{i}", r))
     return items
 

@@ -23,15 +23,15 @@ import os
 import queue
 from typing import Any
 
-from flashcheck.harness.campaign.executor import (
+from ..cases.case import Case
+from ..cases.families import Recipe
+from .executor import (
     SINGLE_THREAD,
     Executor,
     compute_gradient_reference,
     compute_reference,
 )
-from flashcheck.harness.campaign.worker import KernelFailure, KernelWorker, poisoned
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.cases.families import Recipe
+from .worker import KernelFailure, KernelWorker, poisoned
 
 __all__ = ["KernelActor", "RayExecutor"]
 
@@ -71,8 +71,13 @@ class RayExecutor(Executor):
         env = {**SINGLE_THREAD, "PYTHONPATH": path}
         self._started = not ray.is_initialized()
         if self._started:
-            ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False,
-                     log_to_driver=False, logging_level="ERROR")  # fmt: skip
+            ray.init(
+                address=address,
+                runtime_env={"env_vars": env},
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
         resources = ray.cluster_resources()
         self.workers = max(1, int(resources.get("CPU", 1)))
         gpus = int(resources.get("GPU", 0)) if device == "cuda" else 0
@@ -96,14 +101,16 @@ class RayExecutor(Executor):
 
         actor = self._free.get()
         try:
-            status, payload = self._ray.get(actor.call.remote(fn, *args),
-                                            timeout=self.timeout * calls)  # fmt: skip
+            status, payload = self._ray.get(
+                actor.call.remote(fn, *args), timeout=self.timeout * calls
+            )
         except GetTimeoutError:
             status, payload = "TIMEOUT", f"no result within {self.timeout * calls:g} s"
         except RayActorError as err:
             status, payload = "ERROR", f"the kernel process died ({type(err).__name__})"
-        if status in ("TIMEOUT", "ERROR") and (status == "TIMEOUT" or poisoned(str(payload))
-                                               or "process died" in str(payload)):  # fmt: skip
+        if status in ("TIMEOUT", "ERROR") and (
+            status == "TIMEOUT" or poisoned(str(payload)) or "process died" in str(payload)
+        ):
             self._ray.kill(actor)
             actor = self._actor.remote()
         self._free.put(actor)
@@ -121,8 +128,9 @@ class RayExecutor(Executor):
         return self._threads.submit(self._on_actor, "backward", spec, case, device, calls=2)
 
     def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
-        return self._threads.submit(self._on_actor, "check", name, spec, case, device, calls,
-                                    calls=calls)  # fmt: skip
+        return self._threads.submit(
+            self._on_actor, "check", name, spec, case, device, calls, calls=calls
+        )
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)

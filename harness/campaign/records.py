@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.judging.bounds import Bounds
-from flashcheck.harness.judging.check import CheckResult
-from flashcheck.harness.judging.gradient_verdict import GradientVerdict
-from flashcheck.harness.judging.metrics import floored_ulp_error, ulp_histogram
+from ..judging.bounds import Bounds
+from ..judging.check import CheckResult
+from ..judging.gradient_verdict import GradientVerdict
+from ..judging.metrics import floored_ulp_error, ulp_histogram
 
 __all__ = [
     "BROKEN",

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.core.resultlog import num, read_records
+from ..core.resultlog import num, read_records
 
 __all__ = ["load", "render_report"]
 
@@ -38,9 +38,18 @@ BROKEN = ("BAD-OUTPUT", "ERROR", "TIMEOUT")
 def load(path: str | os.PathLike) -> dict[str, Any]:
     """The results file split by record type (``header``, ``results``, ...)."""
     records = read_records(path)
-    out: dict[str, Any] = {"header": records[0], "results": [], "structural": [], "gradients": [],
-                           "sessions": [], "limitations": [], "case_files": {}, "contracts": {},
-                           "stopped": [], "complete": False}  # fmt: skip
+    out: dict[str, Any] = {
+        "header": records[0],
+        "results": [],
+        "structural": [],
+        "gradients": [],
+        "sessions": [],
+        "limitations": [],
+        "case_files": {},
+        "contracts": {},
+        "stopped": [],
+        "complete": False,
+    }
     for r in records[1:]:
         kind = r.get("type")
         if kind == "result":
@@ -129,10 +138,16 @@ def _summary_cells(rows: list[dict[str, Any]]) -> dict[str, str]:
 def _mismatches(judged: list[dict[str, Any]]) -> str:
     """NaN/Inf mismatches on finite inputs (each one a failure) / on NaN-Inf inputs (where the
     documented NaN rule lets ±inf inputs give NaN, see docs/oracle.md)."""
-    fin = sum(int(num(r["metrics"]["nonfinite_mismatches"])) for r in judged
-              if r.get("finite_inputs", True))  # fmt: skip
-    nonfin = sum(int(num(r["metrics"]["nonfinite_mismatches"])) for r in judged
-                 if not r.get("finite_inputs", True))  # fmt: skip
+    fin = sum(
+        int(num(r["metrics"]["nonfinite_mismatches"]))
+        for r in judged
+        if r.get("finite_inputs", True)
+    )
+    nonfin = sum(
+        int(num(r["metrics"]["nonfinite_mismatches"]))
+        for r in judged
+        if not r.get("finite_inputs", True)
+    )
     return f"{fin} / {nonfin}"
 
 
@@ -180,11 +195,14 @@ def _family_tables(data, kernels, dtypes) -> list[str]:
     fams = list(dict.fromkeys(r["family"] for r in data["results"]))
     for fam in fams:
         rows = [r for r in data["results"] if r["family"] == fam]
-        out += [f"<details><summary><b>{fam}</b> ({sum(r['status'] in JUDGED for r in rows)} "
-                "judged results)</summary>", "",
-                "| kernel | dtype | cases | PASS | FAIL | FAIL-HARD | other | median max-ULP "
-                "| max ULP | max bound util. | max naive ratio |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        out += [
+            f"<details><summary><b>{fam}</b> ({sum(r['status'] in JUDGED for r in rows)} "
+            "judged results)</summary>",
+            "",
+            "| kernel | dtype | cases | PASS | FAIL | FAIL-HARD | other | median max-ULP "
+            "| max ULP | max bound util. | max naive ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for k, dt, grp in _groups(rows, kernels, dtypes):
             c = _summary_cells(grp)
             other = c["broken"] if c["broken"] != "0" else f"{c['skipped']} skipped"
@@ -210,8 +228,9 @@ def _shape(r: dict[str, Any]) -> str:
 
 
 def _recipe_expr(r: dict[str, Any]) -> str:
-    args = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v!r}"
-                     for k, v in r["recipe"].items())  # fmt: skip
+    args = ", ".join(
+        f"{k}={tuple(v) if isinstance(v, list) else v!r}" for k, v in r["recipe"].items()
+    )
     return f"make_case(Recipe({args}))"
 
 
@@ -237,9 +256,13 @@ def _worst_cases(data, kernels, dtypes, case_dir: str) -> list[str]:
             )
     broken = [r for r in data["results"] if r["status"] in BROKEN]
     if broken:
-        lines += ["", "Kernels that raised, hung or returned a wrong shape (first per kernel "
-                  "and dtype; rebuild the inputs with the expression shown, from "
-                  "`from flashcheck.strategies import Recipe, make_case`):", ""]  # fmt: skip
+        lines += [
+            "",
+            "Kernels that raised, hung or returned a wrong shape (first per kernel "
+            "and dtype; rebuild the inputs with the expression shown, from "
+            "`from flashcheck.strategies import Recipe, make_case`):",
+            "",
+        ]
         seen = set()
         for r in broken:
             if (r["kernel"], r["dtype"], r["status"]) in seen:
@@ -329,8 +352,9 @@ def _structural_table(data, kernels, dtypes, case_dir: str) -> list[str]:
                 first = f"{broken['status']}: {broken['reasons'][0]}"
             fail = f"**{st['FAIL']}**" if st["FAIL"] else "0"
             hung = sum(st[s] for s in BROKEN)
-            lines.append(f"| {k} | {dt} | {prop} | {st['PASS']} | {fail} | {hung} "
-                         f"| {st['SKIP']} | {first} |")  # fmt: skip
+            lines.append(
+                f"| {k} | {dt} | {prop} | {st['PASS']} | {fail} | {hung} | {st['SKIP']} | {first} |"
+            )
     return lines
 
 
@@ -367,8 +391,10 @@ def _gradient_table(data, kernels, dtypes, case_dir: str) -> list[str]:
         for r in grp:
             if r["key"] in files:
                 cid = files[r["key"]]["case_id"]
-                worst.append(f"- **{k} {dt}** {r['status']} ({r['family']}, {_shape(r)}): "
-                             f"`flashcheck replay {cid} --dir {case_dir}`")  # fmt: skip
+                worst.append(
+                    f"- **{k} {dt}** {r['status']} ({r['family']}, {_shape(r)}): "
+                    f"`flashcheck replay {cid} --dir {case_dir}`"
+                )
     if worst:
         lines += ["", "Worst gradient cases, each replayable:", "", *worst]
     return lines
@@ -425,8 +451,10 @@ def _environment(data) -> list[str]:
             envs.append(env)
     for i, env in enumerate(envs):
         if len(envs) > 1:
-            lines.append(f"Environment {i + 1} of {len(envs)} (the campaign was resumed in a "
-                         "different environment):")  # fmt: skip
+            lines.append(
+                f"Environment {i + 1} of {len(envs)} (the campaign was resumed in a "
+                "different environment):"
+            )
         lines += ["| | |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in env.items() if k != "argv"]
         lines.append("")
@@ -441,11 +469,15 @@ def _limitations(data) -> list[str]:
         if key not in seen:
             seen.add(key)
             lines.append(f"- **{r['kernel']}**, {r['dtype']} on {r['device']}: {r['reason']}")
-    skips = Counter((r["kernel"], r["reasons"][0]) for r in data["results"]
-                    if r["status"] == "SKIP")  # fmt: skip
+    skips = Counter(
+        (r["kernel"], r["reasons"][0]) for r in data["results"] if r["status"] == "SKIP"
+    )
     if skips:
-        lines += ["", "Cases outside a kernel's contract (declared or probed; not run, not "
-                  "counted):", ""]  # fmt: skip
+        lines += [
+            "",
+            "Cases outside a kernel's contract (declared or probed; not run, not counted):",
+            "",
+        ]
         lines += [f"- {k}: {n} × {why}" for (k, why), n in sorted(skips.items())]
     return lines or ["None detected."]
 
@@ -470,7 +502,7 @@ def render_report(
     st = Counter(r["status"] for r in every)
     figs = []
     if figures:
-        from flashcheck.harness.campaign.figures import make_figures
+        from .figures import make_figures
 
         figs = make_figures(data, out, kernels, dtypes)
     try:

@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.adapters.probe import resolved
-from flashcheck.harness.campaign.executor import Executor, LocalExecutor, outcome
-from flashcheck.harness.campaign.plan import PARTS
-from flashcheck.harness.campaign.records import SEVERITY, gist
-from flashcheck.harness.campaign.runner import (
+from ..adapters.probe import resolved
+from ..core.environment import environment_record
+from ..core.resultlog import ResultLog, num, read_records
+from .executor import Executor, LocalExecutor, outcome
+from .plan import PARTS
+from .records import SEVERITY, gist
+from .runner import (
     PRESETS,
     STREAK,
     Campaign,
@@ -34,9 +36,7 @@ from flashcheck.harness.campaign.runner import (
     kernel_device,
     resolve_kernels,
 )
-from flashcheck.harness.campaign.worker import probe_runner
-from flashcheck.harness.core.environment import environment_record
-from flashcheck.harness.core.resultlog import ResultLog, num, read_records
+from .worker import probe_runner
 
 __all__ = [
     "GATES",
@@ -139,8 +139,10 @@ def gate_findings(records: Sequence[dict[str, Any]], fail_on: str) -> list[str]:
             found[(r["kernel"], r["dtype"], f"stopped after {r['count']} x {r['reason']}")] += 1
         elif kind == "limitation" and r.get("no_run"):
             found[(r["kernel"], r["dtype"], f"could not run at all ({r['reason']})")] += 1
-    return [f"{n} {what}: {k} {dt}" if n > 1 else f"{what}: {k} {dt}"
-            for (k, dt, what), n in found.items()]  # fmt: skip
+    return [
+        f"{n} {what}: {k} {dt}" if n > 1 else f"{what}: {k} {dt}"
+        for (k, dt, what), n in found.items()
+    ]
 
 
 def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
@@ -151,14 +153,23 @@ def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
 def make_executor(opts: ReportOptions, device: str) -> Executor:
     """The executor ``opts`` asks for: local processes, or a Ray cluster."""
     if opts.executor == "ray":
-        from flashcheck.harness.campaign.ray_executor import RayExecutor
+        from .ray_executor import RayExecutor
 
-        return RayExecutor(address=opts.address, device=device, timeout=opts.timeout,
-                           kernel_workers=opts.kernel_workers)  # fmt: skip
+        return RayExecutor(
+            address=opts.address,
+            device=device,
+            timeout=opts.timeout,
+            kernel_workers=opts.kernel_workers,
+        )
     if opts.executor != "local":
         raise ValueError(f"executor must be 'local' or 'ray', got {opts.executor!r}")
-    return LocalExecutor(workers=opts.workers, kernel_workers=opts.kernel_workers, device=device,
-                         timeout=opts.timeout, isolate=opts.isolate)  # fmt: skip
+    return LocalExecutor(
+        workers=opts.workers,
+        kernel_workers=opts.kernel_workers,
+        device=device,
+        timeout=opts.timeout,
+        isolate=opts.isolate,
+    )
 
 
 def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
@@ -175,22 +186,33 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     specs = list(opts.kernels) or default_kernels()
     declared = resolve_kernels(specs)
     if opts.arithmetic is not None:
-        declared = {s: k if k.arithmetic != "unknown" else replace(k, arithmetic=opts.arithmetic)
-                    for s, k in declared.items()}  # fmt: skip
+        declared = {
+            s: k if k.arithmetic != "unknown" else replace(k, arithmetic=opts.arithmetic)
+            for s, k in declared.items()
+        }
     devices = {s: kernel_device(a, device) for s, a in declared.items()}
     name = opts.name or default_name(device, opts.kernels)
     out_dir = Path(opts.out) / name
     case_dir = out_dir / "cases"
-    config = {"name": name, "preset": preset_name, "seed": opts.seed, "kernels": list(declared),
-              "dtypes": list(dtypes), "device": device}  # fmt: skip
+    config = {
+        "name": name,
+        "preset": preset_name,
+        "seed": opts.seed,
+        "kernels": list(declared),
+        "dtypes": list(dtypes),
+        "device": device,
+    }
     unknown = [x for x in opts.parts if x not in PARTS]
     if unknown:
         raise ValueError(f"unknown campaign part(s) {unknown}: choose from {list(PARTS)}")
     if opts.parts:  # (absent when every part runs, so older results files still resume)
         config["parts"] = [x for x in PARTS if x in opts.parts]
-    header = {"type": "header", "config": config,
-              "command": _command(opts, name, preset_name, device, list(declared)),
-              "case_dir": str(case_dir)}  # fmt: skip
+    header = {
+        "type": "header",
+        "config": config,
+        "command": _command(opts, name, preset_name, device, list(declared)),
+        "case_dir": str(case_dir),
+    }
     results_path = out_dir / "results.jsonl"
     try:
         with make_executor(opts, device) as executor:
@@ -198,8 +220,9 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             for spec, kern in declared.items():
                 if kern.pending:
                     echo(f"probing the contract of {spec} on {devices[spec]} ...")
-                runner = probe_runner(lambda s, c, d: outcome(executor.run(s, c, d)), spec,
-                                      devices[spec])  # fmt: skip
+                runner = probe_runner(
+                    lambda s, c, d: outcome(executor.run(s, c, d)), spec, devices[spec]
+                )
                 adapters[spec] = resolved(kern, devices[spec], runner)
             for spec in opts.kernels:
                 why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
@@ -211,17 +234,29 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
                 log.append({"type": "session", "env": environment_record(device)})
                 _log_contracts(log, adapters, devices, dtypes)
                 runnable = [
-                    s for s, a in adapters.items()
+                    s
+                    for s, a in adapters.items()
                     if any(a.unavailable(dt, devices[s]) is None for dt in dtypes)
-                ]  # fmt: skip
-                echo(f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, "
-                     f"device {device}; kernels {', '.join(runnable) or '(none can run here)'}"
-                     f"; results -> {results_path}")  # fmt: skip
+                ]
+                echo(
+                    f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, "
+                    f"device {device}; kernels {', '.join(runnable) or '(none can run here)'}"
+                    f"; results -> {results_path}"
+                )
                 camp = Campaign(
-                    log, PRESETS[preset_name], opts.seed, adapters, devices, dtypes, executor,
-                    case_dir, echo=echo, progress_stream=progress_stream, streak=opts.streak,
+                    log,
+                    PRESETS[preset_name],
+                    opts.seed,
+                    adapters,
+                    devices,
+                    dtypes,
+                    executor,
+                    case_dir,
+                    echo=echo,
+                    progress_stream=progress_stream,
+                    streak=opts.streak,
                     parts=tuple(config.get("parts", PARTS)),
-                )  # fmt: skip
+                )
                 camp.run()
                 camp.save_worst()
                 log.append({"type": "complete", "results": len(camp.results())})
@@ -236,7 +271,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     for line in terminal_summary(records, str(case_dir)):
         echo(line)
     if opts.render:
-        from flashcheck.harness.campaign.render import render_report
+        from .render import render_report
 
         path = render_report(results_path, out_dir)
         echo(f"report: {path}")
@@ -251,8 +286,9 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
 def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> None:
     """One ``contract`` record per kernel, and ``limitation`` records for what cannot run
     here (``no_run``: the kernel ran on no probe input, a failure of the kernel)."""
-    known = {(r["kernel"], r["dtype"], r["reason"]) for r in log.records
-             if r.get("type") == "limitation"}  # fmt: skip
+    known = {
+        (r["kernel"], r["dtype"], r["reason"]) for r in log.records if r.get("type") == "limitation"
+    }
     contracts = {r["kernel"]: r for r in log.records if r.get("type") == "contract"}
     for spec, adapter in adapters.items():
         rec = {"type": "contract", "kernel": spec, "lines": adapter.contract_lines()}
@@ -264,8 +300,16 @@ def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> Non
             if no_run:
                 why = adapter.unsupported[0][1]
             if why and (spec, dt, why) not in known:
-                log.append({"type": "limitation", "kernel": spec, "dtype": dt, "reason": why,
-                            "device": devices[spec], "no_run": bool(no_run)})  # fmt: skip
+                log.append(
+                    {
+                        "type": "limitation",
+                        "kernel": spec,
+                        "dtype": dt,
+                        "reason": why,
+                        "device": devices[spec],
+                        "no_run": bool(no_run),
+                    }
+                )
 
 
 def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[str]:
@@ -307,6 +351,8 @@ def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[s
             lines.append(f"    worst: flashcheck replay {cid} --dir {case_dir}")
     for r in records:
         if r.get("type") == "stopped":
-            lines.append(f"{r['kernel']} {r['dtype']}: stopped after {r['count']} identical "
-                         f"failures ({r['reason']})")  # fmt: skip
+            lines.append(
+                f"{r['kernel']} {r['dtype']}: stopped after {r['count']} identical "
+                f"failures ({r['reason']})"
+            )
     return lines

@@ -52,15 +52,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.adapters.registry import resolve
-from flashcheck.harness.campaign.executor import (
+from ..adapters.adapter import Kernel
+from ..adapters.registry import resolve
+from ..cases.case import DTYPES, Case
+from ..cases.families import Recipe, make_case
+from ..cases.store import save_case
+from ..core.progress import Progress
+from ..core.resultlog import ResultLog, num
+from ..judging.check import check_case
+from ..judging.gradient_check import check_gradients_case
+from ..judging.gradient_verdict import judge_gradients
+from .executor import (
     Executor,
     GradientReference,
     Reference,
     outcome,
 )
-from flashcheck.harness.campaign.plan import (
+from .plan import (
     PARTS,
     PRESETS,
     STRUCTURAL,
@@ -73,21 +81,13 @@ from flashcheck.harness.campaign.plan import (
     rng_for,
     structural_items,
 )
-from flashcheck.harness.campaign.records import (
+from .records import (
     SEVERITY,
     gist,
     gradient_fields,
     result_fields,
 )
-from flashcheck.harness.campaign.worker import KernelFailure
-from flashcheck.harness.cases.case import DTYPES, Case
-from flashcheck.harness.cases.families import Recipe, make_case
-from flashcheck.harness.cases.store import save_case
-from flashcheck.harness.core.progress import Progress
-from flashcheck.harness.core.resultlog import ResultLog, num
-from flashcheck.harness.judging.check import check_case
-from flashcheck.harness.judging.gradient_check import check_gradients_case
-from flashcheck.harness.judging.gradient_verdict import judge_gradients
+from .worker import KernelFailure
 
 __all__ = [
     "PRESETS",
@@ -150,8 +150,9 @@ class Campaign:
         # Gradient references of this run by recipe, for the case files: recomputing one (the
         # strict fallback can take minutes) in the main process would serialise the pool's work.
         self._grad_refs: dict[Recipe, Any] = {}  # a GradientReference or its future
-        self._stopped = {(r["kernel"], r["dtype"]) for r in self.log.records
-                         if r.get("type") == "stopped"}  # fmt: skip
+        self._stopped = {
+            (r["kernel"], r["dtype"]) for r in self.log.records if r.get("type") == "stopped"
+        }
 
     # -- bookkeeping ------------------------------------------------------------------------
     def results(self) -> list[dict[str, Any]]:
@@ -177,8 +178,15 @@ class Campaign:
         self._streaks[group] = (why, n)
         if n >= self.streak:
             self._stopped.add(group)
-            self.log.append({"type": "stopped", "kernel": group[0], "dtype": group[1],
-                             "reason": why, "count": n})  # fmt: skip
+            self.log.append(
+                {
+                    "type": "stopped",
+                    "kernel": group[0],
+                    "dtype": group[1],
+                    "reason": why,
+                    "count": n,
+                }
+            )
             self.echo(f"{group[0]} {group[1]}: stopped after {n} identical failures ({why})")
 
     def _record(
@@ -298,8 +306,11 @@ class Campaign:
             common["seconds"] = {"wait": round(time.perf_counter() - t0, 4)}
         if status not in ("PASS", "SKIP"):
             common["score"] = math.inf
-        self._append(self._record(item, spec, group.case, group.recipe, status=status,
-                                  reasons=[msg], **common))  # fmt: skip
+        self._append(
+            self._record(
+                item, spec, group.case, group.recipe, status=status, reasons=[msg], **common
+            )
+        )
 
     def _collect_group(self, item: Item, group: _Group) -> None:
         ref: Reference = group.reference.result()
@@ -310,23 +321,58 @@ class Campaign:
         for spec, job in group.runs.items():
             seconds = {"oracle": round(ref.seconds, 4)}
             if isinstance(job, str):
-                self._append(self._record(item, spec, group.case, group.recipe, status="SKIP",
-                                          reasons=[job], score=0.0, seconds=seconds,
-                                          **common))  # fmt: skip
+                self._append(
+                    self._record(
+                        item,
+                        spec,
+                        group.case,
+                        group.recipe,
+                        status="SKIP",
+                        reasons=[job],
+                        score=0.0,
+                        seconds=seconds,
+                        **common,
+                    )
+                )
                 continue
             try:
                 out = outcome(job)
             except KernelFailure as fail:
                 score = 0.0 if fail.status == "SKIP" else math.inf
-                self._append(self._record(item, spec, group.case, group.recipe,
-                                          status=fail.status, reasons=[fail.message],
-                                          score=score, seconds=seconds, **common))  # fmt: skip
+                self._append(
+                    self._record(
+                        item,
+                        spec,
+                        group.case,
+                        group.recipe,
+                        status=fail.status,
+                        reasons=[fail.message],
+                        score=score,
+                        seconds=seconds,
+                        **common,
+                    )
+                )
                 continue
-            res = check_case(self.kernels[spec], group.case, device=self.devices[spec],
-                             output=out, ref=ref.ref, naive=ref.naive,
-                             bounds_cache=bounds_cache)  # fmt: skip
-            self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
-                                      **common, **result_fields(res, ref.every)))  # fmt: skip
+            res = check_case(
+                self.kernels[spec],
+                group.case,
+                device=self.devices[spec],
+                output=out,
+                ref=ref.ref,
+                naive=ref.naive,
+                bounds_cache=bounds_cache,
+            )
+            self._append(
+                self._record(
+                    item,
+                    spec,
+                    group.case,
+                    group.recipe,
+                    seconds=seconds,
+                    **common,
+                    **result_fields(res, ref.every),
+                )
+            )
 
     def _collect_gradients(self, item: Item, group: _Group) -> None:
         ref: GradientReference = group.reference.result()
@@ -334,23 +380,51 @@ class Campaign:
         for spec, job in group.runs.items():
             seconds = {"oracle": round(ref.seconds, 4)}
             if isinstance(job, str):
-                self._append(self._record(item, spec, group.case, group.recipe, status="SKIP",
-                                          reasons=[job], score=0.0, seconds=seconds))  # fmt: skip
+                self._append(
+                    self._record(
+                        item,
+                        spec,
+                        group.case,
+                        group.recipe,
+                        status="SKIP",
+                        reasons=[job],
+                        score=0.0,
+                        seconds=seconds,
+                    )
+                )
                 continue
             try:
                 grads = outcome(job)
             except KernelFailure as fail:
                 score = 0.0 if fail.status == "SKIP" else math.inf
-                self._append(self._record(item, spec, group.case, group.recipe,
-                                          status=fail.status, reasons=[fail.message],
-                                          score=score, seconds=seconds))  # fmt: skip
+                self._append(
+                    self._record(
+                        item,
+                        spec,
+                        group.case,
+                        group.recipe,
+                        status=fail.status,
+                        reasons=[fail.message],
+                        score=score,
+                        seconds=seconds,
+                    )
+                )
                 continue
             cls = self.kernels[spec].backward_arithmetic
             bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
-            verdicts = judge_gradients({"dq": grads.dq, "dk": grads.dk, "dv": grads.dv},
-                                       ref.ref, bounds, naive=ref.naive)  # fmt: skip
-            self._append(self._record(item, spec, group.case, group.recipe, seconds=seconds,
-                                      **gradient_fields(verdicts)))  # fmt: skip
+            verdicts = judge_gradients(
+                {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv}, ref.ref, bounds, naive=ref.naive
+            )
+            self._append(
+                self._record(
+                    item,
+                    spec,
+                    group.case,
+                    group.recipe,
+                    seconds=seconds,
+                    **gradient_fields(verdicts),
+                )
+            )
 
     def _append(self, rec: dict[str, Any]) -> None:
         if (rec["kernel"], rec["dtype"]) in self._stopped:
@@ -361,8 +435,9 @@ class Campaign:
 
     # -- the parts --------------------------------------------------------------------------
     def run(self) -> None:
-        items = [it for it in plan_items(self.preset, self.dtypes, self.seed)
-                 if it.part in self.parts]  # fmt: skip
+        items = [
+            it for it in plan_items(self.preset, self.dtypes, self.seed) if it.part in self.parts
+        ]
         checks = [it for dt in self.dtypes for it in structural_items(self.preset, dt, self.seed)]
         checks = checks if "structural" in self.parts else []
         specs = list(self.kernels)
@@ -372,16 +447,23 @@ class Campaign:
         p = self.preset
         generations = p.search_generations if "search" in self.parts else 0
         search_cost = (
-            len(specs) * len(self.dtypes) * generations * p.search_population
+            len(specs)
+            * len(self.dtypes)
+            * generations
+            * p.search_population
             * (1 + p.search_max_work * 128 / 65536)
-        )  # fmt: skip
+        )
         fixed = [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
         # A backward costs about three forwards (its oracle and bounds likewise).
         weight = {"gradients": 3.0}
         total = sum(it.cost() * weight.get(it.part, 1.0) * len(sp) for it, sp in fixed)
         total += search_cost
-        done = sum(it.cost() * weight.get(it.part, 1.0) for it, sp in fixed for s in sp
-                   if it.key(s) in self._done)  # fmt: skip
+        done = sum(
+            it.cost() * weight.get(it.part, 1.0)
+            for it, sp in fixed
+            for s in sp
+            if it.key(s) in self._done
+        )
         n_done = len(self._done)
         if n_done:
             self.echo(f"resuming: {n_done} results already in {self.log.path}")
@@ -406,9 +488,15 @@ class Campaign:
         adapter = self.kernels[spec]
         # Parents come from the fixed parts and earlier generations only, so a resumed
         # generation sees exactly the pool the uninterrupted run saw.
-        pool = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dtype
-                and r["status"] != "SKIP" and r["part"] not in ("structural", "gradients")
-                and _generation(r) < gen]  # fmt: skip
+        pool = [
+            r
+            for r in self.results()
+            if r["kernel"] == spec
+            and r["dtype"] == dtype
+            and r["status"] != "SKIP"
+            and r["part"] not in ("structural", "gradients")
+            and _generation(r) < gen
+        ]
         pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
         parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
         if not parents:
@@ -435,8 +523,12 @@ class Campaign:
         for spec in self.kernels:
             for dt in self.dtypes:
                 mine = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt]
-                rows = [r for r in mine if r["part"] not in ("structural", "gradients")
-                        and r["status"] in ("PASS", "FAIL", "FAIL-HARD")]  # fmt: skip
+                rows = [
+                    r
+                    for r in mine
+                    if r["part"] not in ("structural", "gradients")
+                    and r["status"] in ("PASS", "FAIL", "FAIL-HARD")
+                ]
                 rows.sort(key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]))
                 pick = rows[:1] + [r for r in rows[1:] if r["status"] != "PASS"][: per_group - 1]
                 first: dict[str, dict[str, Any]] = {}
@@ -444,10 +536,14 @@ class Campaign:
                     if r["part"] == "structural" and r["status"] == "FAIL":
                         first.setdefault(r["property"], r)
                 # The worst gradient case and the first failing one.
-                grad = sorted((r for r in mine if r["part"] == "gradients"
-                               and r["status"] in ("PASS", "FAIL", "FAIL-HARD")),
-                              key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]),
-                                             r["key"]))  # fmt: skip
+                grad = sorted(
+                    (
+                        r
+                        for r in mine
+                        if r["part"] == "gradients" and r["status"] in ("PASS", "FAIL", "FAIL-HARD")
+                    ),
+                    key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]),
+                )
                 pick += grad[:1]
                 todo.extend((spec, r) for r in [*pick, *first.values()] if r["key"] not in saved)
         # A resumed run lacks the references of earlier sessions: compute them on the pool, in
@@ -470,8 +566,10 @@ class Campaign:
             try:
                 grads = outcome(self.executor.backward(spec, case, dev))
             except KernelFailure as fail:
-                self.echo(f"warning: re-running the backward of {spec} on {r['key']} for its "
-                          f"case file failed: {fail}")  # fmt: skip
+                self.echo(
+                    f"warning: re-running the backward of {spec} on {r['key']} for its "
+                    f"case file failed: {fail}"
+                )
                 return
             gref = self._grad_refs[recipe]
             if not isinstance(gref, GradientReference):  # a future submitted by save_worst
@@ -479,8 +577,15 @@ class Campaign:
             adapter = self.kernels[spec]
             # The bounds the recorded verdict used (_collect_gradients), so the replay agrees.
             bounds = gref.every.parts.get(adapter.backward_arithmetic, gref.every)
-            res = check_gradients_case(adapter, case, device=dev, grads=grads, ref=gref.ref,
-                                       naive=gref.naive, bounds=bounds)  # fmt: skip
+            res = check_gradients_case(
+                adapter,
+                case,
+                device=dev,
+                grads=grads,
+                ref=gref.ref,
+                naive=gref.naive,
+                bounds=bounds,
+            )
             verdict = res.as_dict()
         elif prop in STRUCTURAL:
             try:
@@ -493,8 +598,9 @@ class Campaign:
             try:
                 out = outcome(self.executor.run(spec, case, dev))
             except KernelFailure as fail:
-                self.echo(f"warning: re-running {spec} on {r['key']} for its case file failed: "
-                          f"{fail}")  # fmt: skip
+                self.echo(
+                    f"warning: re-running {spec} on {r['key']} for its case file failed: {fail}"
+                )
                 return
             verdict = check_case(self.kernels[spec], case, device=dev, output=out).verdict
             verdict = verdict.as_dict()
@@ -506,10 +612,17 @@ class Campaign:
             directory=self.case_dir,
             context={"property": prop, "result_key": r["key"], "part": r["part"]},
         )
-        self.log.append({
-            "type": "case-file", "key": r["key"], "case_id": cid, "kernel": spec,
-            "dtype": r["dtype"], "recorded": r["status"], "replayed": verdict["verdict"],
-        })  # fmt: skip
+        self.log.append(
+            {
+                "type": "case-file",
+                "key": r["key"],
+                "case_id": cid,
+                "kernel": spec,
+                "dtype": r["dtype"],
+                "recorded": r["status"],
+                "replayed": verdict["verdict"],
+            }
+        )
 
 
 def _generation(r: dict[str, Any]) -> int:
@@ -530,7 +643,7 @@ def kernel_device(adapter: Kernel, device: str) -> str:
 
 def default_kernels() -> list[str]:
     """Every built-in kernel (the project's and the library adapters)."""
-    from flashcheck.harness.adapters.registry import BUILTIN
+    from ..adapters.registry import BUILTIN
 
     return list(BUILTIN)
 

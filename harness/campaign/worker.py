@@ -27,16 +27,16 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import (
+from ..adapters.adapter import (
     KernelGradients,
     KernelOutput,
     KernelOutputError,
     KernelUnsupported,
 )
-from flashcheck.harness.adapters.probe import ProbeFailure, ProbeTimeout
-from flashcheck.harness.adapters.registry import resolve
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.judging.structural import CHECKS
+from ..adapters.probe import ProbeFailure, ProbeTimeout
+from ..adapters.registry import resolve
+from ..cases.case import Case
+from ..judging.structural import CHECKS
 
 __all__ = ["KernelFailure", "KernelWorker", "poisoned", "probe_runner"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from flashcheck.harness.core.formats import Format, format_of
+from ..core.formats import Format, format_of
 
 __all__ = ["DTYPES", "Case"]
 
@@ -165,7 +165,7 @@ class Case:
         """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32, values
         taken exactly; ``mask`` a boolean array or tensor (True = keep), broadcastable to
         ``(B, Hq, Nq, Nk)``."""
-        from flashcheck.harness.core.semantics import as_exact_array
+        from ..core.semantics import as_exact_array
 
         arrays = []
         for name, x in (("q", q), ("k", k), ("v", v)):
@@ -181,8 +181,13 @@ class Case:
             mask = np.asarray(mask)
             if mask.dtype != np.bool_:
                 raise ValueError(f"mask must be boolean (True = keep), got dtype {mask.dtype}")
-        return cls(*arrays, causal=bool(causal), window=window, mask=mask,
-                   scale=None if scale is None else float(scale))  # fmt: skip
+        return cls(
+            *arrays,
+            causal=bool(causal),
+            window=window,
+            mask=mask,
+            scale=None if scale is None else float(scale),
+        )
 
     def to_torch(self, device: str = "cpu") -> tuple[Any, Any, Any]:
         """``(q, k, v)`` as torch tensors on ``device``, bit-exact."""

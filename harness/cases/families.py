@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from flashcheck.harness.cases.case import DTYPES, Case
-from flashcheck.harness.core.formats import FORMATS, round_to_format
+from ..core.formats import FORMATS, round_to_format
+from .case import DTYPES, Case
 
 __all__ = ["EDGES", "EXP_OVERFLOW", "FAMILIES", "HEAD_DIMS", "Recipe", "magnitudes", "make_case"]
 
@@ -189,7 +189,15 @@ def make_case(r: Recipe) -> Case:
     if r.mask_density is not None:
         mask = rng.random((r.b, r.hq, r.nq, r.nk)) >= r.mask_density
     case = Case(
-        q, k, v, causal=r.causal, window=r.window, mask=mask, scale=r.scale, family=fam,
-        seed=r.seed, params={"recipe": asdict(r)},
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        causal=r.causal,
+        window=r.window,
+        mask=mask,
+        scale=r.scale,
+        family=fam,
+        seed=r.seed,
+        params={"recipe": asdict(r)},
+    )
     return case

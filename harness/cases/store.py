@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.cases.case import DTYPES, Case
-from flashcheck.harness.core.environment import environment
+from ..core.environment import environment
+from .case import DTYPES, Case
 
 __all__ = ["SCHEMA", "CaseFileError", "case_dir", "case_id", "load_case", "save_case"]
 

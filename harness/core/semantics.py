@@ -27,7 +27,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from flashcheck.harness.core.formats import Format, format_of
+from .formats import Format, format_of
 
 __all__ = ["AttentionProblem", "as_exact_array", "make_problem"]
 

@@ -3,11 +3,11 @@
 An additive cycle model of HBM traffic and compute that explains why FlashAttention wins;
 docs/iomodel.md describes the model and its limits."""
 
-from flashcheck.harness.iomodel.analytic import Roofline, attention_flops, flash_bytes, naive_bytes
-from flashcheck.harness.iomodel.attention import flash_attention, standard_attention
-from flashcheck.harness.iomodel.gpu import GPUSpec
-from flashcheck.harness.iomodel.profiler import Profiler
-from flashcheck.harness.iomodel.tensor import Tensor
+from .analytic import Roofline, attention_flops, flash_bytes, naive_bytes
+from .attention import flash_attention, standard_attention
+from .gpu import GPUSpec
+from .profiler import Profiler
+from .tensor import Tensor
 
 __all__ = [
     "GPUSpec",

@@ -8,8 +8,8 @@ written once. S and P never reach HBM; the FLOPs are the same as standard attent
 
 from __future__ import annotations
 
-from flashcheck.harness.iomodel.profiler import Profiler
-from flashcheck.harness.iomodel.tensor import SOFTMAX_OPS, Tensor
+from .profiler import Profiler
+from .tensor import SOFTMAX_OPS, Tensor
 
 __all__ = ["flash_attention", "standard_attention"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flashcheck.harness.iomodel.gpu import GPUSpec
+from .gpu import GPUSpec
 
 __all__ = ["Profiler"]
 
@@ -96,8 +96,11 @@ class Profiler:
             return n * b / 2**20
 
         sram_pct = 100 * self.peak_sram_usage / self.spec.sram_size
-        bound = "Memory-bound (HBM is the bottleneck)" if self.cycles_hbm > self.cycles_compute \
-            else "Compute-bound (compute is the bottleneck)"  # fmt: skip
+        bound = (
+            "Memory-bound (HBM is the bottleneck)"
+            if self.cycles_hbm > self.cycles_compute
+            else "Compute-bound (compute is the bottleneck)"
+        )
         lines = [
             f"== {self.name or 'profile'} on {self.spec.name} ==",
             f"Peak HBM:   {self.peak_hbm_usage:,} floats ({mb(self.peak_hbm_usage):.1f} MB)",

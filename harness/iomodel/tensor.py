@@ -13,7 +13,7 @@ are implicit in ``@`` and ``softmax``).
 
 from __future__ import annotations
 
-from flashcheck.harness.iomodel.profiler import Profiler
+from .profiler import Profiler
 
 __all__ = ["SOFTMAX_OPS", "Tensor"]
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import FP32, Format
-from flashcheck.harness.core.semantics import make_problem
+from ..core.formats import FP32, Format
+from ..core.semantics import make_problem
 
 __all__ = [
     "ARITHMETIC_CLASSES",
@@ -168,16 +168,33 @@ def error_bounds(
     if arithmetic == "unknown":
         known = [c for c in KNOWN_CLASSES if c != "tf32" or problem.fmt.name == "fp32"]
         each = [
-            error_bounds(q, k, v, arithmetic=c, causal=causal, window=window, mask=mask,
-                         scale=scale, rows=rows, lam=lam, fp32_only=fp32_only)
+            error_bounds(
+                q,
+                k,
+                v,
+                arithmetic=c,
+                causal=causal,
+                window=window,
+                mask=mask,
+                scale=scale,
+                rows=rows,
+                lam=lam,
+                fp32_only=fp32_only,
+            )
             for c in known
-        ]  # fmt: skip
+        ]
         top = {
             name: np.maximum.reduce([getattr(b, name) for b in each])
             for name in ("o_det", "o_prob", "lse_det", "lse_prob", "rescales")
         }
-        return Bounds("unknown", problem.fmt, float(lam), None, **top,
-                      parts=dict(zip(known, each, strict=True)))  # fmt: skip
+        return Bounds(
+            "unknown",
+            problem.fmt,
+            float(lam),
+            None,
+            **top,
+            parts=dict(zip(known, each, strict=True)),
+        )
     fmt = problem.fmt
     if arithmetic == "tf32" and fmt.name != "fp32":
         raise ValueError("the tf32 class applies to fp32 inputs only")
@@ -286,9 +303,23 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
 
     with np.errstate(invalid="ignore", divide="ignore"):
         log_p = np.where(keep, s - m[:, None] - np.log(ell)[:, None], -np.inf)
-    o_det, o_prob = _o_bounds(p, log_p, e, v, keep, delta_det, delta_prob, fmt, arith, depth,
-                              n_blocks,
-                              n_resc, n_keep, lam, fp32_only)  # fmt: skip
+    o_det, o_prob = _o_bounds(
+        p,
+        log_p,
+        e,
+        v,
+        keep,
+        delta_det,
+        delta_prob,
+        fmt,
+        arith,
+        depth,
+        n_blocks,
+        n_resc,
+        n_keep,
+        lam,
+        fp32_only,
+    )
     lse = np.where(has, m + np.log(ell), -np.inf)
     lse_det = _lse_bound(p, delta_det + U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
     lse_prob = _lse_bound(
@@ -312,8 +343,23 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
     }
 
 
-def _o_bounds(p, log_p, e, v, keep, delta_det, delta_prob, fmt, arith, depth, n_blocks, n_resc,
-              n_keep, lam, fp32_only=False):  # fmt: skip
+def _o_bounds(
+    p,
+    log_p,
+    e,
+    v,
+    keep,
+    delta_det,
+    delta_prob,
+    fmt,
+    arith,
+    depth,
+    n_blocks,
+    n_resc,
+    n_keep,
+    lam,
+    fp32_only=False,
+):
     up = fmt.u
     store_u, store_sub = up, fmt.min_subnormal / 2
     naive = arith == "naive"

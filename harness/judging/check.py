@@ -15,17 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel, KernelOutput
-from flashcheck.harness.adapters.builtin import project_kernels
-from flashcheck.harness.adapters.probe import default_probe_device
-from flashcheck.harness.adapters.registry import as_kernel
-from flashcheck.harness.cases.case import DTYPES, Case
-from flashcheck.harness.cases.store import save_case
-from flashcheck.harness.core.semantics import make_problem
-from flashcheck.harness.judging.bounds import Bounds, error_bounds
-from flashcheck.harness.judging.metrics import ErrorSummary
-from flashcheck.harness.judging.verdict import Verdict, judge, naive_error
-from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+from ..adapters.adapter import Kernel, KernelOutput
+from ..adapters.builtin import project_kernels
+from ..adapters.probe import default_probe_device
+from ..adapters.registry import as_kernel
+from ..cases.case import DTYPES, Case
+from ..cases.store import save_case
+from ..core.semantics import make_problem
+from ..oracle.evaluate import OracleResult, oracle
+from .bounds import Bounds, error_bounds
+from .metrics import ErrorSummary
+from .verdict import Verdict, judge, naive_error
 
 __all__ = ["CheckResult", "check", "check_case", "format_check", "kernel_bounds", "naive_reference"]
 
@@ -90,8 +90,15 @@ def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float 
 def kernel_bounds(adapter: Kernel, case: Case, **kw: Any) -> Bounds:
     """The a-priori bounds of ``adapter``'s arithmetic class on ``case`` (for class
     ``unknown``: the loosest of every known class)."""
-    return error_bounds(case.q, case.k, case.v, arithmetic=adapter.arithmetic,
-                        key_block=adapter.key_block, **case.options(), **kw)  # fmt: skip
+    return error_bounds(
+        case.q,
+        case.k,
+        case.v,
+        arithmetic=adapter.arithmetic,
+        key_block=adapter.key_block,
+        **case.options(),
+        **kw,
+    )
 
 
 def check_case(
@@ -184,16 +191,25 @@ def check(
         )
     res = check_case(adapter, case, device=device)
     if save == "always" or (save == "failure" and not res.passed):
-        res.case_id = save_case(case, kernel=adapter.name, device=device,
-                                verdict=res.verdict.as_dict(), directory=case_dir,
-                                context={"property": "accuracy", "api": "check"})  # fmt: skip
+        res.case_id = save_case(
+            case,
+            kernel=adapter.name,
+            device=device,
+            verdict=res.verdict.as_dict(),
+            directory=case_dir,
+            context={"property": "accuracy", "api": "check"},
+        )
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
     return res
 
 
 def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
-    need = {"causal": case.causal, "window": case.window is not None,
-            "mask": case.mask is not None, "scale": case.scale is not None}  # fmt: skip
+    need = {
+        "causal": case.causal,
+        "window": case.window is not None,
+        "mask": case.mask is not None,
+        "scale": case.scale is not None,
+    }
     return [name for name, used in need.items() if used and name not in options]
 
 
@@ -216,10 +232,14 @@ def format_check(res: CheckResult, *, worst: int = 5) -> str:
         f"verdict {v.verdict}",
     ]
     lines += [f"  - {r}" for r in v.reasons]
-    worst_text = f"{v.max_ulp:.4g}" if math.isfinite(v.max_ulp) else (
-        f"{'NaN' if math.isnan(v.max_ulp) else '∞'} (the kernel returned NaN/Inf where the exact "
-        "result is finite; those elements are listed first)"
-    )  # fmt: skip
+    worst_text = (
+        f"{v.max_ulp:.4g}"
+        if math.isfinite(v.max_ulp)
+        else (
+            f"{'NaN' if math.isnan(v.max_ulp) else '∞'} (the kernel returned NaN/Inf where the "
+            "exact result is finite; those elements are listed first)"
+        )
+    )
     lse = "LSE not returned"
     if res.output.lse is not None:
         lse = f"LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"

@@ -47,9 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import FP32, Format
-from flashcheck.harness.core.semantics import as_exact_array, make_problem
-from flashcheck.harness.judging.bounds import (
+from ..core.formats import FP32, Format
+from ..core.semantics import as_exact_array, make_problem
+from .bounds import (
     FTZ,
     HALF_SUB32,
     LAMBDA,
@@ -146,8 +146,9 @@ def gradient_bounds(
         each = [gradient_bounds(q, k, v, do, arithmetic=c, **opts) for c in known]
         names = ("dq_det", "dq_prob", "dk_det", "dk_prob", "dv_det", "dv_prob")
         top = {n: np.maximum.reduce([getattr(b, n) for b in each]) for n in names}
-        return GradientBounds("unknown", fmt, float(lam), **top,
-                              parts=dict(zip(known, each, strict=True)))  # fmt: skip
+        return GradientBounds(
+            "unknown", fmt, float(lam), **top, parts=dict(zip(known, each, strict=True))
+        )
     if arithmetic == "tf32" and fmt.name != "fp32":
         raise ValueError("the tf32 class applies to fp32 inputs only")
     naive = arithmetic == "naive"
@@ -156,11 +157,28 @@ def gradient_bounds(
         # The forward that produced O and LSE, with any key blocking (its own block size is
         # not the backward's).
         with np.errstate(over="ignore", invalid="ignore"):  # inf bounds for huge logits
-            fwd = error_bounds(q, k, v, arithmetic=arithmetic, causal=causal, window=window,
-                               mask=mask, scale=scale, lam=lam)  # fmt: skip
+            fwd = error_bounds(
+                q,
+                k,
+                v,
+                arithmetic=arithmetic,
+                causal=causal,
+                window=window,
+                mask=mask,
+                scale=scale,
+                lam=lam,
+            )
     tau = 1.0 / math.sqrt(d) if problem.scale is None else problem.scale
-    ctx = _Context(fmt, arithmetic, tau, lam, None if naive else key_block,
-                   None if naive else query_block, d, dv)  # fmt: skip
+    ctx = _Context(
+        fmt,
+        arithmetic,
+        tau,
+        lam,
+        None if naive else key_block,
+        None if naive else query_block,
+        d,
+        dv,
+    )
     out = {
         "dq_det": np.zeros((bsz, hq, nq, d)),
         "dq_prob": np.zeros((bsz, hq, nq, d)),
@@ -189,11 +207,16 @@ def gradient_bounds(
                     sl = slice(r0, r0 + step)
                     fw = None
                     if fwd is not None:
-                        fw = (fwd.o_det[b, h, sl], fwd.o_prob[b, h, sl], fwd.lse_det[b, h, sl],
-                              fwd.lse_prob[b, h, sl])  # fmt: skip
+                        fw = (
+                            fwd.o_det[b, h, sl],
+                            fwd.o_prob[b, h, sl],
+                            fwd.lse_det[b, h, sl],
+                            fwd.lse_prob[b, h, sl],
+                        )
                     with np.errstate(over="ignore", invalid="ignore"):
-                        dq = _chunk(ctx, qh[sl], kk, vv, doh[sl], keep_all[sl], fw,
-                                    sums_k[-1], sums_v[-1])  # fmt: skip
+                        dq = _chunk(
+                            ctx, qh[sl], kk, vv, doh[sl], keep_all[sl], fw, sums_k[-1], sums_v[-1]
+                        )
                     out["dq_det"][b, h, sl], out["dq_prob"][b, h, sl] = dq
             n_heads = group if not naive else 1
             for sums, key, mult in ((sums_k, "dk", tau), (sums_v, "dv", 1.0)):
@@ -334,11 +357,24 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
     dq_out = []
     for det in (True, False):
         # --- per-key logit perturbation δ (nats) and the error of the kernel's P ----------
-        dot_s = _dot_terms(ctx, a * (1 + (u_f + 2 * U32 if naive else 0.0)), d, det,
-                           abs(tau) * q_abs_rows, k_abs_rows)  # fmt: skip
+        dot_s = _dot_terms(
+            ctx,
+            a * (1 + (u_f + 2 * U32 if naive else 0.0)),
+            d,
+            det,
+            abs(tau) * q_abs_rows,
+            k_abs_rows,
+        )
         if naive:
-            delta = (dot_s + (u_f + 2 * U32) * a + q_sub * k_abs_rows[None, :]
-                     + u_f * np.abs(s0) + sub_f + U32 * (m[:, None] - s0) + RHO_EXP)  # fmt: skip
+            delta = (
+                dot_s
+                + (u_f + 2 * U32) * a
+                + q_sub * k_abs_rows[None, :]
+                + u_f * np.abs(s0)
+                + sub_f
+                + U32 * (m[:, None] - s0)
+                + RHO_EXP
+            )
             delta_raw = np.where(keep, delta, 0.0)
             delta = np.minimum(delta_raw, 700.0)
             dbar_raw = (p * delta_raw).sum(axis=1)
@@ -367,8 +403,9 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
             # per key: the score dot, c = fl(scale·log2 e), t = fl(S·c), t − lse2, exp2
             dk_ = dot_s + 2 * U32 * np.abs(s0) + U32 * np.abs(lse[:, None] - s0) + RHO_EXP
             dk_raw = np.where(keep, dk_, 0.0)
-            err_pk = np.where(keep, weight_growth(p, log_p, dk_raw) + FTZ * np.exp(dc)[:, None],
-                              0.0)  # fmt: skip
+            err_pk = np.where(
+                keep, weight_growth(p, log_p, dk_raw) + FTZ * np.exp(dc)[:, None], 0.0
+            )
             grow = weight_growth(p, log_p, dk_raw + dc_raw[:, None])
             err_p = np.where(keep, grow + FTZ, 0.0)
             p_plus = p + err_p
@@ -382,27 +419,37 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
             dp_plus = np.abs(dp) + e_dp
             # Σ_j (P' − P)(dP̂_j − D) is centred (both sum to 1); the fp32 softmax's own
             # normalisation error ν and the dP errors are not.
-            e_d = ((pi * (np.abs(x) + e_dp)).sum(1)
-                   + ((nu0[:, None] * p_plus + FTZ * kf) * dp_plus).sum(1)
-                   + (p * e_dp).sum(1)
-                   + ctx.acc(n_keep + 1, det, U32) * (p_plus * dp_plus).sum(1)
-                   + n_keep * HALF_SUB32)  # fmt: skip
+            e_d = (
+                (pi * (np.abs(x) + e_dp)).sum(1)
+                + ((nu0[:, None] * p_plus + FTZ * kf) * dp_plus).sum(1)
+                + (p * e_dp).sum(1)
+                + ctx.acc(n_keep + 1, det, U32) * (p_plus * dp_plus).sum(1)
+                + n_keep * HALF_SUB32
+            )
         else:
             e_dp = np.where(keep, e_dp, 0.0)
             dp_plus = np.abs(dp) + e_dp
             # D = Σ_c fl(dO·Ô) from the forward's rounded output Ô = O ± B_O
             ndv = dv + ctx.prod
-            e_d = ((np.abs(do) * bo).sum(1)
-                   + ctx.acc(ndv, det) * (np.abs(do) * (np.abs(o) + bo)).sum(1)
-                   + dv * HALF_SUB32)  # fmt: skip
+            e_d = (
+                (np.abs(do) * bo).sum(1)
+                + ctx.acc(ndv, det) * (np.abs(do) * (np.abs(o) + bo)).sum(1)
+                + dv * HALF_SUB32
+            )
         e_d = np.where(has, e_d, 0.0)
         d_plus = np.abs(dd) + e_d
         x_plus = np.where(keep, np.abs(x) + e_dp + e_d[:, None], 0.0)
         # dS32 = fl(P̂·fl(dP̂ − D̂)) (or fl(fl(P̂·dP̂) − fl(P̂·D̂))), less the term −P·e_D, which
         # is common to the row; flash: also less the row-common factor e^{θc}.
-        e_ds = np.where(keep, err_pk * x_plus + p * e_dp
-                        + U32 * pk_plus * (dp_plus + d_plus[:, None] + x_plus)
-                        + 2 * HALF_SUB32 + sub_f, 0.0)  # fmt: skip
+        e_ds = np.where(
+            keep,
+            err_pk * x_plus
+            + p * e_dp
+            + U32 * pk_plus * (dp_plus + d_plus[:, None] + x_plus)
+            + 2 * HALF_SUB32
+            + sub_f,
+            0.0,
+        )
         mag32 = np.where(keep, pk_plus * x_plus * (1 + U32), 0.0)  # |dŜ32|·e^{−θc}
         rnd = u_f * mag32  # dS rounded into F (relative part)
         ec = np.expm1(dc)
@@ -412,8 +459,11 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
         dep_q = _depth(ctx, n_keep, ctx.key_block, nk, 1)
         acc_q = ctx.acc(dep_q, det)[:, None] * (mag_f @ abs_k) + dep_q[:, None] * HALF_SUB32
         if ctx.tf32:
-            acc_q = acc_q + 2 * U_TF32 * (mag_f @ abs_k) + TF32_SUB * (
-                mag_f.sum(1)[:, None] + kf @ abs_k) * 1.01  # fmt: skip
+            acc_q = (
+                acc_q
+                + 2 * U_TF32 * (mag_f @ abs_k)
+                + TF32_SUB * (mag_f.sum(1)[:, None] + kf @ abs_k) * 1.01
+            )
         if det:
             rq = rnd @ abs_k
         else:
@@ -433,23 +483,35 @@ def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
         e_full = ef * (e_ds + p * e_d[:, None]) + ec[:, None] * np.abs(ds)
         r_full = ef * rnd
         qm_plus = np.abs(qm) + q_err
-        _add(sums_k, det, ctx,
-             lin=e_full.T @ np.abs(qm) + mag_f.T @ q_err,
-             rnd=r_full.T @ np.abs(qm), sq=(r_full * r_full).T @ (qm * qm),
-             mag=mag_f.T @ qm_plus,
-             tf=(mag_f.sum(0)[:, None] + kf.T @ qm_plus) if ctx.tf32 else None,
-             exact=ds.T @ qm, count=kf.sum(0))  # fmt: skip
+        _add(
+            sums_k,
+            det,
+            ctx,
+            lin=e_full.T @ np.abs(qm) + mag_f.T @ q_err,
+            rnd=r_full.T @ np.abs(qm),
+            sq=(r_full * r_full).T @ (qm * qm),
+            mag=mag_f.T @ qm_plus,
+            tf=(mag_f.sum(0)[:, None] + kf.T @ qm_plus) if ctx.tf32 else None,
+            exact=ds.T @ qm,
+            count=kf.sum(0),
+        )
 
         # --- dV terms: Σ_i P_F,ij·dO_ic --------------------------------------------------
         sub_p = np.where(keep & (p - err_p < fmt.min_normal), sub_f, 0.0)
         rnd_p = u_f * p_plus
         pf_plus = np.where(keep, p_plus * (1 + u_f) + sub_f, 0.0)
-        _add(sums_v, det, ctx,
-             lin=(err_p + sub_p).T @ np.abs(do),
-             rnd=rnd_p.T @ np.abs(do), sq=(rnd_p * rnd_p).T @ (do * do),
-             mag=pf_plus.T @ np.abs(do),
-             tf=(pf_plus.sum(0)[:, None] + kf.T @ np.abs(do)) if ctx.tf32 else None,
-             exact=p.T @ do, count=kf.sum(0))  # fmt: skip
+        _add(
+            sums_v,
+            det,
+            ctx,
+            lin=(err_p + sub_p).T @ np.abs(do),
+            rnd=rnd_p.T @ np.abs(do),
+            sq=(rnd_p * rnd_p).T @ (do * do),
+            mag=pf_plus.T @ np.abs(do),
+            tf=(pf_plus.sum(0)[:, None] + kf.T @ np.abs(do)) if ctx.tf32 else None,
+            exact=p.T @ do,
+            count=kf.sum(0),
+        )
     return dq_out
 
 
@@ -499,7 +561,8 @@ def _finish(ctx: _Context, sums: list[_Sums], mult: float, heads: int, nq: int):
         if len(sums) > 1:  # naive GQA: per-head results added in F, one rounding per add
             live = sum(sm.count for sm in sums)[:, None] > 0
             extra = gamma(len(sums) - 1, ctx.fmt.u) * total_mag + (len(sums) - 1) * (
-                ctx.fmt.min_subnormal / 2)  # fmt: skip
+                ctx.fmt.min_subnormal / 2
+            )
             total_err = total_err + np.where(live, extra, 0.0)
         outs.append(np.nan_to_num(total_err * (1 + SAFETY * ctx.fmt.u), nan=np.inf))
     return outs

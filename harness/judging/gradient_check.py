@@ -14,22 +14,22 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import Kernel, KernelGradients
-from flashcheck.harness.adapters.builtin import project_kernels
-from flashcheck.harness.adapters.probe import default_probe_device
-from flashcheck.harness.adapters.registry import as_kernel
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.cases.store import save_case
-from flashcheck.harness.core.semantics import as_exact_array, make_problem
-from flashcheck.harness.judging.gradient_bounds import GradientBounds, gradient_bounds
-from flashcheck.harness.judging.gradient_verdict import (
+from ..adapters.adapter import Kernel, KernelGradients
+from ..adapters.builtin import project_kernels
+from ..adapters.probe import default_probe_device
+from ..adapters.registry import as_kernel
+from ..cases.case import Case
+from ..cases.store import save_case
+from ..core.semantics import as_exact_array, make_problem
+from ..oracle.evaluate import OracleResult, oracle
+from .gradient_bounds import GradientBounds, gradient_bounds
+from .gradient_verdict import (
     GRADIENT_LABELS,
     GradientVerdict,
     gradient_errors,
     judge_gradients,
 )
-from flashcheck.harness.judging.verdict import ORDER
-from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+from .verdict import ORDER
 
 __all__ = [
     "GradientCheckResult",
@@ -82,8 +82,11 @@ class GradientCheckResult:
         return f"flashcheck replay {self.case_id}{where}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "reasons": self.reasons,
-                "gradients": {n: v.as_dict() for n, v in self.verdicts.items()}}  # fmt: skip
+        return {
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "gradients": {n: v.as_dict() for n, v in self.verdicts.items()},
+        }
 
     def __str__(self) -> str:
         text = format_gradient_check(self)
@@ -107,9 +110,15 @@ def naive_gradient_reference(case: Case, ref: OracleResult) -> dict[str, float] 
 
 def kernel_gradient_bounds(adapter: Kernel, case: Case) -> GradientBounds:
     """The gradient bounds of ``adapter``'s backward class on ``case``."""
-    return gradient_bounds(case.q, case.k, case.v, case.grad_output(),
-                           arithmetic=adapter.backward_arithmetic, key_block=adapter.key_block,
-                           **case.options())  # fmt: skip
+    return gradient_bounds(
+        case.q,
+        case.k,
+        case.v,
+        case.grad_output(),
+        arithmetic=adapter.backward_arithmetic,
+        key_block=adapter.key_block,
+        **case.options(),
+    )
 
 
 def check_gradients_case(
@@ -187,9 +196,13 @@ def check_gradients(
     if save == "always" or (save == "failure" and not res.passed):
         context = {"property": "gradients", "api": "check_gradients"}
         res.case_id = save_case(
-            case, kernel=adapter.name, device=device, verdict=res.as_dict(),
-            directory=case_dir, context=context,
-        )  # fmt: skip
+            case,
+            kernel=adapter.name,
+            device=device,
+            verdict=res.as_dict(),
+            directory=case_dir,
+            context=context,
+        )
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
     return res
 
@@ -200,16 +213,28 @@ def _number(x: float) -> str:
 
 def format_gradient_check(res: GradientCheckResult, *, worst: int = 3) -> str:
     """Verdict per gradient and, for each, the worst elements beside the oracle."""
-    lines = [f"kernel {res.kernel} on {res.device} (gradients): {res.case.describe()}",
-             f"verdict {res.verdict}"]  # fmt: skip
+    lines = [
+        f"kernel {res.kernel} on {res.device} (gradients): {res.case.describe()}",
+        f"verdict {res.verdict}",
+    ]
     lines += [f"  - {r}" for r in res.reasons]
     for name, v in res.verdicts.items():
         label = GRADIENT_LABELS[name]
-        lines += ["", v.line(), f"| {label} index | kernel | oracle (hi) | floor | abs err | "
-                  "floored ulp | det bound |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            v.line(),
+            f"| {label} index | kernel | oracle (hi) | floor | abs err | floored ulp | det bound |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for row in v.worst[:worst]:
-            cells = [str(tuple(row["index"])), f"{row['kernel']:.9g}", f"{row['oracle']:.17g}",
-                     f"{row['floor']:.4g}", _number(row["abs_err"]), _number(row["floored_ulp"]),
-                     _number(row.get("det_bound", math.nan))]  # fmt: skip
+            cells = [
+                str(tuple(row["index"])),
+                f"{row['kernel']:.9g}",
+                f"{row['oracle']:.17g}",
+                f"{row['floor']:.4g}",
+                _number(row["abs_err"]),
+                _number(row["floored_ulp"]),
+                _number(row.get("det_bound", math.nan)),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

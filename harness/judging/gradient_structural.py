@@ -19,13 +19,13 @@ import math
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.core.formats import FORMATS, round_to_format, ulp
-from flashcheck.harness.core.semantics import make_problem
-from flashcheck.harness.judging.bounds import U32, gamma
-from flashcheck.harness.judging.gradient_check import kernel_gradient_bounds
-from flashcheck.harness.judging.gradient_verdict import GRADIENT_LABELS
+from ..adapters.adapter import Kernel
+from ..cases.case import Case
+from ..core.formats import FORMATS, round_to_format, ulp
+from ..core.semantics import make_problem
+from .bounds import U32, gamma
+from .gradient_check import kernel_gradient_bounds
+from .gradient_verdict import GRADIENT_LABELS
 
 __all__ = ["GRADIENT_CHECKS", "ONE_BLOCK", "gradient_conformance", "gradient_determinism"]
 
@@ -48,15 +48,18 @@ def gradient_determinism(adapter: Kernel, case: Case, device: str) -> tuple[bool
         if adapter.deterministic:
             if not np.array_equal(x, y, equal_nan=True):
                 n = int((~((x == y) | (np.isnan(x) & np.isnan(y)))).sum())
-                return False, (f"{label} differs between two runs in {n} elements (declared "
-                               "deterministic)")  # fmt: skip
+                return False, (
+                    f"{label} differs between two runs in {n} elements (declared deterministic)"
+                )
             continue
         with np.errstate(invalid="ignore"):
             diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
         over = diff > 2 * getattr(bounds, f"{name}_det")
         if over.any():
-            return False, (f"{label} of two runs differ by more than twice the bound in "
-                           f"{int(over.sum())} elements (max {diff.max():.3g})")  # fmt: skip
+            return False, (
+                f"{label} of two runs differ by more than twice the bound in "
+                f"{int(over.sum())} elements (max {diff.max():.3g})"
+            )
     how = "bitwise" if adapter.deterministic else "within twice the bound"
     return True, f"two backward runs agree {how}"
 
@@ -80,8 +83,9 @@ def _emulate(case: Case, o: np.ndarray, lse: np.ndarray):
     grp = hq // hk
     q, k, v = (x.astype(F32) for x in (case.q, case.k, case.v))
     do = case.grad_output().astype(F32)
-    keep = np.stack([np.stack([p_.keep(b, h, np.arange(nq)) for h in range(hq)])
-                     for b in range(bsz)])  # fmt: skip
+    keep = np.stack(
+        [np.stack([p_.keep(b, h, np.arange(nq)) for h in range(hq)]) for b in range(bsz)]
+    )
     kk, vv = np.repeat(k, grp, axis=1), np.repeat(v, grp, axis=1)
     with np.errstate(all="ignore"):
         dsum = np.sum(do * o.astype(F32), axis=-1, dtype=F32)
@@ -113,22 +117,31 @@ def _emulate(case: Case, o: np.ndarray, lse: np.ndarray):
         # where that interval straddles a rounding boundary of the input format, the rounded
         # values may differ by up to 2·err + one ulp; elsewhere they are equal.
         err_p = 2 * rel_p * np.abs(p)
-        flip_p = np.where(live & _straddles(p.astype(np.float64), 2 * rel_p, fmt),
-                          err_p + ulp(np.abs(p) + err_p, fmt), 0.0)  # fmt: skip
+        flip_p = np.where(
+            live & _straddles(p.astype(np.float64), 2 * rel_p, fmt),
+            err_p + ulp(np.abs(p) + err_p, fmt),
+            0.0,
+        )
         rel_ds = np.where(ds != 0, 2 * err_ds / np.maximum(np.abs(ds), 1e-300), np.inf)
-        flip_ds = np.where(live & _straddles(ds.astype(np.float64), rel_ds, fmt),
-                           2 * err_ds + ulp(np.abs(ds) + 2 * err_ds, fmt), 0.0)  # fmt: skip
+        flip_ds = np.where(
+            live & _straddles(ds.astype(np.float64), rel_ds, fmt),
+            2 * err_ds + ulp(np.abs(ds) + 2 * err_ds, fmt),
+            0.0,
+        )
         # What two implementations of these roundings may differ by: a P or dS element that
         # rounds apart (elsewhere both round to the same value), and each product's own fp32
         # accumulation.
         e_s = flip_ds
-        dq_tol = abs(sc) * (np.matmul(e_s, np.abs(kk)) + gamma(nk + 2, 2 * U32)
-                            * np.matmul(np.abs(dsf), np.abs(kk)))  # fmt: skip
+        dq_tol = abs(sc) * (
+            np.matmul(e_s, np.abs(kk)) + gamma(nk + 2, 2 * U32) * np.matmul(np.abs(dsf), np.abs(kk))
+        )
         dk_t = np.matmul(np.swapaxes(e_s, -1, -2), np.abs(q)) + gamma(grp * nq + 2, 2 * U32) * (
-            np.matmul(np.swapaxes(np.abs(dsf), -1, -2), np.abs(q)))  # fmt: skip
+            np.matmul(np.swapaxes(np.abs(dsf), -1, -2), np.abs(q))
+        )
         dk_tol = abs(sc) * dk_t.reshape(bsz, hk, grp, nk, d).sum(2)
         dv_t = np.matmul(np.swapaxes(flip_p, -1, -2), np.abs(do)) + gamma(grp * nq + 2, 2 * U32) * (
-            np.matmul(np.swapaxes(np.abs(pf), -1, -2), np.abs(do)))  # fmt: skip
+            np.matmul(np.swapaxes(np.abs(pf), -1, -2), np.abs(do))
+        )
         dv_tol = dv_t.reshape(bsz, hk, grp, nk, dv).sum(2)
     emu = {"dq": dq, "dk": dk, "dv": dvv}
     tol = {"dq": dq_tol, "dk": dk_tol, "dv": dv_tol}

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import ulp
-from flashcheck.harness.judging.metrics import floored_ulp_error
-from flashcheck.harness.judging.verdict import EMPIRICAL_FACTOR, EMPIRICAL_FLOOR, ORDER
-from flashcheck.harness.oracle.evaluate import OracleResult
+from ..core.formats import ulp
+from ..oracle.evaluate import OracleResult
+from .metrics import floored_ulp_error
+from .verdict import EMPIRICAL_FACTOR, EMPIRICAL_FLOOR, ORDER
 
 __all__ = ["GRADIENT_LABELS", "GradientVerdict", "gradient_errors", "judge_gradients"]
 
@@ -114,8 +114,11 @@ def _judge_one(name, y, ref, det, prob, naive_ulp, worst) -> GradientVerdict:
         rank = np.where(bad, np.inf, u_det)
         over = u_det > 1
         if over.any():
-            flag("FAIL-HARD", f"{int(over.sum())} {label} elements exceed the deterministic "
-                              f"bound (max utilization {det_util:.3g})")  # fmt: skip
+            flag(
+                "FAIL-HARD",
+                f"{int(over.sum())} {label} elements exceed the deterministic "
+                f"bound (max utilization {det_util:.3g})",
+            )
     ratio = math.nan
     if naive_ulp is not None:
         ratio = max_ulp / naive_ulp if naive_ulp > 0 else (0.0 if max_ulp == 0 else math.inf)
@@ -125,9 +128,12 @@ def _judge_one(name, y, ref, det, prob, naive_ulp, worst) -> GradientVerdict:
             limit = np.maximum(limit, _ratio(prob, den))
         over = e > limit
         if over.any():
-            flag("FAIL", f"{int(over.sum())} {label} elements above max(2·naive + 1 ulp, "
-                         f"probabilistic bound) (max {max_ulp:.3g} ulp vs naive "
-                         f"{naive_ulp:.3g})")  # fmt: skip
+            flag(
+                "FAIL",
+                f"{int(over.sum())} {label} elements above max(2·naive + 1 ulp, "
+                f"probabilistic bound) (max {max_ulp:.3g} ulp vs naive "
+                f"{naive_ulp:.3g})",
+            )
     elif prob is not None:
         over = err > prob
         if over.any():
@@ -136,10 +142,15 @@ def _judge_one(name, y, ref, det, prob, naive_ulp, worst) -> GradientVerdict:
     for flat in np.argsort(-rank, axis=None, kind="stable")[:worst]:
         idx = np.unravel_index(flat, e.shape)
         nonfinite = math.nan if np.isnan(y[idx]) else math.inf
-        row = {"index": [int(i) for i in idx], "kernel": float(y[idx]),
-               "oracle": float(hi[idx]), "oracle_lo": float(lo[idx]), "floor": float(floor[idx]),
-               "abs_err": float(err[idx]) if not bad[idx] else nonfinite,
-               "floored_ulp": float(e[idx]) if not bad[idx] else nonfinite}  # fmt: skip
+        row = {
+            "index": [int(i) for i in idx],
+            "kernel": float(y[idx]),
+            "oracle": float(hi[idx]),
+            "oracle_lo": float(lo[idx]),
+            "floor": float(floor[idx]),
+            "abs_err": float(err[idx]) if not bad[idx] else nonfinite,
+            "floored_ulp": float(e[idx]) if not bad[idx] else nonfinite,
+        }
         if det is not None:
             row["det_bound"] = float(det[idx])
             row["prob_bound"] = float(prob[idx])

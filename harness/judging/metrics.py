@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import Format, ulp, ulp_distance
-from flashcheck.harness.core.semantics import as_exact_array
+from ..core.formats import Format, ulp, ulp_distance
+from ..core.semantics import as_exact_array
 
 __all__ = [
     "ULP_EDGES",

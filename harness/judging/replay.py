@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.adapters.registry import as_kernel
-from flashcheck.harness.cases.store import load_case
-from flashcheck.harness.judging.check import CheckResult, check_case, format_check
-from flashcheck.harness.judging.gradient_check import check_gradients_case, format_gradient_check
-from flashcheck.harness.judging.gradient_structural import GRADIENT_CHECKS
-from flashcheck.harness.judging.structural import CHECKS
+from ..adapters.adapter import Kernel
+from ..adapters.registry import as_kernel
+from ..cases.store import load_case
+from .check import CheckResult, check_case, format_check
+from .gradient_check import check_gradients_case, format_gradient_check
+from .gradient_structural import GRADIENT_CHECKS
+from .structural import CHECKS
 
 __all__ = ["default_device", "replay"]
 
@@ -56,8 +56,10 @@ def replay(
     res = check_case(adapter, case, device=dev)
     recorded = (record.get("verdict") or {}).get("verdict")
     prop = (record.get("context") or {}).get("property", "accuracy")
-    echo(f"case {record['id']} (property {prop}, recorded on {record.get('device')}): "
-         f"{record.get('description', '')}")  # fmt: skip
+    echo(
+        f"case {record['id']} (property {prop}, recorded on {record.get('device')}): "
+        f"{record.get('description', '')}"
+    )
     echo(format_check(res))
     verdict = res.verdict.verdict
     if prop in CHECKS:
@@ -65,11 +67,14 @@ def replay(
         # accuracy check above is shown for reference.
         ok, msg = CHECKS[prop](adapter, case, dev)
         verdict = "PASS" if ok else "FAIL"
-        echo(f"\n(the accuracy verdict above is for reference; the case was saved by property "
-             f"{prop})\nproperty {prop}: {verdict}: {msg}")  # fmt: skip
+        echo(
+            f"\n(the accuracy verdict above is for reference; the case was saved by property "
+            f"{prop})\nproperty {prop}: {verdict}: {msg}"
+        )
     if prop == "gradients" or prop in GRADIENT_CHECKS:
-        echo(f"\n(the forward verdict above is for reference; the case was saved by property "
-             f"{prop})")  # fmt: skip
+        echo(
+            f"\n(the forward verdict above is for reference; the case was saved by property {prop})"
+        )
         if prop == "gradients":
             g = check_gradients_case(adapter, case, device=dev)
             echo(format_gradient_check(g))

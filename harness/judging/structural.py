@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.adapters.adapter import Kernel
-from flashcheck.harness.cases.case import Case
-from flashcheck.harness.core.formats import FORMATS, round_to_format, ulp
-from flashcheck.harness.core.semantics import make_problem, nan_rows_and_cols
-from flashcheck.harness.judging.bounds import RHO_EXP, U32, gamma
-from flashcheck.harness.judging.check import kernel_bounds
-from flashcheck.harness.judging.verdict import CONVENTION
-from flashcheck.harness.oracle.evaluate import oracle
+from ..adapters.adapter import Kernel
+from ..cases.case import Case
+from ..core.formats import FORMATS, round_to_format, ulp
+from ..core.semantics import make_problem, nan_rows_and_cols
+from ..oracle.evaluate import oracle
+from .bounds import RHO_EXP, U32, gamma
+from .check import kernel_bounds
+from .verdict import CONVENTION
 
 __all__ = ["CHECKS", "ONE_BLOCK", "agree", "padded_inputs", "same_bits"]
 
@@ -105,9 +105,10 @@ def padded_buffers(adapter: Kernel, case: Case, device: str):
     promised = adapter.batch_invariant and adapter.deterministic
     tol = _self_tolerance(adapter, case, promised)
     same = agree(plain.o, padded.o, tol) and (
-        plain.lse is None or padded.lse is None or agree(plain.lse, padded.lse,
-                                                         None if promised else np.inf)
-    )  # fmt: skip
+        plain.lse is None
+        or padded.lse is None
+        or agree(plain.lse, padded.lse, None if promised else np.inf)
+    )
     if not same:
         return False, "outputs differ when the inputs sit inside NaN padding"
     return True, "the same output with NaN-padded inputs"
@@ -128,8 +129,15 @@ def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None):
     if perm is None:  # replay: the permutation is a function of the case's seed
         perm = np.random.default_rng(case.seed or 0).permutation(nk)
     perm = np.asarray(perm)
-    moved = Case(case.q, case.k[:, :, perm], case.v[:, :, perm], scale=case.scale,
-                 family=case.family, seed=case.seed, params=case.params)  # fmt: skip
+    moved = Case(
+        case.q,
+        case.k[:, :, perm],
+        case.v[:, :, perm],
+        scale=case.scale,
+        family=case.family,
+        seed=case.seed,
+        params=case.params,
+    )
     a, b = adapter.run(case, device), adapter.run(moved, device)
     tol = kernel_bounds(adapter, case).o_det + kernel_bounds(adapter, moved).o_det
     if not agree(a.o, b.o, tol):
@@ -209,15 +217,23 @@ def conformance(adapter: Kernel, case: Case, device: str):
     """Within one key block (``Nk ≤ 16``) a flash kernel and the emulated recurrence share
     the roundings of P and of the output, so ``|O − O_emulated| ≤ 2·B32 + ulp_F(O) +`` (keys
     whose P may round the other way); see docs/error-bounds.md §6."""
-    from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+    from ...kernels.recurrence import PrecisionPolicy, online_attention
 
     if adapter.arithmetic != "flash" or case.shape[4] > ONE_BLOCK or case.mask is not None:
         return True, "not applicable (flash class, Nk <= 16, no explicit mask)"
     out = adapter.run(case, device)
     dtype = case.dtype
     policy = PrecisionPolicy(input=dtype, score="fp32", accum="fp32", p=dtype, output="fp32")
-    emu, _ = online_attention(case.q, case.k, case.v, policy=policy, block_k=ONE_BLOCK,
-                              causal=case.causal, window=case.window, scale=case.scale)  # fmt: skip
+    emu, _ = online_attention(
+        case.q,
+        case.k,
+        case.v,
+        policy=policy,
+        block_k=ONE_BLOCK,
+        causal=case.causal,
+        window=case.window,
+        scale=case.scale,
+    )
     emu = emu.astype(np.float64)
     fmt = FORMATS[dtype]
     b32 = kernel_bounds(adapter, case, fp32_only=True).o_det

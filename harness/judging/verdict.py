@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import FP32, Format, ulp
-from flashcheck.harness.judging.bounds import Bounds
-from flashcheck.harness.judging.metrics import ErrorSummary, floored_ulp_error, summarize
-from flashcheck.harness.oracle.evaluate import OracleResult
+from ..core.formats import FP32, Format, ulp
+from ..oracle.evaluate import OracleResult
+from .bounds import Bounds
+from .metrics import ErrorSummary, floored_ulp_error, summarize
 
 __all__ = ["CONVENTION", "EMPIRICAL_FACTOR", "EMPIRICAL_FLOOR", "Verdict", "judge", "naive_error"]
 
@@ -132,8 +132,11 @@ def judge(
     nan_rows = masked_rows & np.isnan(o).all(axis=-1)
     if nan_rows.any():
         # PyTorch's SDPA gives NaN here; SPEC 3.1 asks for O = 0, LSE = -inf.
-        flag("FAIL-HARD", f"{CONVENTION}{int(nan_rows.sum())} fully masked rows give NaN, not "
-                          "O = 0 (flashcheck's contract, as FlashAttention)")  # fmt: skip
+        flag(
+            "FAIL-HARD",
+            f"{CONVENTION}{int(nan_rows.sum())} fully masked rows give NaN, not "
+            "O = 0 (flashcheck's contract, as FlashAttention)",
+        )
     nz = masked_rows & (o != 0).any(axis=-1) & ~nan_rows
     if nz.any():
         flag("FAIL-HARD", f"{int(nz.sum())} fully masked rows with O != 0")
@@ -191,8 +194,11 @@ def judge(
         fin_l = np.isfinite(ref.lse_hi)
         bad_l = (fin_l & ~np.isfinite(lse)) | (masked_rows & ~np.isneginf(lse))
         if bad_l.any():
-            flag("FAIL-HARD", f"{int(bad_l.sum())} LSE values wrong in finiteness (masked rows "
-                              "must give -inf, others finite)")  # fmt: skip
+            flag(
+                "FAIL-HARD",
+                f"{int(bad_l.sum())} LSE values wrong in finiteness (masked rows "
+                "must give -inf, others finite)",
+            )
         okl = fin_l & np.isfinite(lse)
         with np.errstate(invalid="ignore"):
             lerr = np.where(okl, np.abs((lse - ref.lse_hi) - ref.lse_lo), 0.0)

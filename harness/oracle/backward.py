@@ -24,9 +24,9 @@ import math
 
 import numpy as np
 
-from flashcheck.harness.oracle import exact as ex
-from flashcheck.harness.oracle.common import SLACK, Scale
-from flashcheck.harness.oracle.fast import fast_rows
+from . import exact as ex
+from .common import SLACK, Scale
+from .fast import fast_rows
 
 __all__ = ["GRADIENTS", "fast_group"]
 
@@ -83,8 +83,10 @@ def _exclusive_sums(x: np.ndarray) -> np.ndarray:
     subtraction can cancel (``Σ_k x_ik − x_ij`` would keep the rounding error of the whole
     row). Float64 sums of ``n`` non-negative terms are within ``1 + (n + 2)u`` of exact."""
     before = np.concatenate([np.zeros_like(x[:, :1]), np.cumsum(x[:, :-1], axis=1)], axis=1)
-    after = np.concatenate([np.flip(np.cumsum(np.flip(x[:, 1:], axis=1), axis=1), axis=1),
-                            np.zeros_like(x[:, :1])], axis=1)  # fmt: skip
+    after = np.concatenate(
+        [np.flip(np.cumsum(np.flip(x[:, 1:], axis=1), axis=1), axis=1), np.zeros_like(x[:, :1])],
+        axis=1,
+    )
     return (before + after) * (1 + (x.shape[1] + 3) * ex.U)
 
 
@@ -120,8 +122,12 @@ def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
     abs_dp = np.abs(dp_h) + np.abs(dp_l)
     rounding = d_err[:, None] + a_err + b_err + c_err + abs_dp * lam_err[:, None]
     p_big = np.abs(ph) + np.abs(pl) + p_err
-    carried = (abs_dp * _exclusive_sums(p_err) + _exclusive_sums(p_err * abs_dp)
-               + dp_err * _exclusive_sums(p_big) + _exclusive_sums(p_big * dp_err))  # fmt: skip
+    carried = (
+        abs_dp * _exclusive_sums(p_err)
+        + _exclusive_sums(p_err * abs_dp)
+        + dp_err * _exclusive_sums(p_big)
+        + _exclusive_sums(p_big * dp_err)
+    )
     return g_h, g_l, (rounding + carried) * (1 + 2.0**-40) * SLACK, d_h
 
 
@@ -148,8 +154,7 @@ def fast_group(q, k, v, do, keep, scale: Scale):
         do_s, _ = ex.slice_rows(do[g], None, ex.beta_for(dv))
         dp_h, dp_l, dp_err = ex.expansion_to_dd(ex.sliced_matmul(do_s, v_s) or [np.zeros((nq, nk))])
         # dS = P ∘ (dP − D): the difference as a dd, then the product, bounds carried.
-        diff_h, diff_l, diff_err, d_h = _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err,
-                                                        keep[g])  # fmt: skip
+        diff_h, diff_l, diff_err, d_h = _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep[g])
         sh, sl, mul_err = ex.dd_mul_err(ph, pl, diff_h, diff_l)
         s_err = np.abs(ph) * (1 + 2.0**-50) * diff_err
         s_err = s_err + p_err * (np.abs(diff_h) + np.abs(diff_l) + diff_err) + mul_err

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from mpmath import iv
 
-from flashcheck.harness.core.formats import Format, round_mpf, round_to_format
-from flashcheck.harness.oracle.common import Scale, target
-from flashcheck.harness.oracle.strict import interval_to_dd, iv_prec, mpf_of, to_ints
+from ..core.formats import Format, round_mpf, round_to_format
+from .common import Scale, target
+from .strict import interval_to_dd, iv_prec, mpf_of, to_ints
 
 __all__ = ["strict_group"]
 
@@ -96,8 +96,21 @@ def _store(out: dict, name: str, idx: tuple, val: Any, floor: float, fmt: Format
     return ok
 
 
-def strict_group(q, k, v, do, keep, scale: Scale, fmt: Format, in_fmt: Format, todo: dict,
-                 out: dict, prec: int, max_prec: int, stats: dict) -> None:  # fmt: skip
+def strict_group(
+    q,
+    k,
+    v,
+    do,
+    keep,
+    scale: Scale,
+    fmt: Format,
+    in_fmt: Format,
+    todo: dict,
+    out: dict,
+    prec: int,
+    max_prec: int,
+    stats: dict,
+) -> None:
     """Recompute the flagged gradient elements of one group (arrays as for
     :func:`flashcheck.harness.oracle.backward.fast_group`) strictly, in place in ``out``
     (``{grad}_{hi,lo,err,floor,rounded,certified}``); ``todo`` maps ``dq``/``dk``/``dv`` to

@@ -10,9 +10,9 @@ import mpmath
 import numpy as np
 from mpmath import iv
 
-from flashcheck.harness.core.formats import Format
-from flashcheck.harness.core.semantics import AttentionProblem
-from flashcheck.harness.oracle import exact as ex
+from ..core.formats import Format
+from ..core.semantics import AttentionProblem
+from . import exact as ex
 
 ACCURACY_BITS = 100
 MIN_PREC = 110  # below this, a working precision cannot deliver ACCURACY_BITS

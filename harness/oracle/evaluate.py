@@ -42,18 +42,18 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck.harness.core.formats import Format, format_of, round_to_format, ulp
-from flashcheck.harness.core.semantics import (
+from ..core.formats import Format, format_of, round_to_format, ulp
+from ..core.semantics import (
     AttentionProblem,
     as_exact_array,
     make_problem,
     nan_rows_and_cols,
 )
-from flashcheck.harness.oracle.backward import GRADIENTS, fast_group
-from flashcheck.harness.oracle.backward_strict import strict_group
-from flashcheck.harness.oracle.common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
-from flashcheck.harness.oracle.fast import fast_rows
-from flashcheck.harness.oracle.strict import strict_fill
+from .backward import GRADIENTS, fast_group
+from .backward_strict import strict_group
+from .common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
+from .fast import fast_rows
+from .strict import strict_fill
 
 __all__ = ["ACCURACY_BITS", "OracleResult", "oracle"]
 
@@ -372,8 +372,10 @@ def _gradients(
             keep = np.stack([problem.keep(b, h, all_rows) for h in heads]) if group else None
             bad_row, bad_key = _gradient_nan(q, k, v, dog, keep)
             args = (fin(q), fin(k), fin(v), fin(dog), keep)
-            full = {name: np.zeros((group, nq, d)) if name == "dq" else
-                    np.zeros((nk, widths[name])) for name in GRADIENTS}  # fmt: skip
+            full = {
+                name: np.zeros((group, nq, d)) if name == "dq" else np.zeros((nk, widths[name]))
+                for name in GRADIENTS
+            }
             todo = {name: np.zeros(arr.shape, dtype=bool) for name, arr in full.items()}
             todo["dq"][:, rows] = ~bad_row[:, rows, None]
             todo["dk"][keys] = ~bad_key[keys, None]

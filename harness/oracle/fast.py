@@ -10,8 +10,8 @@ import math
 import mpmath
 import numpy as np
 
-from flashcheck.harness.oracle import exact as ex
-from flashcheck.harness.oracle.common import SLACK, Scale
+from . import exact as ex
+from .common import SLACK, Scale
 
 
 def _prepare_keys(k, v):
@@ -45,8 +45,15 @@ def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
     }
     if weights:
         zeros = np.zeros((r_n, nk))
-        out.update(e_hi=zeros, e_lo=zeros, e_rel=zeros, e_abs=zeros, inv_hi=np.zeros(r_n),
-                   inv_lo=np.zeros(r_n), rel_l=np.zeros(r_n))  # fmt: skip
+        out.update(
+            e_hi=zeros,
+            e_lo=zeros,
+            e_rel=zeros,
+            e_abs=zeros,
+            inv_hi=np.zeros(r_n),
+            inv_lo=np.zeros(r_n),
+            rel_l=np.zeros(r_n),
+        )
     if r_n == 0 or nk == 0 or not has.any():
         return out
 
@@ -140,8 +147,15 @@ def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
         lse_floor=np.where(has, lse_floor, 0.0),
     )
     if weights:
-        out.update(e_hi=eh, e_lo=el, e_rel=eps, e_abs=alpha, inv_hi=np.where(has, inv_h, 0.0),
-                   inv_lo=np.where(has, inv_l, 0.0), rel_l=rel_l)  # fmt: skip
+        out.update(
+            e_hi=eh,
+            e_lo=el,
+            e_rel=eps,
+            e_abs=alpha,
+            inv_hi=np.where(has, inv_h, 0.0),
+            inv_lo=np.where(has, inv_l, 0.0),
+            rel_l=rel_l,
+        )
     return out
 
 

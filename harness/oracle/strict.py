@@ -12,9 +12,9 @@ import mpmath
 import numpy as np
 from mpmath import iv
 
-from flashcheck.harness.core.formats import round_mpf, round_to_format
-from flashcheck.harness.oracle import exact as ex
-from flashcheck.harness.oracle.common import Scale, target
+from ..core.formats import round_mpf, round_to_format
+from . import exact as ex
+from .common import Scale, target
 
 
 def to_ints(x: np.ndarray, shift: int) -> np.ndarray:
