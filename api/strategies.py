@@ -1,4 +1,4 @@
-"""Hypothesis strategies of flashcheck's adversarial attention inputs (SPEC 4).
+"""Hypothesis strategies of flashcheck's adversarial attention inputs (docs/properties.md, Inputs).
 
 ``attention_cases(kernel, dtype=...)`` draws :class:`flashcheck.Case` objects from the input
 families below, inside the kernel's contract (its dtypes, head dims, masks, GQA, ``Nq != Nk``,

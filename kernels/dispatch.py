@@ -1,4 +1,4 @@
-"""Platform dispatch (seed 003's adaptation): Triton on CUDA, a PyTorch fallback elsewhere.
+"""Platform dispatch: Triton on CUDA, a PyTorch fallback elsewhere.
 
 ``attention(q, k, v, ...)`` runs :func:`flashcheck.kernels.triton_flash.flash_attention` when the
 tensors are on CUDA, or on CPU when ``TRITON_INTERPRET=1`` is set and ``backend="triton"`` is asked

@@ -18,7 +18,7 @@ fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
         dQ *= scale
 
 This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the
-flash policy (backward class "flash", SPEC 3.7): q and k enter the dots unscaled, the scale
+flash policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots unscaled, the scale
 goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the dK/dV program sums
 its whole group of query heads in its own accumulators, so no atomics are used and the result
 is bitwise deterministic. As in the forward, each key (query) range splits into blocks every
@@ -88,7 +88,7 @@ def _bwd_preprocess(
                 mask=inside, other=0.0)  # fmt: skip
     do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
                  mask=inside, other=0.0)  # fmt: skip
-    # D from the O the forward wrote (rounded to the input dtype), as FA2 and SPEC 3.7 define it.
+    # D from the O the forward wrote (rounded to the input dtype), as FA2 defines it.
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
     tl.store(Delta + b * sdb + h * sdh + rows * sdm, delta, mask=rows < NQ)
 

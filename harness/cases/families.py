@@ -1,4 +1,4 @@
-"""The adversarial input families of SPEC 4, as plain numpy generators.
+"""The adversarial input families (docs/properties.md, Inputs), as plain numpy generators.
 
 A :class:`Recipe` is a small record (family, shapes, masks, scale, an RNG seed and a few family
 parameters); :func:`make_case` turns it into exact arrays with numpy's seeded generator, rounded

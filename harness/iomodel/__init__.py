@@ -1,4 +1,4 @@
-"""The seeds' GPU memory-hierarchy simulator (seed 000) and roofline arithmetic (seed 002).
+"""A GPU memory-hierarchy simulator (HBM and SRAM traffic, cycles) and roofline arithmetic.
 
 An additive cycle model of HBM traffic and compute that explains why FlashAttention wins;
 docs/iomodel.md describes the model and its limits."""

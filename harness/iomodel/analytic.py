@@ -1,9 +1,9 @@
-"""Closed-form roofline arithmetic for one attention head (seed 002), in bytes and FLOPs.
+"""Closed-form roofline arithmetic for one attention head, in bytes and FLOPs.
 
 - FLOPs: ``4·N²·d`` (two matmuls of ``2·N²·d``), halved when causal.
 - Naive bytes: S written, read by softmax, P written, read by P·V: ``4·N²`` elements, plus Q, K,
   V read and O written (``4·N·d``).
-- Flash bytes: ``N·d·(3 + 2·N/B_c)`` elements (seed 002's count: Q read and O written once per
+- Flash bytes: ``N·d·(3 + 2·N/B_c)`` elements (the classic count: Q read and O written once per
   query block, K and V re-read once per query block of ``B_c`` rows; "3" counts Q, O and one
   pass of overhead as the seed does).
 - Arithmetic intensity = FLOPs / bytes; ridge point = peak FLOP/s / bandwidth: a kernel whose

@@ -1,7 +1,7 @@
 """Standard and flash attention traced through the simulator (one head, ``N×d`` inputs).
 
 ``standard_attention``: S = Q·Kᵀ and P = softmax(S) are materialised in HBM (the tensor API).
-``flash_attention``: seed 000's FlashAttention schedule: K/V blocks outer, Q blocks inner, each
+``flash_attention``: FlashAttention-1's schedule: K/V blocks outer, Q blocks inner, each
 ``B×B`` score tile computed, soft-maxed (5 ops per element) and multiplied by V in SRAM, O
 written once. S and P never reach HBM; the FLOPs are the same as standard attention's.
 """

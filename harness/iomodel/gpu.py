@@ -1,4 +1,4 @@
-"""``GPUSpec``: the simulated machine of seed 000, in units of floats and cycles.
+"""``GPUSpec``: a simulated machine, in units of floats and cycles.
 
 One "float" is ``bytes_per_float`` bytes (2: fp16/bf16). HBM moves ``hbm_bandwidth`` floats per
 cycle and the SMs do ``flop_rate`` FLOPs per cycle; the ratio ``flop_rate / hbm_bandwidth`` is the

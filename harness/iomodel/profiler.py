@@ -1,6 +1,6 @@
 """``Profiler``: accounts HBM allocation, HBM reads/writes, SRAM push/pop and cycles.
 
-The cost model is seed 000's, exactly: a load or store of ``n`` floats costs
+The cost model (docs/iomodel.md): a load or store of ``n`` floats costs
 ``n / hbm_bandwidth`` cycles; a matmul ``(M×K)·(K×N)`` costs ``2·M·N·K / flop_rate``; an
 elementwise pass costs ``n·ops / flop_rate``; the total is the *sum* of compute and HBM cycles
 (no overlap). SRAM overflow is recorded, never raised: it shows that a schedule does not fit.

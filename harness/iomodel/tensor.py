@@ -1,5 +1,5 @@
 """A traced 2-D tensor: PyTorch-like syntax whose every HBM and SRAM movement is charged to a
-:class:`~flashcheck.harness.iomodel.profiler.Profiler` (seed 000's first version: loads and stores
+:class:`~flashcheck.harness.iomodel.profiler.Profiler` (the simplest model: loads and stores
 are implicit in ``@`` and ``softmax``).
 
 - A tensor lives in HBM from its creation until :meth:`free`; ``.T`` is a free view.
