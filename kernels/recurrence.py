@@ -148,7 +148,8 @@ def _rowsum(p: np.ndarray, dt: np.dtype) -> np.ndarray:
 
 def keep_mask(nq: int, nk: int, rows: np.ndarray, cols: np.ndarray, causal, window, mask):
     """Which keys ``cols`` each query row ``rows`` keeps: causal (bottom-right aligned), the
-    window ``(left, right)`` and an explicit boolean ``mask`` combined, as docs/api.md defines attention."""
+    window ``(left, right)`` and an explicit boolean ``mask`` combined, as docs/api.md defines
+    attention."""
     i = rows[:, None]
     j = cols[None, :]
     off = nk - nq

@@ -23,8 +23,8 @@ caller set their own); launch configurations per head dim are in ``_HOPPER`` (an
 ``_HOPPER_SHORT`` for short key sequences), chosen by ``benchmarks/tune_hopper.py`` (log in
 benchmarks/RESULTS.md).
 
-Arithmetic class "flash" (docs/error-bounds.md): low-precision inputs, fp32 scores, softmax and accumulators,
-P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
+Arithmetic class "flash" (docs/error-bounds.md): low-precision inputs, fp32 scores, softmax and
+accumulators, P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
 ``allow_tf32=True``. Masks are bottom-right aligned (``j ≤ i + Nk − Nq``); a row with no kept
 key returns ``O = 0``, ``LSE = −inf``. Loads of keys past ``Nk`` and head-dim padding are masked
 or zero-filled by TMA, and their scores set to −inf, so no out-of-bounds read reaches the result.
