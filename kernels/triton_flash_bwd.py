@@ -20,8 +20,8 @@ fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
 This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the
 flash policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots
 unscaled, the scale goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the
-dK/dV program sums its whole group of query heads in its own accumulators, so no atomics are used and the result
-is bitwise deterministic. As in the forward, each key (query) range splits into blocks every
+dK/dV program sums its whole group of query heads in its own accumulators, so no atomics are
+used and the result is bitwise deterministic. As in the forward, each key (query) range splits into blocks every
 row keeps, which skip the mask, and blocks on the causal diagonal, the window edges or the
 ragged tail, which build one; both evaluate the same expressions (a test checks no bit moves).
 
