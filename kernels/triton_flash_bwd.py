@@ -17,13 +17,13 @@ fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
             dQ += (dS rounded to the input dtype)·k        fp32 accumulator
         dQ *= scale
 
-This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the
-flash policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots
-unscaled, the scale goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the
-dK/dV program sums its whole group of query heads in its own accumulators, so no atomics are
-used and the result is bitwise deterministic. As in the forward, each key (query) range splits into blocks every
-row keeps, which skip the mask, and blocks on the causal diagonal, the window edges or the
-ragged tail, which build one; both evaluate the same expressions (a test checks no bit moves).
+This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the flash
+policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots unscaled, the
+scale goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the dK/dV program sums
+its whole group of query heads in its own accumulators, so no atomics are used and the result is
+bitwise deterministic. As in the forward, each key (query) range splits into blocks every row keeps,
+which skip the mask, and blocks on the causal diagonal, the window edges or the ragged tail, which
+build one; both evaluate the same expressions (a test checks no bit moves).
 
 Masks are the forward's: bottom-right causal (``j ≤ i + Nk − Nq``), sliding window
 ``(left, right)``. A row with ``LSE = −inf`` (it kept no key) has its lse2 replaced by +inf,
