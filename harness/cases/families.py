@@ -108,13 +108,10 @@ def _scores_max(q, k, tau) -> float:
     return float(abs(tau) * (np.abs(q) @ np.swapaxes(np.abs(kk), -1, -2)).max(initial=0.0))
 
 
-def make_case(r: Recipe) -> Case:
-    """Build the arrays of recipe ``r`` (deterministic in ``r``)."""
-    rng = np.random.default_rng(r.seed)
+def _shape_family(r: Recipe, rng: np.random.Generator, q, k, v, tau: float):
+    """Q, K and V of family ``r.family`` from standard normal ones (float64, not yet rounded)."""
     fam = r.family
-    qs, ks, vs = (r.b, r.hq, r.nq, r.d), (r.b, r.hk, r.nk, r.d), (r.b, r.hk, r.nk, r.dv)
-    q, k, v = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(vs)
-    tau = r.scale if r.scale is not None else 1 / math.sqrt(r.d)
+    ks = (r.b, r.hk, r.nk, r.d)
     fmt = FORMATS[r.dtype]
     mag = r.magnitude
     if fam == "huge_logits":
@@ -170,6 +167,30 @@ def make_case(r: Recipe) -> Case:
         q = q * 0.1
     elif fam == "uniform":
         k = np.broadcast_to(k[:, :, :1], ks).copy()
+    return q, k, v
+
+
+def _plant_nonfinite(r: Recipe, rng: np.random.Generator, q, k, v):
+    """One to three NaN/±Inf values at random places of Q and K (and V, when no mask could hide
+    the row that reads it)."""
+    q, k, v = q.copy(), k.copy(), v.copy()
+    specials = [np.nan, np.inf, -np.inf]
+    targets = ["q", "k"] + (["v"] if not (r.causal or r.window or r.mask_density) else [])
+    for _ in range(int(rng.integers(1, 4))):
+        arr = {"q": q, "k": k, "v": v}[targets[int(rng.integers(len(targets)))]]
+        idx = tuple(int(rng.integers(n)) for n in arr.shape)
+        arr[idx] = specials[int(rng.integers(3))]
+    return q, k, v
+
+
+def make_case(r: Recipe) -> Case:
+    """Build the arrays of recipe ``r`` (deterministic in ``r``)."""
+    rng = np.random.default_rng(r.seed)
+    fam = r.family
+    qs, ks, vs = (r.b, r.hq, r.nq, r.d), (r.b, r.hk, r.nk, r.d), (r.b, r.hk, r.nk, r.dv)
+    q, k, v = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(vs)
+    tau = r.scale if r.scale is not None else 1 / math.sqrt(r.d)
+    q, k, v = _shape_family(r, rng, q, k, v, tau)
     if r.score_limit is not None:
         # Keep the kernel's specified range: halve q until scale·Σ|q||k| fits.
         for _ in range(2000):
@@ -178,13 +199,7 @@ def make_case(r: Recipe) -> Case:
             q = q / 2
     q, k, v = _fit(q, r.dtype), _fit(k, r.dtype), _fit(v, r.dtype)
     if fam == "nonfinite":
-        q, k, v = q.copy(), k.copy(), v.copy()
-        specials = [np.nan, np.inf, -np.inf]
-        targets = ["q", "k"] + (["v"] if not (r.causal or r.window or r.mask_density) else [])
-        for _ in range(int(rng.integers(1, 4))):
-            arr = {"q": q, "k": k, "v": v}[targets[int(rng.integers(len(targets)))]]
-            idx = tuple(int(rng.integers(n)) for n in arr.shape)
-            arr[idx] = specials[int(rng.integers(3))]
+        q, k, v = _plant_nonfinite(r, rng, q, k, v)
     mask = None
     if r.mask_density is not None:
         mask = rng.random((r.b, r.hq, r.nq, r.nk)) >= r.mask_density
