@@ -36,6 +36,10 @@ gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of 
 not overlap as in FlashAttention-3 / cuDNN. Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.
+
+The file is one self-contained kernel (jit functions, launch configuration, launcher, public
+function, in the Triton tutorial's order) and so longer than the project's 450-line guide: the
+per-GPU launch tables and the input checks belong with the kernel they configure.
 """
 
 from __future__ import annotations
@@ -206,6 +210,12 @@ def _flash_fwd(
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
+    """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
+
+    Longer than 80 lines: the prologue (pointers or TMA descriptors), the key loop in up to
+    three ranges (before, on and past the mask's edge) and the epilogue (O and LSE) are one
+    compiled program; the key loop itself lives in ``_key_blocks``.
+    """
     pid_m = tl.program_id(0)
     if HEAVY_FIRST:
         # Causal row blocks further down see more keys: start those first so the last wave

@@ -41,6 +41,10 @@ d = 128 the dK/dV kernel runs twice, once per output (``BackwardConfig.kv_apart`
 recomputes P; D is read by both kernels, so O(Nq) extra fp32 memory per head. Under
 ``TRITON_INTERPRET=1`` bf16 raises ``NotImplementedError`` like the forward
 (triton-lang/triton#11584, detected by the forward's canary).
+
+The file is one self-contained kernel (jit functions, launcher, autograd function, in the
+Triton tutorial's order) and so longer than the project's 450-line guide: its three programs
+share their mask and tile logic and are launched together.
 """
 
 from __future__ import annotations
@@ -153,6 +157,13 @@ def _bwd_dkdv(
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, SPLIT: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
 ):  # fmt: skip
+    """One program: dK and dV of BLOCK_N keys of one key/value head, over every query row of
+    its group of query heads.
+
+    Longer than 80 lines: loading the key block, the query loop of each head in up to three
+    ranges (rows that skip the mask, the diagonal or window edge, the rest) and the scaled
+    stores are one compiled program; the query loop itself lives in ``_dkdv_rows``.
+    """
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H_KV
