@@ -324,7 +324,7 @@ def test_backward_providers(monkeypatch):
 
 
 def test_pass_figures_record_the_side_timings():
-    from flashcheck.harness.bench.suite import _pass_figures
+    from flashcheck.harness.bench.measure import _pass_figures
 
     s = Shape("grid", "bf16", 1, 1, 1024, 64, False, "bwd")
     rec = _pass_figures(

@@ -42,8 +42,17 @@ def _series(data, keys, prov, x, y):
 
 
 def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
+    """Draw every figure the data supports into ``out``; returns the names drawn."""
     plt = _plt()
     made: list[str] = []
+    _grid_figure(plt, data, out, made)
+    _memory_figures(plt, data, out, made)
+    _width_figure(plt, data, out, made)
+    return made
+
+
+def _grid_figure(plt, data: dict[str, Any], out: Path, made: list[str]) -> None:
+    """Forward TFLOP/s vs N of the bf16 grid, per head dim and causality."""
     meta = data["meta"]
     grid = [k for k, m in meta.items() if m["part"] == "grid" and m["dtype"] == "bf16"]
     if grid:
@@ -68,6 +77,11 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "tflops_vs_n.png", dpi=110)
         plt.close(fig)
         made.append("tflops_vs_n")
+
+
+def _memory_figures(plt, data: dict[str, Any], out: Path, made: list[str]) -> None:
+    """Peak extra memory and wall-clock of one call vs N (the memory part)."""
+    meta = data["meta"]
     mem = [k for k, m in meta.items() if m["part"] == "memory"]
     if mem:
         for name, field, ylabel, title in (
@@ -104,6 +118,11 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
             fig.savefig(out / f"{name}.png", dpi=110)
             plt.close(fig)
             made.append(name)
+
+
+def _width_figure(plt, data: dict[str, Any], out: Path, made: list[str]) -> None:
+    """TFLOP/s vs model width (the width part)."""
+    meta = data["meta"]
     width = [k for k, m in meta.items() if m["part"] == "width"]
     if width:
         fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), squeeze=False)
@@ -124,4 +143,3 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "width.png", dpi=110)
         plt.close(fig)
         made.append("width")
-    return made
