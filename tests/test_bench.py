@@ -2,6 +2,7 @@
 check of sampled outputs, the renderer (from a synthetic results file) and the CLI's errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -519,3 +520,27 @@ def test_cli_backward_options(tmp_path, capsys):
         assert "no CUDA GPU" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "--pass", "backward"])
+
+
+BENCH_RESULTS = sorted(
+    (Path(__file__).resolve().parents[1] / "reports" / "bench").glob("*/results.jsonl")
+)
+
+
+@pytest.mark.parametrize("path", BENCH_RESULTS, ids=lambda p: p.parent.name)
+def test_committed_bench_records_round_trip(path):
+    """Each speed and ceilings record reads into its type and writes back as the same JSON
+    (records from before the backward passes gain ``pass: fwd``)."""
+    from flashcheck.harness.bench.benchrecords import CeilingsRecord, SpeedRecord, load_bench
+    from flashcheck.harness.core.resultlog import read_records
+
+    n = 0
+    for d in read_records(path):
+        if d.get("type") == "speed":
+            back = SpeedRecord.from_json(d).to_json()
+            assert back == (d if "pass" in d else {**d, "pass": "fwd"})
+            n += 1
+        elif d.get("type") == "ceilings":
+            assert CeilingsRecord.from_json(d).to_json() == d
+    data = load_bench(path)
+    assert n == sum(len(row) for row in data.shapes.values()) > 0

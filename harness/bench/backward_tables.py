@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .benchrecords import BenchResults
 from .summary import ORDER, backward_memory_line, bench_summary, shape_keys
 from .tables import JUDGED, PEERS_INTRO, cell, grid_table, mib, peer_lines, providers
 
@@ -25,7 +26,7 @@ _PASS_METHOD = {
 }
 
 
-def backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
+def backward_sections(data: BenchResults, pass_: str) -> list[str]:
     """The sections of one backward pass (``data``: that pass's view)."""
     label = _PASS_LABEL[pass_]
     summ = bench_summary(data)
@@ -41,7 +42,7 @@ def backward_sections(data: dict[str, Any], pass_: str) -> list[str]:
     return L
 
 
-def _grid_sections(data: dict[str, Any], label: str) -> tuple[list[str], list[str]]:
+def _grid_sections(data: BenchResults, label: str) -> tuple[list[str], list[str]]:
     """The TFLOP/s tables of the grid (one per dtype, head dim and causality), the width and
     the fp32 parts; and the grid's shape keys."""
     L: list[str] = []
@@ -60,17 +61,17 @@ def _grid_sections(data: dict[str, Any], label: str) -> tuple[list[str], list[st
                 L += grid_table(
                     data,
                     keys,
-                    [("N", lambda m: m["n"]), ("B × H", lambda m: f"{m['b']} × {m['h']}")],
+                    [("N", lambda m: m.n), ("B × H", lambda m: f"{m.b} × {m.h}")],
                 )
                 L.append("")
     for part in ("width", "fp32"):
         keys = sorted(
             shape_keys(data, part),
             key=lambda k: (
-                data["meta"][k]["d"],
-                data["meta"][k]["causal"],
-                data["meta"][k]["h"],
-                data["meta"][k]["n"],
+                data.meta[k].d,
+                data.meta[k].causal,
+                data.meta[k].h,
+                data.meta[k].n,
             ),
         )
         if keys:
@@ -79,17 +80,17 @@ def _grid_sections(data: dict[str, Any], label: str) -> tuple[list[str], list[st
                 data,
                 keys,
                 [
-                    ("N", lambda m: m["n"]),
-                    ("d", lambda m: m["d"]),
-                    ("H", lambda m: m["h"]),
-                    ("causal", lambda m: "yes" if m["causal"] else "no"),
+                    ("N", lambda m: m.n),
+                    ("d", lambda m: m.d),
+                    ("H", lambda m: m.h),
+                    ("causal", lambda m: "yes" if m.causal else "no"),
                 ],
             )
             L.append("")
     return L, grid
 
 
-def _difference_table(data: dict[str, Any], grid: list[str]) -> list[str]:
+def _difference_table(data: BenchResults, grid: list[str]) -> list[str]:
     """The backward's rate by difference, ``fwd+bwd − fwd``, at the grid's shapes."""
     L: list[str] = []
     if grid:
@@ -105,15 +106,15 @@ def _difference_table(data: dict[str, Any], grid: list[str]) -> list[str]:
         head = ["dtype", "d", "causal", "N", *provs]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for k in grid:
-            m, row = data["meta"][k], data["shapes"][k]
-            cells = [m["dtype"], str(m["d"]), "yes" if m["causal"] else "no", str(m["n"])]
+            m, row = data.meta[k], data.shapes[k]
+            cells = [m.dtype, str(m.d), "yes" if m.causal else "no", str(m.n)]
             cells += [cell(row.get(p), "diff_tflops") for p in provs]
             L.append("| " + " | ".join(cells) + " |")
         L.append("")
     return L
 
 
-def _memory_table(data: dict[str, Any]) -> list[str]:
+def _memory_table(data: BenchResults) -> list[str]:
     """Peak extra memory of the backward, and what the forward saved for it."""
     L: list[str] = []
     mk = shape_keys(data, "memory")
@@ -130,9 +131,9 @@ def _memory_table(data: dict[str, Any]) -> list[str]:
         head = ["N", "dQ + dK + dV", *provs, *(f"{p} saved" for p in provs)]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for k in mk:
-            row = data["shapes"][k]
-            grads = next(iter(row.values())).get("grad_bytes")
-            cells = [str(data["meta"][k]["n"]), mib(grads)]
+            row = data.shapes[k]
+            grads = next(iter(row.values())).grad_bytes
+            cells = [str(data.meta[k].n), mib(grads)]
             cells += [
                 cell(row.get(p), "bwd_peak_extra_bytes", "{:,.1f}", scale=2**-20) for p in provs
             ]
@@ -142,12 +143,12 @@ def _memory_table(data: dict[str, Any]) -> list[str]:
     return L
 
 
-def _gradient_checks(data: dict[str, Any], summ: dict[str, Any], label: str) -> list[str]:
+def _gradient_checks(data: BenchResults, summ: dict[str, Any], label: str) -> list[str]:
     modes: dict[str, int] = defaultdict(int)
-    for row in data["shapes"].values():
+    for row in data.shapes.values():
         for r in row.values():
-            if "check" in r:
-                modes[r["check"].get("kv_mode", "?")] += 1
+            if r.check is not None:
+                modes[r.check.kv_mode or "?"] += 1
     L = [
         f"## {label}: gradient checks",
         "",
@@ -169,11 +170,11 @@ def _gradient_checks(data: dict[str, Any], summ: dict[str, Any], label: str) -> 
     for p in [x for x in ORDER if x in summ["checks"]]:
         c = summ["checks"][p]
         worst = {g: 0.0 for g in ("dq", "dk", "dv")}
-        for row in data["shapes"].values():
+        for row in data.shapes.values():
             r = row.get(p)
-            if r and isinstance(r.get("check", {}).get("max_ulp"), dict):
+            if r and r.check is not None and isinstance(r.check.max_ulp, dict):
                 for g in worst:
-                    x = r["check"]["max_ulp"].get(g)
+                    x = r.check.max_ulp.get(g)
                     if isinstance(x, int | float) and x > worst[g]:
                         worst[g] = x
         L.append(

@@ -8,6 +8,7 @@ import time
 import warnings
 from typing import Any
 
+from .benchrecords import SpeedRecord
 from .check import judge_rows, reference, sample_rows, sampled_output
 from .grad_check import ORACLE_MAX_N, grad_reference, judge_grads, sampled_grads
 from .providers import PROVIDERS
@@ -230,7 +231,7 @@ def _pass_figures(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
 
 def run_shape(
     shape: Shape, providers: tuple[str, ...], *, seed: int, oracle_max_n: int = ORACLE_MAX_N
-) -> list[dict[str, Any]]:
+) -> list[SpeedRecord]:
     """Every provider on one shape, then the oracle check of each output (forward) or of each
     provider's gradients (backward passes); one record each."""
     import torch
@@ -239,7 +240,8 @@ def run_shape(
     sets = _inputs(shape, seed, copies_for_l2(per_copy))
     rows = sample_rows(shape.n, seed=seed)
     if shape.pass_ != "fwd":
-        return _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n)
+        recs = _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n)
+        return [SpeedRecord.from_json(r) for r in recs]
     recs = [_measure(shape, p, sets, rows, memory=shape.part == "memory") for p in providers]
     if shape.part == "memory":
         for r in recs:
@@ -254,7 +256,7 @@ def run_shape(
         r["check_s"] = time.perf_counter() - t0
     del sets
     torch.cuda.empty_cache()
-    return recs
+    return [SpeedRecord.from_json(r) for r in recs]
 
 
 def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .backward_tables import backward_sections
-from .summary import bench_summary, ceiling_rows, load_results, only_pass, passes_in
+from .benchrecords import BenchResults
+from .summary import bench_summary, load_results, only_pass, passes_in
 from .tables import forward_sections
 
 __all__ = ["bench_summary", "render_bench", "summary_text"]
@@ -50,9 +51,9 @@ def _command(name: str, cfg: dict[str, Any]) -> str:
     return cmd
 
 
-def _intro(data: dict[str, Any], name: str, env: dict[str, Any]) -> list[str]:
+def _intro(data: BenchResults, name: str, env: dict[str, Any]) -> list[str]:
     """Title, how to regenerate, the GPU, the ceilings measured and the method."""
-    cmd = _command(name, data["header"].get("config", {}))
+    cmd = _command(name, data.header.get("config", {}))
     L: list[str] = [f"# flashcheck bench: {name}", ""]
     L.append(
         f"Regenerate with `{cmd}` on the same GPU; re-render from the raw results without "
@@ -61,7 +62,7 @@ def _intro(data: dict[str, Any], name: str, env: dict[str, Any]) -> list[str]:
         "[bench.json](bench.json)."
     )
     L.append("")
-    if not data["complete"]:
+    if not data.complete:
         L += [
             "> **Incomplete run**: the benchmark was interrupted; run the same command again "
             "to finish it. The tables hold what was measured so far.",
@@ -79,18 +80,18 @@ def _intro(data: dict[str, Any], name: str, env: dict[str, Any]) -> list[str]:
         "| when | bf16 matmul 8192³ (TFLOP/s) | device copy (TB/s) |",
         "|---|---|---|",
     ]
-    for when, c in ceiling_rows(data["records"]):
-        L.append(f"| {when} | {c['matmul_bf16_tflops']:.0f} | {c['copy_tbs']:.2f} |")
+    for when, c in data.ceilings:
+        L.append(f"| {when} | {c.matmul_bf16_tflops:.0f} | {c.copy_tbs:.2f} |")
     return [*L, "", _METHOD, ""]
 
 
-def _not_run(everything: dict[str, Any]) -> list[str]:
+def _not_run(everything: BenchResults) -> list[str]:
     """What did not run, and why, grouped by provider and reason."""
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for k, row in everything["shapes"].items():
+    for k, row in everything.shapes.items():
         for p, r in row.items():
-            if r["status"] != "ok":
-                reasons[(p, r["reason"])].append(k)
+            if r.status != "ok":
+                reasons[(p, r.reason)].append(k)
     if not reasons:
         return []
     L = ["## Not run", ""]
@@ -110,11 +111,11 @@ def render_bench(
     # The forward sections below see forward records only; each backward pass gets its own.
     data = only_pass(everything, "fwd")
     summ = bench_summary(data)
-    name = data["header"].get("name", out.name)
-    env = data["sessions"][-1]["env"] if data["sessions"] else {}
+    name = data.header.get("name", out.name)
+    env = data.env
     L = _intro(data, name, env)
     backward = [p for p in passes_in(everything) if p != "fwd"]
-    if data["shapes"] or not backward:
+    if data.shapes or not backward:
         L += forward_sections(data, summ)
     for p in backward:
         L += backward_sections(only_pass(everything, p), p)
@@ -122,7 +123,7 @@ def render_bench(
     L += ["## Environment", "", "| | |", "|---|---|"]
     L += [f"| {k} | {v} |" for k, v in env.items() if k != "argv"]
     L.append("")
-    if figures and data["shapes"]:
+    if figures and data.shapes:
         from .figures import make_bench_figures
 
         made = make_bench_figures(data, out)
@@ -136,7 +137,7 @@ def render_bench(
 
 
 def _write_json(
-    data: dict[str, Any], summ: dict[str, Any], by_pass: dict[str, Any], path: Path
+    data: BenchResults, summ: dict[str, Any], by_pass: dict[str, Any], path: Path
 ) -> None:
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
@@ -148,13 +149,13 @@ def _write_json(
         return x
 
     doc = {
-        "header": data["header"],
-        "environment": data["sessions"][-1]["env"] if data["sessions"] else {},
-        "ceilings": data["ceilings"],
-        "complete": data["complete"],
+        "header": data.header,
+        "environment": data.env,
+        "ceilings": [c.to_json() for _, c in data.ceilings],
+        "complete": data.complete,
         "summary": summ,  # the forward's (the key bench.json had before backward passes)
         "summary_by_pass": by_pass,
-        "results": [r for row in data["shapes"].values() for r in row.values()],
+        "results": [r.to_json() for row in data.shapes.values() for r in row.values()],
     }
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(clean(doc), indent=1))

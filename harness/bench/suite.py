@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog
+from .benchrecords import CeilingsRecord, done_keys
 from .grad_check import ORACLE_MAX_N
 from .measure import run_shape
 from .shapes import FLOP_FACTOR, PARTS, PASSES, TOKENS, WIDTH, Shape, plan
@@ -106,7 +107,7 @@ def run_bench(opts: BenchOptions) -> int:
     path = out_dir / "results.jsonl"
     with ResultLog.open(path, header, fresh=opts.fresh) as log:
         log.append({"type": "session", "env": environment_record("cuda")})
-        done = {r["key"] for r in log.records if r.get("type") == "shape-done"}
+        done = done_keys(log.records)
         todo = [(s, p) for s, p in items if s.key not in done]
         print(
             f"flashcheck bench {name}: {len(items)} shapes ({len(items) - len(todo)} done "
@@ -121,13 +122,13 @@ def run_bench(opts: BenchOptions) -> int:
             stream=stream,
         )
         try:
-            log.append({"type": "ceilings", **measure_ceilings()})
+            log.append(CeilingsRecord.from_json(measure_ceilings()).to_json())
             for shape, provs in todo:
                 for rec in run_shape(shape, provs, seed=opts.seed, oracle_max_n=opts.oracle_max_n):
-                    log.append(rec)
+                    log.append(rec.to_json())
                 log.append({"type": "shape-done", "key": shape.key})
                 prog.advance(cost[shape.key], shape.key)
-            log.append({"type": "ceilings", **measure_ceilings()})
+            log.append(CeilingsRecord.from_json(measure_ceilings()).to_json())
         except KeyboardInterrupt:
             print(
                 f"\ninterrupted: results so far are safe in {path}; run the same command "

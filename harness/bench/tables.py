@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from ..core.status import Status
+from .benchrecords import BenchResults, SpeedRecord
 from .summary import ORDER, memory_line, ratio, shape_keys
 
 # The oracle check's verdicts, in the order the tallies list them.
@@ -29,34 +30,34 @@ __all__ = [
 
 
 def cell(
-    rec: dict[str, Any] | None, field: str = "tflops", fmt: str = "{:.0f}", *, scale: float = 1.0
+    rec: SpeedRecord | None, field: str = "tflops", fmt: str = "{:.0f}", *, scale: float = 1.0
 ) -> str:
     if not rec:
         return ""
-    if rec["status"] == "skipped":
+    if rec.status == "skipped":
         return "–"
-    if rec["status"] == "error":
+    if rec.status == "error":
         return "err"
-    text = fmt.format(rec[field] * scale) if rec.get(field) is not None else "?"
-    verdict = rec.get("check", {}).get("verdict")
-    return text if verdict == Status.PASS else f"{text} ✗"
+    val = getattr(rec, field)
+    text = fmt.format(val * scale) if val is not None else "?"
+    return text if rec.check is not None and rec.check.passed else f"{text} ✗"
 
 
 def fmt_ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
 
 
-def providers(data: dict[str, Any], keys: list[str]) -> list[str]:
-    seen = {p for k in keys for p in data["shapes"][k]}
+def providers(data: BenchResults, keys: list[str]) -> list[str]:
+    seen = {p for k in keys for p in data.shapes[k]}
     return [p for p in ORDER if p in seen] + sorted(seen - set(ORDER))
 
 
-def grid_table(data: dict[str, Any], keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
+def grid_table(data: BenchResults, keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
     provs = providers(data, keys)
     head = [name for name, _ in lead] + provs + ["triton / flash", "triton / cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in keys:
-        m, row = data["meta"][k], data["shapes"][k]
+        m, row = data.meta[k], data.shapes[k]
         cells = [str(fn(m)) for _, fn in lead] + [cell(row.get(p)) for p in provs]
         cells += [
             fmt_ratio(ratio(row.get("triton"), row.get("sdpa-flash"))),
@@ -105,7 +106,7 @@ PEERS_INTRO = (
 )
 
 
-def forward_sections(data: dict[str, Any], summ: dict[str, Any]) -> list[str]:
+def forward_sections(data: BenchResults, summ: dict[str, Any]) -> list[str]:
     """The peers, tables and checks of the forward records (``data``: a forward-only view)."""
     L = ["## Triton side by side with its peers", "", PEERS_INTRO, ""]
     L += peer_lines(summ, memory_line(data))
@@ -115,7 +116,7 @@ def forward_sections(data: dict[str, Any], summ: dict[str, Any]) -> list[str]:
     return L
 
 
-def _grid_sections(data: dict[str, Any]) -> list[str]:
+def _grid_sections(data: BenchResults) -> list[str]:
     """One TFLOP/s table per dtype, head dim and causality."""
     L: list[str] = []
     for dt in ("bf16", "fp16"):
@@ -128,34 +129,32 @@ def _grid_sections(data: dict[str, Any]) -> list[str]:
                 L += grid_table(
                     data,
                     keys,
-                    [("N", lambda m: m["n"]), ("B × H", lambda m: f"{m['b']} × {m['h']}")],
+                    [("N", lambda m: m.n), ("B × H", lambda m: f"{m.b} × {m.h}")],
                 )
                 L.append("")
     return L
 
 
-def _width_section(data: dict[str, Any]) -> list[str]:
+def _width_section(data: BenchResults) -> list[str]:
     """The model-width sweep."""
     L: list[str] = []
-    wk = sorted(
-        shape_keys(data, "width"), key=lambda k: (data["meta"][k]["causal"], data["meta"][k]["h"])
-    )
+    wk = sorted(shape_keys(data, "width"), key=lambda k: (data.meta[k].causal, data.meta[k].h))
     if wk:
         L += ["## Model width sweep: bf16, N = 4096, d = 128, B = 4: TFLOP/s", ""]
         L += grid_table(
             data,
             wk,
             [
-                ("H·d", lambda m: m["h"] * m["d"]),
-                ("H", lambda m: m["h"]),
-                ("causal", lambda m: "yes" if m["causal"] else "no"),
+                ("H·d", lambda m: m.h * m.d),
+                ("H", lambda m: m.h),
+                ("causal", lambda m: "yes" if m.causal else "no"),
             ],
         )
         L.append("")
     return L
 
 
-def _memory_sections(data: dict[str, Any]) -> list[str]:
+def _memory_sections(data: BenchResults) -> list[str]:
     """Peak extra memory and wall-clock of one call vs N."""
     L: list[str] = []
     mk = shape_keys(data, "memory")
@@ -171,10 +170,10 @@ def _memory_sections(data: dict[str, Any]) -> list[str]:
         head = ["N", "O + LSE", *provs]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for k in mk:
-            row = data["shapes"][k]
+            row = data.shapes[k]
             any_rec = next(iter(row.values()))
-            base = (any_rec.get("out_bytes") or 0) + (any_rec.get("lse_bytes") or 0)
-            cells = [str(data["meta"][k]["n"]), mib(base)]
+            base = (any_rec.out_bytes or 0) + (any_rec.lse_bytes or 0)
+            cells = [str(data.meta[k].n), mib(base)]
             for p in provs:
                 cells.append(cell(row.get(p), "peak_extra_bytes", "{:,.1f}", scale=2**-20))
             L.append("| " + " | ".join(cells) + " |")
@@ -182,11 +181,11 @@ def _memory_sections(data: dict[str, Any]) -> list[str]:
         head = ["N", *provs]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for k in mk:
-            row = data["shapes"][k]
+            row = data.shapes[k]
             L.append(
                 "| "
                 + " | ".join(
-                    [str(data["meta"][k]["n"])] + [cell(row.get(p), "ms", "{:.3g}") for p in provs]
+                    [str(data.meta[k].n)] + [cell(row.get(p), "ms", "{:.3g}") for p in provs]
                 )
                 + " |"
             )
@@ -194,12 +193,12 @@ def _memory_sections(data: dict[str, Any]) -> list[str]:
     return L
 
 
-def _fp32_section(data: dict[str, Any]) -> list[str]:
+def _fp32_section(data: BenchResults) -> list[str]:
     """fp32 inputs: IEEE fp32 dots against tf32 dots."""
     L: list[str] = []
     fk = sorted(
         shape_keys(data, "fp32"),
-        key=lambda k: (data["meta"][k]["d"], data["meta"][k]["causal"], data["meta"][k]["n"]),
+        key=lambda k: (data.meta[k].d, data.meta[k].causal, data.meta[k].n),
     )
     if fk:
         provs = providers(data, fk)
@@ -218,14 +217,14 @@ def _fp32_section(data: dict[str, Any]) -> list[str]:
         )
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for k in fk:
-            m, row = data["meta"][k], data["shapes"][k]
+            m, row = data.meta[k], data.shapes[k]
             ieee, tf = row.get("triton"), row.get("triton-tf32")
             sp = (
-                tf["tflops"] / ieee["tflops"]
-                if ieee and tf and ieee["status"] == "ok" and tf["status"] == "ok"
+                tf.tflops / ieee.tflops
+                if ieee and tf and ieee.status == "ok" and tf.status == "ok"
                 else None
             )
-            cells = [str(m["d"]), "yes" if m["causal"] else "no", str(m["n"])]
+            cells = [str(m.d), "yes" if m.causal else "no", str(m.n)]
             cells += [cell(row.get(p), "tflops", "{:.1f}") for p in provs]
             cells += [fmt_ratio(sp), _ulp(ieee), _ulp(tf)]
             L.append("| " + " | ".join(cells) + " |")
@@ -261,23 +260,23 @@ def short_key(key: str) -> str:
     return f"{dt} N={n} {mask}"
 
 
-def _ulp(rec: dict[str, Any] | None) -> str:
-    if not rec or rec["status"] != "ok" or "check" not in rec:
+def _ulp(rec: SpeedRecord | None) -> str:
+    if not rec or rec.status != "ok" or rec.check is None:
         return ""
-    return f"{rec['check']['max_ulp']:.3g}"
+    return f"{rec.check.max_ulp:.3g}"
 
 
-def compiler_section(data: dict[str, Any]) -> list[str]:
+def compiler_section(data: BenchResults) -> list[str]:
     # One row per distinct compiled kernel: the launch configuration may depend on N
     # (short sequences take another tile at d = 128 on Hopper), so group the N it served.
     rows: dict[tuple, list[int]] = {}
-    for k, m in data["meta"].items():
-        t = data["shapes"][k].get("triton")
-        if t and t.get("triton") and m["part"] in ("grid", "fp32"):
-            tt = t["triton"]
+    for k, m in data.meta.items():
+        t = data.shapes[k].get("triton")
+        if t and t.triton and m.part in ("grid", "fp32"):
+            tt = t.triton
             got = tuple(tt.get(f) for f in ("warps", "stages", "registers", "spills"))
-            key = (m["dtype"], m["d"], m["causal"], *got, tt.get("shared_bytes"))
-            rows.setdefault(key, []).append(m["n"])
+            key = (m.dtype, m.d, m.causal, *got, tt.get("shared_bytes"))
+            rows.setdefault(key, []).append(m.n)
     if not rows:
         return []
     L = [
