@@ -233,7 +233,7 @@ def test_a_failed_check_does_not_score(tmp_path):
     md = render_bench(res, figures=False).read_text()
     assert "500 ✗" in md and "Incomplete run" in md
     summ = bench_summary(load_results(res))
-    assert summ["vs_flash"] == [] and len(summ["triton_unscored"]) == 2
+    assert summ.vs_flash == [] and len(summ.triton_unscored) == 2
     assert "Triton / SDPA flash" not in md  # nothing scored, nothing compared
 
 
@@ -494,7 +494,7 @@ def test_render_a_failed_gradient_check_does_not_score(tmp_path):
     assert "| 4096 | 4 × 16 | 300 ✗ | 250 | 500 |  |  |" in md
     assert "- `grid/bf16/b4h16n4096d128/full/bwd` triton: FAIL: FAIL: made up" in md
     summ = bench_summary(load_results(res))  # all passes: every key is distinct
-    assert len(summ["triton_unscored"]) == 2
+    assert len(summ.triton_unscored) == 2
 
 
 def test_cli_backward_options(tmp_path, capsys):

@@ -5,10 +5,9 @@ the gradient checks; each drawn from that pass's records only."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from .benchrecords import BenchResults
-from .summary import ORDER, backward_memory_line, bench_summary, shape_keys
+from .summary import ORDER, BenchSummary, backward_memory_line, bench_summary, shape_keys
 from .tables import JUDGED, PEERS_INTRO, cell, grid_table, mib, peer_lines, providers
 
 __all__ = ["backward_sections"]
@@ -143,7 +142,7 @@ def _memory_table(data: BenchResults) -> list[str]:
     return L
 
 
-def _gradient_checks(data: BenchResults, summ: dict[str, Any], label: str) -> list[str]:
+def _gradient_checks(data: BenchResults, summ: BenchSummary, label: str) -> list[str]:
     modes: dict[str, int] = defaultdict(int)
     for row in data.shapes.values():
         for r in row.values():
@@ -167,8 +166,8 @@ def _gradient_checks(data: BenchResults, summ: dict[str, Any], label: str) -> li
         "| provider | PASS | FAIL | FAIL-HARD | max floored ulp dQ / dK / dV |",
         "|---|---|---|---|---|",
     ]
-    for p in [x for x in ORDER if x in summ["checks"]]:
-        c = summ["checks"][p]
+    for p in [x for x in ORDER if x in summ.checks]:
+        c = summ.checks[p]
         worst = {g: 0.0 for g in ("dq", "dk", "dv")}
         for row in data.shapes.values():
             r = row.get(p)
@@ -184,6 +183,6 @@ def _gradient_checks(data: BenchResults, summ: dict[str, Any], label: str) -> li
             + " / ".join(f"{worst[g]:.3g}" for g in ("dq", "dk", "dv"))
             + " |"
         )
-    for key, p, v, reasons in summ["failures"]:
+    for key, p, v, reasons in summ.failures:
         L.append(f"- `{key}` {p}: {v}: {'; '.join(reasons)}")
     return [*L, ""]

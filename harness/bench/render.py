@@ -20,7 +20,7 @@ from typing import Any
 
 from .backward_tables import backward_sections
 from .benchrecords import BenchResults
-from .summary import bench_summary, load_results, only_pass, passes_in
+from .summary import BenchSummary, bench_summary, load_results, only_pass, passes_in
 from .tables import forward_sections
 
 __all__ = ["bench_summary", "render_bench", "summary_text"]
@@ -137,7 +137,7 @@ def render_bench(
 
 
 def _write_json(
-    data: BenchResults, summ: dict[str, Any], by_pass: dict[str, Any], path: Path
+    data: BenchResults, summ: BenchSummary, by_pass: dict[str, BenchSummary], path: Path
 ) -> None:
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
@@ -153,8 +153,8 @@ def _write_json(
         "environment": data.env,
         "ceilings": [c.to_json() for _, c in data.ceilings],
         "complete": data.complete,
-        "summary": summ,  # the forward's (the key bench.json had before backward passes)
-        "summary_by_pass": by_pass,
+        "summary": summ.to_json(),  # the forward's (the key bench.json had before backward passes)
+        "summary_by_pass": {p: s.to_json() for p, s in by_pass.items()},
         "results": [r.to_json() for row in data.shapes.values() for r in row.values()],
     }
     tmp = path.with_name(f".{path.name}.tmp")

@@ -8,6 +8,7 @@ this.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .providers import PROVIDERS
 __all__ = [
     "ORDER",
     "PASS_ORDER",
+    "BenchSummary",
     "backward_memory_line",
     "bench_summary",
     "counts",
@@ -76,7 +78,22 @@ def _order(m: SpeedRecord) -> tuple:
     return (m.dtype, m.n, m.causal)
 
 
-def bench_summary(data: BenchResults) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BenchSummary:
+    """The Triton kernel beside its peers, and the correctness tally (see
+    :func:`bench_summary`)."""
+
+    vs_flash: list[tuple[float, str]]
+    vs_cudnn: list[tuple[float, str]]
+    checks: dict[str, dict[str, int]]
+    failures: list[tuple[str, str, str, list[str]]]
+    triton_unscored: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bench_summary(data: BenchResults) -> BenchSummary:
     """The Triton kernel's speed ratios to its peers and the correctness tally.
 
     ``vs_flash``: ``(triton / sdpa-flash, key)`` at every grid and width shape where both
@@ -110,13 +127,13 @@ def bench_summary(data: BenchResults) -> dict[str, Any]:
     triton_unscored = [
         k for k, provs in data.shapes.items() if "triton" in provs and not counts(provs["triton"])
     ]
-    return {
-        "vs_flash": sorted(vs_flash),
-        "vs_cudnn": sorted(vs_cudnn, key=lambda x: _order(data.meta[x[1]])),
-        "checks": {p: dict(v) for p, v in checks.items()},
-        "failures": failures,
-        "triton_unscored": triton_unscored,
-    }
+    return BenchSummary(
+        vs_flash=sorted(vs_flash),
+        vs_cudnn=sorted(vs_cudnn, key=lambda x: _order(data.meta[x[1]])),
+        checks={p: dict(v) for p, v in checks.items()},
+        failures=failures,
+        triton_unscored=triton_unscored,
+    )
 
 
 def memory_line(data: BenchResults) -> str | None:

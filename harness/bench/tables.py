@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.status import Status
 from .benchrecords import BenchResults, SpeedRecord
-from .summary import ORDER, memory_line, ratio, shape_keys
+from .summary import ORDER, BenchSummary, memory_line, ratio, shape_keys
 
 # The oracle check's verdicts, in the order the tallies list them.
 JUDGED = tuple(s for s in Status if s.judged)
@@ -71,12 +71,12 @@ def mib(x: float | None) -> str:
     return "" if x is None else f"{x / 2**20:,.1f}"
 
 
-def peer_lines(summ: dict[str, Any], memory: str | None) -> list[str]:
+def peer_lines(summ: BenchSummary, memory: str | None) -> list[str]:
     """The Triton kernel beside its peers, from :func:`~flashcheck.harness.bench.summary.
     bench_summary`: its TFLOP/s over SDPA flash's (lowest, median, highest) and over cuDNN's
     at d = 128, N ≥ 4096, the ``memory`` line if any, and the shapes where it did not score."""
     L = []
-    vf = summ["vs_flash"]
+    vf = summ.vs_flash
     if vf:
         (lo, lo_key), (hi, hi_key) = vf[0], vf[-1]
         med = statistics.median(r for r, _ in vf)
@@ -84,18 +84,18 @@ def peer_lines(summ: dict[str, Any], memory: str | None) -> list[str]:
             f"- **Triton / SDPA flash** at {len(vf)} grid and width shapes: lowest "
             f"**{lo:.2f}×** at `{lo_key}`, median {med:.2f}×, highest {hi:.2f}× at `{hi_key}`."
         )
-    if summ["vs_cudnn"]:
+    if summ.vs_cudnn:
         L.append(
             "- **Triton / SDPA cuDNN** at d = 128, N ≥ 4096: "
-            + ", ".join(f"{short_key(k)} {r:.2f}×" for r, k in summ["vs_cudnn"])
+            + ", ".join(f"{short_key(k)} {r:.2f}×" for r, k in summ.vs_cudnn)
             + "."
         )
     if memory:
         L.append(memory)
-    if summ["triton_unscored"]:
+    if summ.triton_unscored:
         L.append(
             "- Triton shapes that did not score (error, skip or failed check): "
-            + ", ".join(f"`{k}`" for k in summ["triton_unscored"])
+            + ", ".join(f"`{k}`" for k in summ.triton_unscored)
         )
     return L
 
@@ -106,7 +106,7 @@ PEERS_INTRO = (
 )
 
 
-def forward_sections(data: BenchResults, summ: dict[str, Any]) -> list[str]:
+def forward_sections(data: BenchResults, summ: BenchSummary) -> list[str]:
     """The peers, tables and checks of the forward records (``data``: a forward-only view)."""
     L = ["## Triton side by side with its peers", "", PEERS_INTRO, ""]
     L += peer_lines(summ, memory_line(data))
@@ -232,7 +232,7 @@ def _fp32_section(data: BenchResults) -> list[str]:
     return L
 
 
-def _correctness(summ: dict[str, Any]) -> list[str]:
+def _correctness(summ: BenchSummary) -> list[str]:
     """The tally of the oracle checks of the forward outputs."""
     L = [
         "## Correctness checks",
@@ -245,10 +245,10 @@ def _correctness(summ: dict[str, Any]) -> list[str]:
         "| provider | " + " | ".join(JUDGED) + " |",
         "|---|---|---|---|",
     ]
-    for p in [x for x in ORDER if x in summ["checks"]]:
-        c = summ["checks"][p]
+    for p in [x for x in ORDER if x in summ.checks]:
+        c = summ.checks[p]
         L.append(f"| {p} | " + " | ".join(str(c.get(s, 0)) for s in JUDGED) + " |")
-    for key, p, v, reasons in summ["failures"]:
+    for key, p, v, reasons in summ.failures:
         L.append(f"- `{key}` {p}: {v}: {'; '.join(reasons)}")
     L.append("")
     return L
