@@ -219,7 +219,8 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
         for n in preset.length_sweep:
             r = Recipe(dt, "randn", 1, 1, 1, n, n, d, d, seed32(rng_for(seed, "length", dt, n)))
             items.append(Item("length", str(n), r))
-        # Causal with Nq > Nk: the first Nq - Nk rows keep no key (SPEC 3.1: O = 0, LSE = -inf).
+        # Causal with Nq > Nk: the first Nq - Nk rows keep no key (O = 0, LSE = -inf; see
+        # docs/oracle.md).
         r = Recipe(
             dt, "randn", 1, 2, 1, 24, 9, 32, 32, seed32(rng_for(seed, "masked", dt)), causal=True
         )
@@ -302,7 +303,7 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
     return items
 
 
-# The gradient part's scenarios (SPEC 3.7), in order: where backward bugs and precision loss
+# The gradient part's scenarios, in order: where backward bugs and precision loss
 # live. Each is (family, options); lengths, head dims and seeds come from the campaign's RNG.
 GRADIENT_SCENARIOS = (
     ("randn", {}),
