@@ -188,7 +188,7 @@ def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatc
     )
     assert run_report(opts, echo=lambda *a: None) == 0
     data = load(tmp_path / "g" / "results.jsonl")
-    assert data["complete"] and data["gradients"]
+    assert data.complete and data.gradients
     assert len(computed) == len(set(computed))  # one reference per recipe
-    saved = {r["key"] for r in data["case_files"].values()}
-    assert saved & {r["key"] for r in data["gradients"]}  # the worst gradient case has a file
+    saved = {r.key for r in data.case_files.values()}
+    assert saved & {r.key for r in data.gradients}  # the worst gradient case has a file

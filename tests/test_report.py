@@ -8,18 +8,32 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from flashcheck.harness.campaign.logrecords import (
+    LimitationRecord,
+    StoppedRecord,
+)
 from flashcheck.harness.campaign.report import (
     ReportOptions,
     gate_exit_code,
     gate_findings,
     run_report,
 )
+from flashcheck.harness.campaign.resultrecords import (
+    AccuracyResult,
+    CaseOptions,
+    CaseShape,
+    GradientResult,
+    StructuralResult,
+)
 from flashcheck.harness.campaign.runner import PRESETS, plan_items
+from flashcheck.harness.cases.families import Recipe
 from flashcheck.harness.core.resultlog import read_records
+from flashcheck.harness.core.status import Status
 
 # A kernel module that lives outside the package, as a user's would.
 USER_KERNELS = textwrap.dedent(
@@ -276,15 +290,25 @@ def test_plan_is_deterministic_and_covers_every_family():
     assert all(it.recipe.dtype != "fp32" for it in a if it.part == "fa3")
 
 
-def _res(status, **kw):
-    return {
-        "type": "result",
-        "status": status,
-        "kernel": "k",
-        "dtype": "fp16",
-        "part": "grid",
-        **kw,
-    }
+def _res(status, part="grid", **kw):
+    """A typed result record of kernel ``k``, fp16, with ``status``."""
+    recipe = Recipe("fp16", "randn", 1, 1, 1, 4, 4, 8, 8, 0)
+    fields = {"property": "nan-rule"} if part == "structural" else {}
+    cls = {"structural": StructuralResult, "gradients": GradientResult}.get(part, AccuracyResult)
+    return cls(
+        key="x",
+        part=part,
+        tag="t",
+        kernel="k",
+        dtype="fp16",
+        device="cpu",
+        family="randn",
+        recipe=recipe,
+        shape=CaseShape(1, 1, 1, 4, 4, 8, 8),
+        options=CaseOptions(),
+        status=Status(status),
+        **{**fields, **kw},
+    )
 
 
 def test_gate_exit_codes():
@@ -295,18 +319,23 @@ def test_gate_exit_codes():
         assert gate_exit_code([_res(status)], "fail-hard") == 1, status
         assert gate_exit_code([_res(status)], "never") == 0, status
     # a failed structural property, a stopped kernel and one that could not run are gated too
-    bad = _res("FAIL", part="structural", property="nan-rule")
+    bad = _res("FAIL", part="structural")
     assert gate_exit_code([bad], "fail-hard") == 1
     found = gate_findings([bad], "fail-hard")
     assert found == ["structural property nan-rule failed: k fp16"]
-    stopped = {"type": "stopped", "kernel": "k", "dtype": "fp16", "count": 5, "reason": "x"}
+    stopped = StoppedRecord("k", "fp16", "x", 5)
     assert gate_exit_code([stopped], "fail-hard") == 1
-    no_run = {"type": "limitation", "kernel": "k", "dtype": "fp16", "reason": "x", "no_run": True}
+    no_run = LimitationRecord("k", "fp16", "x", "cpu", no_run=True)
     assert gate_exit_code([no_run], "fail-hard") == 1
-    unavailable = {**no_run, "no_run": False}
+    unavailable = replace(no_run, no_run=False)
     assert gate_exit_code([unavailable], "fail-hard") == 0
     # the message names what was found, and only that
     assert gate_findings([_res("FAIL-HARD"), _res("FAIL-HARD")], "fail") == ["2 FAIL-HARD: k fp16"]
+    grad = [_res("FAIL", part="gradients"), _res("FAIL-HARD", part="gradients")]
+    assert gate_findings(grad, "fail-hard") == ["gradients FAIL-HARD: k fp16"]
+    assert gate_findings(grad, "fail") == ["gradients FAIL: k fp16", "gradients FAIL-HARD: k fp16"]
+    # NOT-APPLICABLE says nothing about the kernel: no gate counts it
+    assert gate_findings([_res("NOT-APPLICABLE", part="structural")], "fail") == []
 
 
 def test_report_usage_errors(tmp_path):

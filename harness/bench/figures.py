@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .benchrecords import BenchResults
 from .summary import ORDER, counts
 
 __all__ = ["make_bench_figures"]
@@ -35,27 +36,36 @@ def _style(p: str) -> dict[str, Any]:
 def _series(data, keys, prov, x, y):
     pts = []
     for k in keys:
-        rec = data["shapes"][k].get(prov)
-        if counts(rec) and rec.get(y) is not None:
-            pts.append((x(data["meta"][k]), rec[y]))
+        rec = data.shapes[k].get(prov)
+        if counts(rec) and getattr(rec, y) is not None:
+            pts.append((x(data.meta[k]), getattr(rec, y)))
     return sorted(pts)
 
 
-def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
+def make_bench_figures(data: BenchResults, out: Path) -> list[str]:
+    """Draw every figure the data supports into ``out``; returns the names drawn."""
     plt = _plt()
     made: list[str] = []
-    meta = data["meta"]
-    grid = [k for k, m in meta.items() if m["part"] == "grid" and m["dtype"] == "bf16"]
+    _grid_figure(plt, data, out, made)
+    _memory_figures(plt, data, out, made)
+    _width_figure(plt, data, out, made)
+    return made
+
+
+def _grid_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
+    """Forward TFLOP/s vs N of the bf16 grid, per head dim and causality."""
+    meta = data.meta
+    grid = [k for k, m in meta.items() if m.part == "grid" and m.dtype == "bf16"]
     if grid:
-        dims = sorted({meta[k]["d"] for k in grid})
+        dims = sorted({meta[k].d for k in grid})
         fig, axes = plt.subplots(2, len(dims), figsize=(5.0 * len(dims), 7.6), squeeze=False)
         fig.suptitle("Forward TFLOP/s, bf16, B·N = 16384, H·d = 2048 (checked outputs only)")
         for col, d in enumerate(dims):
             for row, causal in enumerate((False, True)):
                 ax = axes[row][col]
-                ks = [k for k in grid if meta[k]["d"] == d and meta[k]["causal"] == causal]
+                ks = [k for k in grid if meta[k].d == d and meta[k].causal == causal]
                 for p in ORDER:
-                    pts = _series(data, ks, p, lambda m: m["n"], "tflops")
+                    pts = _series(data, ks, p, lambda m: m.n, "tflops")
                     if pts:
                         ax.plot(*zip(*pts, strict=True), **_style(p))
                 ax.set_xscale("log", base=2)
@@ -68,7 +78,12 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "tflops_vs_n.png", dpi=110)
         plt.close(fig)
         made.append("tflops_vs_n")
-    mem = [k for k, m in meta.items() if m["part"] == "memory"]
+
+
+def _memory_figures(plt, data: BenchResults, out: Path, made: list[str]) -> None:
+    """Peak extra memory and wall-clock of one call vs N (the memory part)."""
+    meta = data.meta
+    mem = [k for k, m in meta.items() if m.part == "memory"]
     if mem:
         for name, field, ylabel, title in (
             ("memory_vs_n", "peak_extra_bytes", "MiB", "Peak extra memory of one call"),
@@ -76,7 +91,7 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
         ):
             fig, ax = plt.subplots(figsize=(6.4, 4.6))
             for p in ORDER:
-                pts = _series(data, mem, p, lambda m: m["n"], field)
+                pts = _series(data, mem, p, lambda m: m.n, field)
                 if pts:
                     xs, ys = zip(*pts, strict=True)
                     if field == "peak_extra_bytes":
@@ -85,10 +100,10 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
             if field == "peak_extra_bytes":
                 base = sorted(
                     (
-                        meta[k]["n"],
-                        (next(iter(data["shapes"][k].values())).get("out_bytes") or 0)
+                        meta[k].n,
+                        (next(iter(data.shapes[k].values())).out_bytes or 0)
                         / 2**20
-                        * (1 + 4 / (2 * meta[k]["d"])),
+                        * (1 + 4 / (2 * meta[k].d)),
                     )
                     for k in mem
                 )
@@ -104,14 +119,19 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
             fig.savefig(out / f"{name}.png", dpi=110)
             plt.close(fig)
             made.append(name)
-    width = [k for k, m in meta.items() if m["part"] == "width"]
+
+
+def _width_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
+    """TFLOP/s vs model width (the width part)."""
+    meta = data.meta
+    width = [k for k, m in meta.items() if m.part == "width"]
     if width:
         fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), squeeze=False)
         fig.suptitle("TFLOP/s vs model width H·d: bf16, N = 4096, d = 128, B = 4")
         for ax, causal in zip(axes[0], (False, True), strict=True):
-            ks = [k for k in width if meta[k]["causal"] == causal]
+            ks = [k for k in width if meta[k].causal == causal]
             for p in ORDER:
-                pts = _series(data, ks, p, lambda m: m["h"] * m["d"], "tflops")
+                pts = _series(data, ks, p, lambda m: m.h * m.d, "tflops")
                 if pts:
                     ax.plot(*zip(*pts, strict=True), **_style(p))
             ax.set_xscale("log", base=2)
@@ -124,4 +144,3 @@ def make_bench_figures(data: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "width.png", dpi=110)
         plt.close(fig)
         made.append("width")
-    return made

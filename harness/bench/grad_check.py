@@ -98,7 +98,7 @@ def fp64_key_gradients(
 
     With ``P`` the float64 softmax of ``τ·QKᵀ`` (causal: bottom-right aligned),
     ``dP = dO·Vᵀ``, ``D_i = Σ_c dO_ic·O_ic`` and ``dS = P∘(dP − D)``:
-    ``dK_j = τ·Σ_i dS_ij·q_i``, ``dV_j = Σ_i P_ij·dO_i``; the floors are SPEC 3.7's
+    ``dK_j = τ·Σ_i dS_ij·q_i``, ``dV_j = Σ_i P_ij·dO_i``; the floors are the oracle's
     ``τ·Σ_i P_ij(|dP_ij| + |D_i|)|q_i|`` and ``Σ_i P_ij|dO_i|``. Rows are processed ``chunk``
     at a time, so memory is ``chunk·Nk`` doubles.
     """

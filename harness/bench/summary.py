@@ -1,30 +1,30 @@
 """What a benchmark run measured, read back from its ``results.jsonl``: the records grouped by
-shape, and the verdicts the benchmark exists for (floor, goal, memory) with the correctness
-tally. :mod:`~flashcheck.harness.bench.render` and :mod:`~flashcheck.harness.bench.figures` draw
-from this.
+shape, the Triton kernel's speed and memory side by side with its peers (ratios to SDPA flash
+and cuDNN, extra memory against what any kernel must return) and the correctness tally.
+:mod:`~flashcheck.harness.bench.render` and :mod:`~flashcheck.harness.bench.figures` draw from
+this.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.resultlog import read_records
+from ..core.status import Status
+from .benchrecords import BenchResults, SpeedRecord, load_bench
 from .providers import PROVIDERS
 
 __all__ = [
-    "FLOOR",
-    "GOAL",
     "ORDER",
     "PASS_ORDER",
-    "STRETCH",
-    "backward_memory_verdict",
+    "BenchSummary",
+    "backward_memory_line",
     "bench_summary",
-    "ceiling_rows",
     "counts",
     "load_results",
-    "memory_verdict",
+    "memory_line",
     "only_pass",
     "passes_in",
     "ratio",
@@ -32,159 +32,143 @@ __all__ = [
 ]
 
 ORDER = tuple(PROVIDERS)  # column and legend order
-FLOOR = 1.0  # Triton / SDPA flash, every grid and width shape
-GOAL = 0.9  # Triton / SDPA cuDNN at d = 128, N >= 4096
-STRETCH = 1.0
 PASS_ORDER = ("fwd", "bwd", "fwd+bwd")
 
 
-def counts(rec: dict[str, Any] | None) -> bool:
+def counts(rec: SpeedRecord | None) -> bool:
     """A speed that counts: measured, and its output passed the oracle check."""
-    return bool(rec) and rec["status"] == "ok" and rec.get("check", {}).get("verdict") == "PASS"
+    return rec is not None and rec.counts
 
 
-def ratio(a: dict | None, b: dict | None) -> float | None:
+def ratio(a: SpeedRecord | None, b: SpeedRecord | None) -> float | None:
+    """``a``'s TFLOP/s over ``b``'s, where both count."""
     if counts(a) and counts(b):
-        return a["tflops"] / b["tflops"]
+        return a.tflops / b.tflops
     return None
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    recs = read_records(path)
-    shapes: dict[str, dict[str, dict]] = defaultdict(dict)
-    meta: dict[str, dict] = {}
-    for r in recs:
-        if r.get("type") == "speed":
-            r.setdefault("pass", "fwd")  # results written before the backward passes existed
-            shapes[r["key"]][r["provider"]] = r
-            meta[r["key"]] = r
-    return {
-        "header": recs[0],
-        "records": recs,
-        "shapes": shapes,
-        "meta": meta,
-        "ceilings": [r for r in recs if r.get("type") == "ceilings"],
-        "sessions": [r for r in recs if r.get("type") == "session"],
-        "complete": any(r.get("type") == "complete" for r in recs),
-    }
+def load_results(path: Path) -> BenchResults:
+    """The benchmark results at ``path``, typed and grouped by shape."""
+    return load_bench(path)
 
 
-def passes_in(data: dict[str, Any]) -> list[str]:
+def passes_in(data: BenchResults) -> list[str]:
     """The passes a results file holds, in :data:`PASS_ORDER`."""
-    seen = {m["pass"] for m in data["meta"].values()}
+    seen = {m.pass_ for m in data.meta.values()}
     return [p for p in PASS_ORDER if p in seen]
 
 
-def only_pass(data: dict[str, Any], pass_: str) -> dict[str, Any]:
-    """``data`` restricted to the shapes of one pass: every table, ratio and verdict is drawn
-    from one such view, so speeds of different passes are never compared."""
-    keys = [k for k, m in data["meta"].items() if m["pass"] == pass_]
-    return {
-        **data,
-        "shapes": {k: data["shapes"][k] for k in keys},
-        "meta": {k: data["meta"][k] for k in keys},
-    }
+def only_pass(data: BenchResults, pass_: str) -> BenchResults:
+    """``data`` restricted to the shapes of one pass: every table and ratio is drawn from one
+    such view, so speeds of different passes are never compared."""
+    return data.only(k for k, m in data.meta.items() if m.pass_ == pass_)
 
 
-def shape_keys(data: dict[str, Any], part: str, **match: Any) -> list[str]:
+def shape_keys(data: BenchResults, part: str, **match: Any) -> list[str]:
+    """The keys of ``part``'s shapes whose fields equal ``match``, by N then heads."""
     ks = [
         k
-        for k, m in data["meta"].items()
-        if m["part"] == part and all(m[f] == v for f, v in match.items())
+        for k, m in data.meta.items()
+        if m.part == part and all(m.value(f) == v for f, v in match.items())
     ]
-    return sorted(ks, key=lambda k: (data["meta"][k]["n"], data["meta"][k]["h"]))
+    return sorted(ks, key=lambda k: (data.meta[k].n, data.meta[k].h))
 
 
-def _order(m: dict[str, Any]) -> tuple:
-    return (m["dtype"], m["n"], m["causal"])
+def _order(m: SpeedRecord) -> tuple:
+    return (m.dtype, m.n, m.causal)
 
 
-def bench_summary(data: dict[str, Any]) -> dict[str, Any]:
-    """Floor, goal and stretch ratios of the Triton kernel, and the correctness tally."""
-    floor, goal = [], []
-    for key, provs in data["shapes"].items():
-        m = data["meta"][key]
-        if m["part"] not in ("grid", "width"):
+@dataclass(frozen=True)
+class BenchSummary:
+    """The Triton kernel beside its peers, and the correctness tally (see
+    :func:`bench_summary`)."""
+
+    vs_flash: list[tuple[float, str]]
+    vs_cudnn: list[tuple[float, str]]
+    checks: dict[str, dict[str, int]]
+    failures: list[tuple[str, str, str, list[str]]]
+    triton_unscored: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bench_summary(data: BenchResults) -> BenchSummary:
+    """The Triton kernel's speed ratios to its peers and the correctness tally.
+
+    ``vs_flash``: ``(triton / sdpa-flash, key)`` at every grid and width shape where both
+    scored, lowest first; ``vs_cudnn``: ``(triton / sdpa-cudnn, key)`` at the grid's d = 128,
+    N ≥ 4096 shapes (the long sequences at the head dim cuDNN is tuned for), in dtype, N and
+    causality order; ``checks``: per provider, how many outputs got each oracle verdict;
+    ``failures``: each output whose check was not PASS; ``triton_unscored``: the shapes where
+    Triton's speed does not count (error, skip or failed check)."""
+    vs_flash, vs_cudnn = [], []
+    for key, provs in data.shapes.items():
+        m = data.meta[key]
+        if m.part not in ("grid", "width"):
             continue
         r = ratio(provs.get("triton"), provs.get("sdpa-flash"))
         if r is not None:
-            floor.append((r, key))
-        if m["part"] == "grid" and m["d"] == 128 and m["n"] >= 4096:
+            vs_flash.append((r, key))
+        if m.part == "grid" and m.d == 128 and m.n >= 4096:
             g = ratio(provs.get("triton"), provs.get("sdpa-cudnn"))
             if g is not None:
-                goal.append((g, key))
+                vs_cudnn.append((g, key))
     checks: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     failures = []
-    for key, provs in data["shapes"].items():
+    for key, provs in data.shapes.items():
         for p, rec in provs.items():
-            if rec["status"] != "ok":
+            if rec.status != "ok":
                 continue
-            v = rec.get("check", {}).get("verdict", "unchecked")
+            v = rec.check.verdict if rec.check is not None else "unchecked"
             checks[p][v] += 1
-            if v != "PASS":
-                failures.append((key, p, v, rec.get("check", {}).get("reasons", [])))
+            if v != Status.PASS:
+                failures.append((key, p, v, list(rec.check.reasons) if rec.check else []))
     triton_unscored = [
-        k
-        for k, provs in data["shapes"].items()
-        if "triton" in provs and not counts(provs["triton"])
+        k for k, provs in data.shapes.items() if "triton" in provs and not counts(provs["triton"])
     ]
-    return {
-        "floor_min": min(floor) if floor else None,
-        "floor_below": sorted(x for x in floor if x[0] < FLOOR),
-        "floor_shapes": len(floor),
-        "goal_min": min(goal) if goal else None,
-        "goal": sorted(goal, key=lambda x: _order(data["meta"][x[1]])),
-        "checks": {p: dict(v) for p, v in checks.items()},
-        "failures": failures,
-        "triton_unscored": triton_unscored,
-    }
-
-
-def ceiling_rows(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Each ceilings record with when it was taken: at the start or the end of session k
-    (a resumed benchmark has one session per invocation)."""
-    out, session, seen = [], 0, 0
-    for r in records:
-        if r.get("type") == "session":
-            session, seen = session + 1, 0
-        elif r.get("type") == "ceilings":
-            out.append((f"session {session}, {'start' if seen == 0 else 'end'}", r))
-            seen += 1
-    return out
-
-
-def memory_verdict(data: dict[str, Any]) -> str | None:
-    """Peak extra memory of the Triton kernel at the largest N against O + LSE."""
-    keys = shape_keys(data, "memory", **{"pass": "fwd"})
-    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
-    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "peak_extra_bytes" in r]
-    if not recs:
-        return None
-    n, r = max(recs, key=lambda x: x[0])
-    floor = r["out_bytes"] + r["lse_bytes"]
-    ok = "met" if r["peak_extra_bytes"] <= floor else "**not met**"
-    return (
-        f"- **Memory** (Triton's peak extra memory ≤ O + LSE at the largest N): {ok}; at "
-        f"N = {n}: {r['peak_extra_bytes'] / 2**20:,.1f} MiB against O + LSE "
-        f"{floor / 2**20:,.1f} MiB."
+    return BenchSummary(
+        vs_flash=sorted(vs_flash),
+        vs_cudnn=sorted(vs_cudnn, key=lambda x: _order(data.meta[x[1]])),
+        checks={p: dict(v) for p, v in checks.items()},
+        failures=failures,
+        triton_unscored=triton_unscored,
     )
 
 
-def backward_memory_verdict(data: dict[str, Any]) -> str | None:
-    """Whether the Triton backward's peak extra memory is O(N·d): its ratio to the size of
-    ``dQ + dK + dV`` (which any backward returns) at the largest N against the smallest N of
-    the ``memory`` part. Materializing the N × N scores would grow that ratio in proportion
-    to N; an O(N·d) workspace keeps it flat."""
+def memory_line(data: BenchResults) -> str | None:
+    """The Triton kernel's peak extra memory at the largest N of the ``memory`` part, beside
+    the size of O + LSE (what any forward that returns them must allocate)."""
+    keys = shape_keys(data, "memory", **{"pass": "fwd"})
+    recs = [(data.meta[k].n, data.shapes[k].get("triton")) for k in keys]
+    recs = [(n, r) for n, r in recs if r and r.status == "ok" and r.peak_extra_bytes is not None]
+    if not recs:
+        return None
+    n, r = max(recs, key=lambda x: x[0])
+    base = r.out_bytes + r.lse_bytes
+    return (
+        f"- **Memory** at N = {n}: Triton's peak extra memory is "
+        f"{r.peak_extra_bytes / 2**20:,.1f} MiB; O + LSE take {base / 2**20:,.1f} MiB "
+        f"({r.peak_extra_bytes / base:.2f}×)."
+    )
+
+
+def backward_memory_line(data: BenchResults) -> str | None:
+    """The Triton backward's peak extra memory over the size of ``dQ + dK + dV`` (which any
+    backward returns) at the smallest and the largest N of the ``memory`` part: materializing
+    the N × N scores would grow that ratio in proportion to N, an O(N·d) workspace keeps it
+    flat."""
     keys = shape_keys(data, "memory", **{"pass": "bwd"})
-    recs = [(data["meta"][k]["n"], data["shapes"][k].get("triton")) for k in keys]
-    recs = [(n, r) for n, r in recs if r and r["status"] == "ok" and "bwd_peak_extra_bytes" in r]
+    recs = [(data.meta[k].n, data.shapes[k].get("triton")) for k in keys]
+    recs = [
+        (n, r) for n, r in recs if r and r.status == "ok" and r.bwd_peak_extra_bytes is not None
+    ]
     if len(recs) < 2:
         return None
     (n0, r0), (n1, r1) = min(recs, key=lambda x: x[0]), max(recs, key=lambda x: x[0])
-    a, b = (r["bwd_peak_extra_bytes"] / r["grad_bytes"] for r in (r0, r1))
-    ok = "met" if b <= 2 * max(a, 1.0) else "**not met**"
+    a, b = (r.bwd_peak_extra_bytes / r.grad_bytes for r in (r0, r1))
     return (
-        f"- **Backward memory** (Triton's peak extra memory of the backward is O(N·d): its "
-        f"ratio to dQ + dK + dV does not grow with N): {ok}; {a:.2f}× at N = {n0}, {b:.2f}× at "
-        f"N = {n1} ({r1['bwd_peak_extra_bytes'] / 2**20:,.1f} MiB)."
+        f"- **Backward memory**: Triton's peak extra memory of the backward over dQ + dK + dV "
+        f"is {a:.2f}× at N = {n0} and {b:.2f}× at N = {n1} "
+        f"({r1.bwd_peak_extra_bytes / 2**20:,.1f} MiB)."
     )

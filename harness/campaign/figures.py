@@ -12,12 +12,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..core.resultlog import num
 from ..judging.metrics import ULP_EDGES
+from .logrecords import (
+    ResultsFile,
+)
+from .resultrecords import (
+    AccuracyResult,
+)
 
 __all__ = ["make_figures"]
-
-JUDGED = ("PASS", "FAIL", "FAIL-HARD")
 
 
 def _plt():
@@ -47,8 +50,8 @@ def _save(fig, out: Path, name: str) -> None:
 
 def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: str, xlabel: str):
     plt = _plt()
-    rows = [r for r in data["results"] if r["part"] == part and r["status"] in JUDGED]
-    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    rows = [r for r in data.results if r.part == part and r.status.judged]
+    dts = [dt for dt in dtypes if any(r.dtype == dt for r in rows)]
     if not dts:
         return False
     fig, axes = _axes(plt, len(dts), title)
@@ -57,9 +60,7 @@ def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: st
         broken = []
         for k in kernels:
             pts = sorted(
-                (xkey(r), num(r["metrics"]["max_ulp"]))
-                for r in rows
-                if r["kernel"] == k and r["dtype"] == dt
+                (xkey(r), float(r.metrics.max_ulp)) for r in rows if r.kernel == k and r.dtype == dt
             )
             broken += [x for x, y in pts if x > 0 and not math.isfinite(y)]
             pts = [(x, max(y, 1e-3)) for x, y in pts if x > 0 and math.isfinite(y)]  # 0 -> 1e-3
@@ -92,8 +93,8 @@ def _line_plot(data, out, kernels, dtypes, part: str, xkey, name: str, title: st
 
 def _histograms(data, out, kernels, dtypes) -> bool:
     plt = _plt()
-    rows = [r for r in data["results"] if r["status"] in JUDGED and "ulp_hist" in r]
-    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    rows = [r for r in data.results if r.status.judged and r.ulp_hist is not None]
+    dts = [dt for dt in dtypes if any(r.dtype == dt for r in rows)]
     if not dts:
         return False
     fig, axes = _axes(plt, len(dts), "Per-element floored-ULP error, all judged cases")
@@ -103,8 +104,8 @@ def _histograms(data, out, kernels, dtypes) -> bool:
         for k in kernels:
             hist = None
             for r in rows:
-                if r["kernel"] == k and r["dtype"] == dt:
-                    h = r["ulp_hist"]
+                if r.kernel == k and r.dtype == dt:
+                    h = r.ulp_hist
                     hist = (
                         list(h) if hist is None else [a + b for a, b in zip(hist, h, strict=True)]
                     )
@@ -126,25 +127,23 @@ def _histograms(data, out, kernels, dtypes) -> bool:
     return True
 
 
+def _det_util(r: AccuracyResult) -> float:
+    """The case's deterministic-bound utilization (NaN where it does not apply)."""
+    v = r.metric("det_util")
+    return float("nan") if v is None else float(v)
+
+
 def _utilization(data, out, kernels, dtypes) -> bool:
     plt = _plt()
-    rows = [
-        r
-        for r in data["results"]
-        if r["status"] in JUDGED and math.isfinite(num(r["metrics"]["det_util"]))
-    ]
-    dts = [dt for dt in dtypes if any(r["dtype"] == dt for r in rows)]
+    rows = [r for r in data.results if r.status.judged and math.isfinite(_det_util(r))]
+    dts = [dt for dt in dtypes if any(r.dtype == dt for r in rows)]
     if not dts:
         return False
     fig, axes = _axes(plt, len(dts), "Deterministic-bound utilization per case (1 = FAIL-HARD)")
     for ax, dt in zip(axes, dts, strict=True):
-        ks = [k for k in kernels if any(r["kernel"] == k and r["dtype"] == dt for r in rows)]
+        ks = [k for k in kernels if any(r.kernel == k and r.dtype == dt for r in rows)]
         for i, k in enumerate(ks):
-            ys = [
-                max(num(r["metrics"]["det_util"]), 1e-6)
-                for r in rows
-                if r["kernel"] == k and r["dtype"] == dt
-            ]
+            ys = [max(_det_util(r), 1e-6) for r in rows if r.kernel == k and r.dtype == dt]
             xs = [i + 0.3 * ((j * 0.618) % 1 - 0.5) for j in range(len(ys))]
             ax.scatter(xs, ys, s=8, alpha=0.6)
         ax.axhline(1.0, color="red", linewidth=0.8)
@@ -159,7 +158,7 @@ def _utilization(data, out, kernels, dtypes) -> bool:
     return True
 
 
-def make_figures(data: dict[str, Any], out: Path, kernels: list[str], dtypes: list[str]):
+def make_figures(data: ResultsFile, out: Path, kernels: list[str], dtypes: list[str]):
     """Draw every figure the data supports into ``out``; returns the names drawn."""
     made = []
     if _line_plot(
@@ -168,7 +167,7 @@ def make_figures(data: dict[str, Any], out: Path, kernels: list[str], dtypes: li
         kernels,
         dtypes,
         "length",
-        lambda r: r["shape"]["Nk"],
+        lambda r: r.shape.Nk,
         "error_vs_n",
         "Error vs sequence length, N(0,1) inputs",
         "Nq = Nk",
@@ -180,7 +179,7 @@ def make_figures(data: dict[str, Any], out: Path, kernels: list[str], dtypes: li
         kernels,
         dtypes,
         "logit",
-        lambda r: num(r["max_logit"]),
+        lambda r: float(r.max_logit),
         "error_vs_logit",
         "Error vs max |logit|",
         "max |scale·q·k|",

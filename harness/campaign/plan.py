@@ -1,11 +1,32 @@
 """What a report campaign runs: presets, the fixed plan of input cases, and search mutations.
 
 A campaign is a deterministic function of its configuration. :func:`plan_items` turns a
-:class:`Preset`, the dtypes and the seed into the fixed parts (``grid``, ``length``, ``logit``,
-``fa3``; see :mod:`flashcheck.harness.campaign.runner`); :func:`mutate` is the search's one-step
-change of a recipe. Every random choice comes from an RNG seeded by the campaign seed and stable
-words
-(CRC-32), so a plan is the same on every run and machine.
+:class:`Preset`, the dtypes and the seed into the fixed parts; :func:`mutate` is the search's
+one-step change of a recipe. Every random choice comes from an RNG seeded by the campaign seed
+and stable words (CRC-32), so a plan is the same on every run and machine. The parts
+(:data:`PARTS`, run by :mod:`flashcheck.harness.campaign.runner`):
+
+- ``grid``: every input family of :mod:`flashcheck.harness.cases.families` at the preset's
+  lengths, with shapes, masks, GQA and scale drawn from an RNG seeded by (seed, dtype, family,
+  length);
+- ``length``: N(0,1) inputs at growing sequence length (the error-vs-N figure);
+- ``edge``: causal attention with Nq > Nk, whose first rows keep no key (O = 0, LSE = −inf);
+- ``logit``: the ``huge_logits`` family at growing score magnitude (error vs max |logit|);
+- ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
+  (the RMSE table);
+- ``structural``: per kernel and dtype, the structural properties of
+  :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
+  determinism, key permutation, the NaN rule, options applied) on a few cases each;
+- ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
+  :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
+  huge logits, ties, windows; two batches of four query heads on two kv heads), judged against
+  the gradient oracle, the backward class's bounds and the naive backward;
+- ``search``: per kernel and dtype, a targeted search for the worst case. Generation ``g``
+  mutates the ``parents`` highest-scoring cases found so far for that kernel and dtype
+  (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
+  seed). The score is the *failure margin*: the larger of the deterministic-bound utilization
+  and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
+  above 1 means the case fails. A generation runs for every kernel and dtype at once.
 """
 
 from __future__ import annotations
@@ -198,7 +219,8 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
         for n in preset.length_sweep:
             r = Recipe(dt, "randn", 1, 1, 1, n, n, d, d, seed32(rng_for(seed, "length", dt, n)))
             items.append(Item("length", str(n), r))
-        # Causal with Nq > Nk: the first Nq - Nk rows keep no key (SPEC 3.1: O = 0, LSE = -inf).
+        # Causal with Nq > Nk: the first Nq - Nk rows keep no key (O = 0, LSE = -inf; see
+        # docs/oracle.md).
         r = Recipe(
             dt, "randn", 1, 2, 1, 24, 9, 32, 32, seed32(rng_for(seed, "masked", dt)), causal=True
         )
@@ -281,7 +303,7 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
     return items
 
 
-# The gradient part's scenarios (SPEC 3.7), in order: where backward bugs and precision loss
+# The gradient part's scenarios, in order: where backward bugs and precision loss
 # live. Each is (family, options); lengths, head dims and seeds come from the campaign's RNG.
 GRADIENT_SCENARIOS = (
     ("randn", {}),

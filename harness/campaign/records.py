@@ -13,25 +13,19 @@ from typing import Any
 
 import numpy as np
 
+from ..core.status import Status
 from ..judging.bounds import Bounds
 from ..judging.check import CheckResult
 from ..judging.gradient_verdict import GradientVerdict
 from ..judging.metrics import floored_ulp_error, ulp_histogram
 
 __all__ = [
-    "BROKEN",
-    "SEVERITY",
-    "STATUSES",
     "class_utilization",
     "failure_margin",
     "gist",
     "gradient_fields",
     "result_fields",
 ]
-
-STATUSES = ("PASS", "FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT", "SKIP")
-SEVERITY = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2, "BAD-OUTPUT": 2}
-BROKEN = ("ERROR", "TIMEOUT", "BAD-OUTPUT")
 
 
 def failure_margin(res: CheckResult) -> float:
@@ -49,7 +43,7 @@ def failure_margin(res: CheckResult) -> float:
         margin = max(margin, v.max_ulp / (2 * v.naive_ulp + 1))
     if math.isfinite(v.lse_det_util):
         margin = max(margin, v.lse_det_util)
-    if v.verdict == "FAIL-HARD":
+    if v.verdict == Status.FAIL_HARD:
         margin = max(margin, 1.0 + 1e-9)
     return margin
 
@@ -125,7 +119,7 @@ def gradient_fields(verdicts: dict[str, GradientVerdict]) -> dict[str, Any]:
     """The fields of a gradient result record: the worst verdict of dQ, dK, dV, the reasons,
     a score (the failure margin of the worst gradient, as :func:`failure_margin`), and per
     gradient its verdict and numbers."""
-    level = max((v.verdict for v in verdicts.values()), key=SEVERITY.__getitem__)
+    level = Status.worst(v.verdict for v in verdicts.values())
     margins = []
     for v in verdicts.values():
         if not math.isfinite(v.max_ulp):

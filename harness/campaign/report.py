@@ -16,26 +16,38 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from ..adapters.adapter import Kernel
 from ..adapters.probe import resolved
 from ..core.environment import environment_record
-from ..core.resultlog import ResultLog, num, read_records
+from ..core.resultlog import ResultLog
+from ..core.status import Status
 from .executor import Executor, LocalExecutor, outcome
-from .plan import PARTS
-from .records import SEVERITY, gist
-from .runner import (
-    PRESETS,
-    STREAK,
-    Campaign,
-    check_dtypes,
-    default_kernels,
-    kernel_device,
-    resolve_kernels,
+from .logrecords import (
+    CampaignConfig,
+    CaseFileRecord,
+    CompleteRecord,
+    ContractRecord,
+    Header,
+    LimitationRecord,
+    Record,
+    SessionRecord,
+    StoppedRecord,
+    load,
+    parse_records,
 )
+from .plan import PARTS
+from .records import gist
+from .resultrecords import (
+    GradientResult,
+    ResultRecord,
+    StructuralResult,
+)
+from .runner import PRESETS, STREAK, Campaign
+from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
 from .worker import probe_runner
 
 __all__ = [
@@ -48,11 +60,9 @@ __all__ = [
     "terminal_summary",
 ]
 
-GATES = {
-    "fail-hard": ("FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT"),
-    "fail": ("FAIL", "FAIL-HARD", "BAD-OUTPUT", "ERROR", "TIMEOUT"),
-    "never": (),
-}
+# Each gate (``--fail-on``) and the least severity it counts: FAIL-HARD and every broken status
+# have severity 2, FAIL 1 (:attr:`Status.severity`).
+GATES = {"fail-hard": 2, "fail": 1, "never": None}
 
 
 @dataclass(frozen=True)
@@ -117,35 +127,41 @@ def _command(opts: ReportOptions, name: str, preset: str, device: str, kernels) 
     return " ".join(parts)
 
 
-def gate_findings(records: Sequence[dict[str, Any]], fail_on: str) -> list[str]:
+def _gated(r: ResultRecord, least: int) -> str | None:
+    """What the gate counts in a result, or ``None``: a failed structural property (whatever
+    the gate's level), else a status of at least the gate's severity."""
+    if isinstance(r, StructuralResult) and r.status == Status.FAIL:
+        return f"structural property {r.property} failed"
+    if r.status.severity >= least > 0:
+        return f"gradients {r.status}" if isinstance(r, GradientResult) else str(r.status)
+    return None
+
+
+def gate_findings(records: Sequence[Record], fail_on: str) -> list[str]:
     """What the gate ``fail_on`` finds in a campaign's records, one line per kernel, dtype and
     kind (empty: the gate passes). Beyond the statuses of :data:`GATES`, every gate but
     ``never`` counts a failed structural property, a kernel stopped after repeated identical
     failures, and a kernel that could not run at all."""
-    if fail_on == "never":
+    least = GATES[fail_on]
+    if least is None:
         return []
-    gate = GATES[fail_on]
     found: Counter = Counter()
     for r in records:
-        kind = r.get("type")
-        if kind == "result":
-            structural = r.get("part") == "structural"
-            what = f"gradients {r['status']}" if r.get("part") == "gradients" else r["status"]
-            if structural and r["status"] == "FAIL":
-                found[(r["kernel"], r["dtype"], f"structural property {r['property']} failed")] += 1
-            elif r["status"] in gate and not (structural and r["status"] == "FAIL"):
-                found[(r["kernel"], r["dtype"], what)] += 1
-        elif kind == "stopped":
-            found[(r["kernel"], r["dtype"], f"stopped after {r['count']} x {r['reason']}")] += 1
-        elif kind == "limitation" and r.get("no_run"):
-            found[(r["kernel"], r["dtype"], f"could not run at all ({r['reason']})")] += 1
+        if isinstance(r, ResultRecord):
+            what = _gated(r, least)
+            if what is not None:
+                found[(r.kernel, r.dtype, what)] += 1
+        elif isinstance(r, StoppedRecord):
+            found[(r.kernel, r.dtype, f"stopped after {r.count} x {r.reason}")] += 1
+        elif isinstance(r, LimitationRecord) and r.no_run:
+            found[(r.kernel, r.dtype, f"could not run at all ({r.reason})")] += 1
     return [
         f"{n} {what}: {k} {dt}" if n > 1 else f"{what}: {k} {dt}"
         for (k, dt, what), n in found.items()
     ]
 
 
-def gate_exit_code(records: Sequence[dict[str, Any]], fail_on: str) -> int:
+def gate_exit_code(records: Sequence[Record], fail_on: str) -> int:
     """1 if the gate ``fail_on`` finds anything (:func:`gate_findings`), else 0."""
     return int(bool(gate_findings(records, fail_on)))
 
@@ -172,8 +188,26 @@ def make_executor(opts: ReportOptions, device: str) -> Executor:
     )
 
 
-def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
-    """Run the campaign described by ``opts`` and render it; returns the exit status."""
+@dataclass(frozen=True)
+class _Setup:
+    """A campaign checked and configured, before anything runs."""
+
+    header: Header
+    declared: dict[str, Kernel]  # spec → the kernel as declared (probing may complete it)
+    devices: dict[str, str]  # spec → the device it runs on
+    out_dir: Path
+
+    @property
+    def results_path(self) -> Path:
+        return self.out_dir / "results.jsonl"
+
+    @property
+    def case_dir(self) -> Path:
+        return self.out_dir / "cases"
+
+
+def _setup(opts: ReportOptions) -> _Setup:
+    """Check ``opts`` (``ValueError`` says how to fix them) and build the campaign's header."""
     if opts.fail_on not in GATES:
         raise ValueError(f"fail_on must be one of {sorted(GATES)}, got {opts.fail_on!r}")
     device = opts.device or ("cuda" if _has_cuda() else "cpu")
@@ -183,97 +217,119 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     if preset_name not in PRESETS:
         raise ValueError(f"unknown preset {preset_name!r}: choose from {sorted(PRESETS)}")
     dtypes = check_dtypes(opts.dtypes)
-    specs = list(opts.kernels) or default_kernels()
-    declared = resolve_kernels(specs)
+    declared = resolve_kernels(list(opts.kernels) or default_kernels())
     if opts.arithmetic is not None:
         declared = {
             s: k if k.arithmetic != "unknown" else replace(k, arithmetic=opts.arithmetic)
             for s, k in declared.items()
         }
-    devices = {s: kernel_device(a, device) for s, a in declared.items()}
-    name = opts.name or default_name(device, opts.kernels)
-    out_dir = Path(opts.out) / name
-    case_dir = out_dir / "cases"
-    config = {
-        "name": name,
-        "preset": preset_name,
-        "seed": opts.seed,
-        "kernels": list(declared),
-        "dtypes": list(dtypes),
-        "device": device,
-    }
     unknown = [x for x in opts.parts if x not in PARTS]
     if unknown:
         raise ValueError(f"unknown campaign part(s) {unknown}: choose from {list(PARTS)}")
-    if opts.parts:  # (absent when every part runs, so older results files still resume)
-        config["parts"] = [x for x in PARTS if x in opts.parts]
-    header = {
-        "type": "header",
-        "config": config,
-        "command": _command(opts, name, preset_name, device, list(declared)),
-        "case_dir": str(case_dir),
-    }
-    results_path = out_dir / "results.jsonl"
+    name = opts.name or default_name(device, opts.kernels)
+    config = CampaignConfig(
+        name=name,
+        preset=preset_name,
+        seed=opts.seed,
+        kernels=tuple(declared),
+        dtypes=dtypes,
+        device=device,
+        # (None when every part runs, so older results files still resume)
+        parts=tuple(x for x in PARTS if x in opts.parts) if opts.parts else None,
+    )
+    out_dir = Path(opts.out) / name
+    header = Header(
+        config,
+        _command(opts, name, preset_name, device, list(declared)),
+        str(out_dir / "cases"),
+    )
+    devices = {s: kernel_device(a, device) for s, a in declared.items()}
+    return _Setup(header, declared, devices, out_dir)
+
+
+def _probe(executor: Executor, setup: _Setup, opts: ReportOptions, echo) -> dict[str, Kernel]:
+    """Each kernel's contract, completed by probing it where it was not declared."""
+    devices, dtypes = setup.devices, setup.header.config.dtypes
+    adapters = {}
+    for spec, kern in setup.declared.items():
+        if kern.pending:
+            echo(f"probing the contract of {spec} on {devices[spec]} ...")
+        runner = probe_runner(lambda s, c, d: outcome(executor.run(s, c, d)), spec, devices[spec])
+        adapters[spec] = resolved(kern, devices[spec], runner)
+    for spec in opts.kernels:
+        why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
+        if all(why) and adapters[spec].dtypes:
+            # Asked for by name and impossible here (not a failure of the kernel): a usage
+            # error, found before any results file is made.
+            raise ValueError(f"{spec} cannot run here: {why[0]}")
+    return adapters
+
+
+def _campaign(
+    log: ResultLog,
+    setup: _Setup,
+    adapters: dict[str, Kernel],
+    executor: Executor,
+    opts: ReportOptions,
+    echo,
+    progress_stream,
+) -> None:
+    """Run (or resume) the campaign into ``log`` and save its worst cases."""
+    cfg, devices = setup.header.config, setup.devices
+    log.append(SessionRecord(environment_record(cfg.device)).to_json())
+    _log_contracts(log, adapters, devices, cfg.dtypes)
+    runnable = [
+        s
+        for s, a in adapters.items()
+        if any(a.unavailable(dt, devices[s]) is None for dt in cfg.dtypes)
+    ]
+    echo(
+        f"flashcheck report {cfg.name}: preset {cfg.preset}, seed {cfg.seed}, "
+        f"device {cfg.device}; kernels {', '.join(runnable) or '(none can run here)'}"
+        f"; results -> {setup.results_path}"
+    )
+    camp = Campaign(
+        log,
+        PRESETS[cfg.preset],
+        cfg.seed,
+        adapters,
+        devices,
+        cfg.dtypes,
+        executor,
+        setup.case_dir,
+        echo=echo,
+        progress_stream=progress_stream,
+        streak=opts.streak,
+        parts=cfg.parts or PARTS,
+    )
+    camp.run()
+    camp.save_worst()
+    log.append(CompleteRecord(len(camp.results())).to_json())
+
+
+def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
+    """Run the campaign described by ``opts`` and render it; returns the exit status."""
+    setup = _setup(opts)
+    results_path = setup.results_path
     try:
-        with make_executor(opts, device) as executor:
-            adapters = {}
-            for spec, kern in declared.items():
-                if kern.pending:
-                    echo(f"probing the contract of {spec} on {devices[spec]} ...")
-                runner = probe_runner(
-                    lambda s, c, d: outcome(executor.run(s, c, d)), spec, devices[spec]
-                )
-                adapters[spec] = resolved(kern, devices[spec], runner)
-            for spec in opts.kernels:
-                why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
-                if all(why) and adapters[spec].dtypes:
-                    # Asked for by name and impossible here (not a failure of the kernel): a
-                    # usage error, found before any results file is made.
-                    raise ValueError(f"{spec} cannot run here: {why[0]}")
-            with ResultLog.open(results_path, header, fresh=opts.fresh) as log:
-                log.append({"type": "session", "env": environment_record(device)})
-                _log_contracts(log, adapters, devices, dtypes)
-                runnable = [
-                    s
-                    for s, a in adapters.items()
-                    if any(a.unavailable(dt, devices[s]) is None for dt in dtypes)
-                ]
-                echo(
-                    f"flashcheck report {name}: preset {preset_name}, seed {opts.seed}, "
-                    f"device {device}; kernels {', '.join(runnable) or '(none can run here)'}"
-                    f"; results -> {results_path}"
-                )
-                camp = Campaign(
-                    log,
-                    PRESETS[preset_name],
-                    opts.seed,
-                    adapters,
-                    devices,
-                    dtypes,
-                    executor,
-                    case_dir,
-                    echo=echo,
-                    progress_stream=progress_stream,
-                    streak=opts.streak,
-                    parts=tuple(config.get("parts", PARTS)),
-                )
-                camp.run()
-                camp.save_worst()
-                log.append({"type": "complete", "results": len(camp.results())})
-                records = list(log.records)
+        with make_executor(opts, setup.header.config.device) as executor:
+            adapters = _probe(executor, setup, opts, echo)
+            with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:
+                _campaign(log, setup, adapters, executor, opts, echo, progress_stream)
+                records = parse_records(log.records)
     except KeyboardInterrupt:
         done = ""
         if results_path.exists():
-            done = sum(1 for r in read_records(results_path) if r.get("type") == "result")
+            done = len(load(results_path).every_result)
             done = f"{done} results are safe in {results_path}; "
         print(f"\ninterrupted: {done}run the same command again to resume", file=sys.stderr)
         return 130
-    for line in terminal_summary(records, str(case_dir)):
+    for line in terminal_summary(records, str(setup.case_dir)):
         echo(line)
     if opts.render:
         from .render import render_report
 
-        path = render_report(results_path, out_dir)
+        path = render_report(results_path, setup.out_dir)
         echo(f"report: {path}")
     found = gate_findings(records, opts.fail_on)
     if found:
@@ -286,73 +342,73 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
 def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> None:
     """One ``contract`` record per kernel, and ``limitation`` records for what cannot run
     here (``no_run``: the kernel ran on no probe input, a failure of the kernel)."""
-    known = {
-        (r["kernel"], r["dtype"], r["reason"]) for r in log.records if r.get("type") == "limitation"
-    }
-    contracts = {r["kernel"]: r for r in log.records if r.get("type") == "contract"}
+    records = parse_records(log.records)
+    known = {(r.kernel, r.dtype, r.reason) for r in records if isinstance(r, LimitationRecord)}
+    contracts = {r.kernel: r for r in records if isinstance(r, ContractRecord)}
     for spec, adapter in adapters.items():
-        rec = {"type": "contract", "kernel": spec, "lines": adapter.contract_lines()}
-        if {k: v for k, v in contracts.get(spec, {}).items()} != rec:
-            log.append(rec)
+        rec = ContractRecord(spec, tuple(adapter.contract_lines()))
+        if contracts.get(spec) != rec:
+            log.append(rec.to_json())
         no_run = not adapter.dtypes and adapter.unsupported
         for dt in dtypes:
             why = adapter.unavailable(dt, devices[spec])
             if no_run:
                 why = adapter.unsupported[0][1]
             if why and (spec, dt, why) not in known:
-                log.append(
-                    {
-                        "type": "limitation",
-                        "kernel": spec,
-                        "dtype": dt,
-                        "reason": why,
-                        "device": devices[spec],
-                        "no_run": bool(no_run),
-                    }
-                )
+                lim = LimitationRecord(spec, dt, why, devices[spec], no_run=bool(no_run))
+                log.append(lim.to_json())
 
 
-def terminal_summary(records: Sequence[dict[str, Any]], case_dir: str) -> list[str]:
+def _counts(statuses: Iterable[Status]) -> str:
+    """``"3 FAIL, 12 PASS"``: counts in the order of the statuses' names."""
+    return ", ".join(f"{n} {s}" for s, n in sorted(Counter(statuses).items()))
+
+
+def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str) -> list[str]:
+    """The summary of one kernel and dtype: counts, the frequent reasons, the worst case."""
+    k, dt = rows[0].kernel, rows[0].dtype
+    struct = [r.status for r in rows if isinstance(r, StructuralResult)]
+    grad = [r.status for r in rows if isinstance(r, GradientResult)]
+    acc = [r.status for r in rows if not isinstance(r, StructuralResult | GradientResult)]
+    segments = [_counts(acc)] if acc else []
+    if struct:
+        ran = sum(s != Status.SKIP for s in struct)
+        sfail = sum(s == Status.FAIL for s in struct)
+        segments.append(f"structural: {ran} checks, {sfail} failed")
+    if grad:
+        segments.append("gradients: " + _counts(grad))
+    lines = [f"{k} {dt}: {'; '.join(segments)}"]
+    bad = [r for r in rows if r.status not in (Status.PASS, Status.SKIP)]
+    reasons = Counter(gist(why) for r in bad for why in r.reasons[:1])
+    example = {gist(why): why for r in reversed(bad) for why in r.reasons[:1]}
+    for why, n in reasons.most_common(3):
+        lines.append(f"    {n} result{'s' if n > 1 else ''}, e.g. {example[why]}")
+    worst = sorted(
+        (r for r in rows if r.key in files), key=lambda r: (-r.status.severity, -r.score)
+    )
+    if worst and worst[0].status != Status.PASS:
+        lines.append(f"    worst: flashcheck replay {files[worst[0].key]} --dir {case_dir}")
+    return lines
+
+
+def terminal_summary(records: Sequence[Record], case_dir: str) -> list[str]:
     """What the terminal shows at the end: per kernel and dtype the verdict counts, the most
     frequent reasons and the replay command of the worst case."""
-    results = [r for r in records if r.get("type") == "result"]
-    files = {r["key"]: r["case_id"] for r in records if r.get("type") == "case-file"}
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in results:
-        groups.setdefault((r["kernel"], r["dtype"]), []).append(r)
-    lines = []
+    files = {r.key: r.case_id for r in records if isinstance(r, CaseFileRecord)}
+    groups: dict[tuple[str, str], list[ResultRecord]] = {}
     for r in records:
-        if r.get("type") == "limitation" and r.get("no_run"):
-            lines.append(f"{r['kernel']} {r['dtype']}: could not run at all: {r['reason']}")
-    for (k, dt), rows in groups.items():
-        acc = Counter(r["status"] for r in rows if r["part"] not in ("structural", "gradients"))
-        struct = Counter(r["status"] for r in rows if r["part"] == "structural")
-        grad = Counter(r["status"] for r in rows if r["part"] == "gradients")
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(acc.items()))
-        sfail = struct.get("FAIL", 0)
-        ran = sum(struct.values()) - struct.get("SKIP", 0)
-        segments = [counts] if counts else []
-        if struct:
-            segments.append(f"structural: {ran} checks, {sfail} failed")
-        if grad:
-            segments.append("gradients: " + ", ".join(f"{n} {s}" for s, n in sorted(grad.items())))
-        lines.append(f"{k} {dt}: {'; '.join(segments)}")
-        bad = [r for r in rows if r["status"] not in ("PASS", "SKIP")]
-        reasons = Counter(gist(why) for r in bad for why in r["reasons"][:1])
-        example = {gist(why): why for r in reversed(bad) for why in r["reasons"][:1]}
-        for why, n in reasons.most_common(3):
-            lines.append(f"    {n} result{'s' if n > 1 else ''}, e.g. {example[why]}")
-        worst = sorted(
-            (r for r in rows if r["key"] in files),
-            key=lambda r: (-SEVERITY.get(r["status"], 0), -num(r["score"])),
-        )
-        if worst and worst[0]["status"] != "PASS":
-            cid = files[worst[0]["key"]]
-            lines.append(f"    worst: flashcheck replay {cid} --dir {case_dir}")
-    for r in records:
-        if r.get("type") == "stopped":
-            lines.append(
-                f"{r['kernel']} {r['dtype']}: stopped after {r['count']} identical "
-                f"failures ({r['reason']})"
-            )
+        if isinstance(r, ResultRecord):
+            groups.setdefault((r.kernel, r.dtype), []).append(r)
+    lines = [
+        f"{r.kernel} {r.dtype}: could not run at all: {r.reason}"
+        for r in records
+        if isinstance(r, LimitationRecord) and r.no_run
+    ]
+    for rows in groups.values():
+        lines += _group_lines(rows, files, case_dir)
+    lines += [
+        f"{r.kernel} {r.dtype}: stopped after {r.count} identical failures ({r.reason})"
+        for r in records
+        if isinstance(r, StoppedRecord)
+    ]
     return lines

@@ -5,28 +5,9 @@ A campaign is a deterministic function of its configuration (preset, seed, kerne
 device) and of the kernels' contracts; what it runs (presets, the fixed plan, search mutations)
 is in :mod:`flashcheck.harness.campaign.plan`. Each planned case is fitted to each kernel's
 contract (:func:`~flashcheck.harness.campaign.plan.fit_recipe`), so a kernel is only ever given
-inputs it accepts, and kernels whose fitted cases coincide share one oracle evaluation. Parts:
-
-- ``grid``: every input family of :mod:`flashcheck.harness.cases.families` at the preset's
-  lengths, with shapes, masks, GQA and scale drawn from an RNG seeded by (seed, dtype, family,
-  length);
-- ``length``: N(0,1) inputs at growing sequence length (the error-vs-N figure);
-- ``logit``: the ``huge_logits`` family at growing score magnitude (error vs max |logit|);
-- ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
-  (the RMSE table);
-- ``structural``: per kernel and dtype, the structural properties of
-  :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
-  determinism, key permutation, the NaN rule, options applied) on a few cases each;
-- ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
-  :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
-  huge logits, ties, windows; two batches of four query heads on two kv heads), judged against
-  the gradient oracle, the backward class's bounds and the naive backward;
-- ``search``: per kernel and dtype, a targeted search for the worst case. Generation ``g``
-  mutates the ``parents`` highest-scoring cases found so far for that kernel and dtype
-  (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
-  seed). The score is the *failure margin*: the larger of the deterministic-bound utilization
-  and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
-  above 1 means the case fails. A generation runs for every kernel and dtype at once.
+inputs it accepts, and kernels whose fitted cases coincide share one oracle evaluation. The
+parts are described in :mod:`flashcheck.harness.campaign.plan`, the worst-case search in
+:mod:`flashcheck.harness.campaign.search`.
 
 Every result is appended to a JSONL file (:mod:`flashcheck.harness.core.resultlog`) as soon as
 it exists. A re-run with the same configuration skips every result already there: the plan is
@@ -38,8 +19,8 @@ is recorded as ``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on
 failed the same way :data:`STREAK` times in a row: then that kernel and dtype stop, and one
 ``stopped`` record says why.
 
-At the end the worst case of each kernel and dtype, and up to three failing ones, are re-run and
-saved as case files next to the report, so each can be replayed with ``flashcheck replay``.
+At the end the worst and failing cases are re-run and saved as case files next to the report
+(:mod:`flashcheck.harness.campaign.casefiles`), each replayable with ``flashcheck replay``.
 """
 
 from __future__ import annotations
@@ -48,44 +29,40 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..adapters.adapter import Kernel
-from ..adapters.registry import resolve
-from ..cases.case import DTYPES, Case
+from ..cases.case import Case
 from ..cases.families import Recipe, make_case
-from ..cases.store import save_case
 from ..core.progress import Progress
-from ..core.resultlog import ResultLog, num
+from ..core.resultlog import ResultLog
+from ..core.status import Status
 from ..judging.check import check_case
-from ..judging.gradient_check import check_gradients_case
 from ..judging.gradient_verdict import judge_gradients
-from .executor import (
-    Executor,
-    GradientReference,
-    Reference,
-    outcome,
-)
+from . import search
+from .casefiles import CaseFiles, worst_results
+from .executor import Executor, GradientReference, Reference, outcome
+from .logrecords import CaseFileRecord, StoppedRecord, parse_records
 from .plan import (
     PARTS,
     PRESETS,
-    STRUCTURAL,
     Item,
     Preset,
     fit_recipe,
     gradient_items,
-    mutate,
     plan_items,
-    rng_for,
     structural_items,
 )
-from .records import (
-    SEVERITY,
-    gist,
-    gradient_fields,
-    result_fields,
+from .records import gist, gradient_fields, result_fields
+from .resultrecords import (
+    AccuracyResult,
+    CaseOptions,
+    CaseShape,
+    GradientResult,
+    ResultRecord,
+    StructuralResult,
 )
 from .worker import KernelFailure
 
@@ -95,14 +72,34 @@ __all__ = [
     "Campaign",
     "Item",
     "Preset",
-    "check_dtypes",
-    "default_kernels",
-    "kernel_device",
     "plan_items",
-    "resolve_kernels",
 ]
 
 STREAK = 5  # identical failures in a row that stop a kernel for a dtype
+
+
+def _outcome(job: Any) -> Any:
+    """What a kernel run gave: its payload, the :class:`KernelFailure` it ended in, or (a
+    string) why it was not run (outside the kernel's contract)."""
+    if isinstance(job, str):
+        return job
+    try:
+        return outcome(job)
+    except KernelFailure as fail:
+        return fail
+
+
+def _not_judged(cls: type[ResultRecord], common: dict[str, Any], out: Any) -> Any:
+    """The record of a run with nothing to judge (:func:`_outcome` gave a reason or a
+    failure), or ``None`` if ``out`` is the kernel's output. A SKIP scores 0; a broken result
+    is infinitely far from passing."""
+    if isinstance(out, str):
+        return cls(**common, status=Status.SKIP, reasons=(out,), score=0.0)
+    if isinstance(out, KernelFailure):
+        status = Status(out.status)
+        score = 0.0 if status == Status.SKIP else math.inf
+        return cls(**common, status=status, reasons=(out.message,), score=score)
+    return None
 
 
 @dataclass
@@ -141,60 +138,52 @@ class Campaign:
     progress_stream: Any = None
     streak: int = STREAK
     parts: tuple[str, ...] = PARTS
-    _done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _done: dict[str, ResultRecord] = field(default_factory=dict)
     _streaks: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _stopped: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self._done = {r["key"]: r for r in self.log.records if r.get("type") == "result"}
+        records = parse_records(self.log.records)
+        self._results = [r for r in records if isinstance(r, ResultRecord)]
+        self._done = {r.key: r for r in self._results}
+        self._saved = {r.key for r in records if isinstance(r, CaseFileRecord)}
         # Gradient references of this run by recipe, for the case files: recomputing one (the
         # strict fallback can take minutes) in the main process would serialise the pool's work.
         self._grad_refs: dict[Recipe, Any] = {}  # a GradientReference or its future
-        self._stopped = {
-            (r["kernel"], r["dtype"]) for r in self.log.records if r.get("type") == "stopped"
-        }
+        self._stopped = {(r.kernel, r.dtype) for r in records if isinstance(r, StoppedRecord)}
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def results(self) -> list[dict[str, Any]]:
-        return [r for r in self.log.records if r.get("type") == "result"]
+    def results(self) -> list[ResultRecord]:
+        """Every result on file, in order."""
+        return list(self._results)
 
     def _runnable(self, spec: str, dtype: str) -> bool:
         return (spec, dtype) not in self._stopped and self.kernels[spec].unavailable(
             dtype, self.devices[spec]
         ) is None
 
-    def _tally(self, rec: dict[str, Any]) -> None:
+    def _tally(self, rec: ResultRecord) -> None:
         """Follow runs of identical failures (in plan order, on file or new); after
         :attr:`streak` of them the kernel stops for that dtype, with one record saying why."""
-        group = (rec["kernel"], rec["dtype"])
-        if group in self._stopped or rec["status"] == "SKIP":
+        group = (rec.kernel, rec.dtype)
+        if group in self._stopped or rec.status == Status.SKIP:
             return
-        if rec["status"] not in ("ERROR", "TIMEOUT", "BAD-OUTPUT"):
+        if not rec.status.broken:
             self._streaks.pop(group, None)
             return
-        why = f"{rec['status']}: {gist(rec['reasons'][0] if rec['reasons'] else '')}"
+        why = f"{rec.status}: {gist(rec.reason)}"
         last, n = self._streaks.get(group, ("", 0))
         n = n + 1 if why == last else 1
         self._streaks[group] = (why, n)
         if n >= self.streak:
             self._stopped.add(group)
-            self.log.append(
-                {
-                    "type": "stopped",
-                    "kernel": group[0],
-                    "dtype": group[1],
-                    "reason": why,
-                    "count": n,
-                }
-            )
+            self.log.append(StoppedRecord(group[0], group[1], why, n).to_json())
             self.echo(f"{group[0]} {group[1]}: stopped after {n} identical failures ({why})")
 
-    def _record(
-        self, item: Item, spec: str, case: Case, recipe: Recipe, **fields: Any
-    ) -> dict[str, Any]:
+    def _common(self, item: Item, spec: str, case: Case, recipe: Recipe) -> dict[str, Any]:
+        """The fields every result of ``spec`` on ``case`` shares."""
         b, hq, hk, nq, nk, d, dv = case.shape
-        rec = {
-            "type": "result",
+        return {
             "key": item.key(spec),
             "part": item.part,
             "tag": item.tag,
@@ -203,17 +192,15 @@ class Campaign:
             "device": self.devices[spec],
             "family": recipe.family,
             "arithmetic": self.kernels[spec].arithmetic,
-            "recipe": asdict(recipe),
-            "shape": {"B": b, "Hq": hq, "Hk": hk, "Nq": nq, "Nk": nk, "d": d, "dv": dv},
-            "options": {
-                "causal": case.causal,
-                "window": case.window,
-                "mask": case.mask is not None,
-                "scale": case.scale,
-            },
+            "recipe": recipe,
+            "shape": CaseShape(b, hq, hk, nq, nk, d, dv),
+            "options": CaseOptions(
+                causal=case.causal,
+                window=case.window,
+                mask=case.mask is not None,
+                scale=case.scale,
+            ),
         }
-        rec.update(fields)
-        return rec
 
     # -- running items: submitted ahead, results written in plan order ---------------------
     def _execute(self, work: Sequence[tuple[Item, Sequence[str]]], progress: Progress) -> None:
@@ -291,24 +278,26 @@ class Campaign:
 
     def _collect_check(self, item: Item, group: _Group) -> None:
         ((spec, job),) = group.runs.items()
-        common: dict[str, Any] = {"property": group.check, "score": 0.0}
-        if isinstance(job, str):
-            status, msg = "SKIP", job
+        t0 = time.perf_counter()
+        got = _outcome(job)
+        seconds = None if isinstance(job, str) else {"wait": round(time.perf_counter() - t0, 4)}
+        if isinstance(got, str):
+            status, msg = Status.SKIP, got
+        elif isinstance(got, KernelFailure):
+            status, msg = Status(got.status), got.message
         else:
-            t0 = time.perf_counter()
-            try:
-                ok, msg = outcome(job)
-                status = "PASS" if ok else "FAIL"
-                if ok and msg.startswith("not applicable"):
-                    status = "SKIP"  # nothing was checked: not a pass
-            except KernelFailure as fail:
-                status, msg = fail.status, fail.message
-            common["seconds"] = {"wait": round(time.perf_counter() - t0, 4)}
-        if status not in ("PASS", "SKIP"):
-            common["score"] = math.inf
+            ok, msg = got
+            status = Status.PASS if ok else Status.FAIL
+            if ok and msg.startswith("not applicable"):
+                status = Status.SKIP  # nothing was checked: not a pass
         self._append(
-            self._record(
-                item, spec, group.case, group.recipe, status=status, reasons=[msg], **common
+            StructuralResult(
+                **self._common(item, spec, group.case, group.recipe),
+                property=group.check,
+                status=status,
+                reasons=(msg,),
+                score=0.0 if status in (Status.PASS, Status.SKIP) else math.inf,
+                seconds=seconds,
             )
         )
 
@@ -317,124 +306,61 @@ class Campaign:
         # Every class's bounds, computed once per case, serve the kernels of that class.
         bounds_cache: dict = {("unknown", None): ref.every}
         bounds_cache.update({(cls, None): b for cls, b in ref.every.parts.items()})
-        common = {"max_logit": ref.max_logit, "finite_inputs": ref.finite}
         for spec, job in group.runs.items():
-            seconds = {"oracle": round(ref.seconds, 4)}
-            if isinstance(job, str):
-                self._append(
-                    self._record(
-                        item,
-                        spec,
-                        group.case,
-                        group.recipe,
-                        status="SKIP",
-                        reasons=[job],
-                        score=0.0,
-                        seconds=seconds,
-                        **common,
-                    )
-                )
-                continue
-            try:
-                out = outcome(job)
-            except KernelFailure as fail:
-                score = 0.0 if fail.status == "SKIP" else math.inf
-                self._append(
-                    self._record(
-                        item,
-                        spec,
-                        group.case,
-                        group.recipe,
-                        status=fail.status,
-                        reasons=[fail.message],
-                        score=score,
-                        seconds=seconds,
-                        **common,
-                    )
-                )
-                continue
-            res = check_case(
-                self.kernels[spec],
-                group.case,
-                device=self.devices[spec],
-                output=out,
-                ref=ref.ref,
-                naive=ref.naive,
-                bounds_cache=bounds_cache,
-            )
-            self._append(
-                self._record(
-                    item,
-                    spec,
+            common = {
+                **self._common(item, spec, group.case, group.recipe),
+                "seconds": {"oracle": round(ref.seconds, 4)},
+                "max_logit": float(ref.max_logit),
+                "finite_inputs": bool(ref.finite),
+            }
+            out = _outcome(job)
+            rec = _not_judged(AccuracyResult, common, out)
+            if rec is None:
+                res = check_case(
+                    self.kernels[spec],
                     group.case,
-                    group.recipe,
-                    seconds=seconds,
-                    **common,
-                    **result_fields(res, ref.every),
+                    device=self.devices[spec],
+                    output=out,
+                    ref=ref.ref,
+                    naive=ref.naive,
+                    bounds_cache=bounds_cache,
                 )
-            )
+                rec = AccuracyResult.judged(common, result_fields(res, ref.every))
+            self._append(rec)
 
     def _collect_gradients(self, item: Item, group: _Group) -> None:
         ref: GradientReference = group.reference.result()
         self._grad_refs[group.recipe] = ref
         for spec, job in group.runs.items():
-            seconds = {"oracle": round(ref.seconds, 4)}
-            if isinstance(job, str):
-                self._append(
-                    self._record(
-                        item,
-                        spec,
-                        group.case,
-                        group.recipe,
-                        status="SKIP",
-                        reasons=[job],
-                        score=0.0,
-                        seconds=seconds,
-                    )
+            common = {
+                **self._common(item, spec, group.case, group.recipe),
+                "seconds": {"oracle": round(ref.seconds, 4)},
+            }
+            grads = _outcome(job)
+            rec = _not_judged(GradientResult, common, grads)
+            if rec is None:
+                cls = self.kernels[spec].backward_arithmetic
+                bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
+                verdicts = judge_gradients(
+                    {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv},
+                    ref.ref,
+                    bounds,
+                    naive=ref.naive,
                 )
-                continue
-            try:
-                grads = outcome(job)
-            except KernelFailure as fail:
-                score = 0.0 if fail.status == "SKIP" else math.inf
-                self._append(
-                    self._record(
-                        item,
-                        spec,
-                        group.case,
-                        group.recipe,
-                        status=fail.status,
-                        reasons=[fail.message],
-                        score=score,
-                        seconds=seconds,
-                    )
-                )
-                continue
-            cls = self.kernels[spec].backward_arithmetic
-            bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
-            verdicts = judge_gradients(
-                {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv}, ref.ref, bounds, naive=ref.naive
-            )
-            self._append(
-                self._record(
-                    item,
-                    spec,
-                    group.case,
-                    group.recipe,
-                    seconds=seconds,
-                    **gradient_fields(verdicts),
-                )
-            )
+                rec = GradientResult.judged(common, gradient_fields(verdicts))
+            self._append(rec)
 
-    def _append(self, rec: dict[str, Any]) -> None:
-        if (rec["kernel"], rec["dtype"]) in self._stopped:
+    def _append(self, rec: ResultRecord) -> None:
+        if (rec.kernel, rec.dtype) in self._stopped:
             return  # submitted ahead, but a one-worker run would not have run it
-        self.log.append(rec)
-        self._done[rec["key"]] = rec
+        self.log.append(rec.to_json())
+        self._results.append(rec)
+        self._done[rec.key] = rec
         self._tally(rec)
 
     # -- the parts --------------------------------------------------------------------------
-    def run(self) -> None:
+    def _fixed_work(self) -> list[tuple[Item, list[str]]]:
+        """The fixed parts' items, each with the kernels that run it."""
         items = [
             it for it in plan_items(self.preset, self.dtypes, self.seed) if it.part in self.parts
         ]
@@ -444,16 +370,15 @@ class Campaign:
         backward = [s for s in specs if self.kernels[s].backward is not None]
         grads = [it for dt in self.dtypes for it in gradient_items(self.preset, dt, self.seed)]
         grads = grads if backward and "gradients" in self.parts else []
+        return [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
+
+    def run(self) -> None:
+        """Run every part not yet on file: the fixed parts, then the search."""
+        fixed = self._fixed_work()
         p = self.preset
         generations = p.search_generations if "search" in self.parts else 0
-        search_cost = (
-            len(specs)
-            * len(self.dtypes)
-            * generations
-            * p.search_population
-            * (1 + p.search_max_work * 128 / 65536)
-        )
-        fixed = [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
+        per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
+        search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
         # A backward costs about three forwards (its oracle and bounds likewise).
         weight = {"gradients": 3.0}
         total = sum(it.cost() * weight.get(it.part, 1.0) * len(sp) for it, sp in fixed)
@@ -473,7 +398,7 @@ class Campaign:
         # g of one pair depends only on that pair's earlier results.
         for gen in range(generations):
             work = []
-            for spec in specs:
+            for spec in self.kernels:
                 for dt in self.dtypes:
                     if self._runnable(spec, dt):
                         work += [(child, [spec]) for child in self._children(spec, dt, gen)]
@@ -482,183 +407,42 @@ class Campaign:
         progress.finish()
 
     def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:
-        """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``: mutations of
-        the highest-scoring cases so far (none if there are none)."""
-        p = self.preset
-        adapter = self.kernels[spec]
-        # Parents come from the fixed parts and earlier generations only, so a resumed
-        # generation sees exactly the pool the uninterrupted run saw.
-        pool = [
-            r
-            for r in self.results()
-            if r["kernel"] == spec
-            and r["dtype"] == dtype
-            and r["status"] != "SKIP"
-            and r["part"] not in ("structural", "gradients")
-            and _generation(r) < gen
-        ]
-        pool.sort(key=lambda r: (-num(r["score"]), r["key"]))
-        parents = [Recipe(**_recipe_args(r["recipe"])) for r in pool[: p.search_parents]]
-        if not parents:
-            return []
-        rng = rng_for(self.seed, "search", spec, dtype, gen)
-        children = []
-        for c in range(p.search_population):
-            parent = parents[c % len(parents)]
-            child = parent
-            for _ in range(20):
-                child = mutate(rng, parent, p, adapter)
-                if adapter.supports(make_case(child), self.devices[spec]) is None:
-                    break
-            children.append(Item("search", f"{gen}/{c}", child))
-        return children
+        """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``."""
+        pool = search.parents(self._results, spec, dtype, gen, self.preset.search_parents)
+        return search.children(
+            pool,
+            spec=spec,
+            dtype=dtype,
+            gen=gen,
+            preset=self.preset,
+            seed=self.seed,
+            adapter=self.kernels[spec],
+            device=self.devices[spec],
+        )
 
     # -- case files for the worst cases -----------------------------------------------------
     def save_worst(self, per_group: int = 3) -> None:
         """Re-run and save the worst case of each kernel × dtype and up to ``per_group``
         failing ones, and the first failing case of each structural property (skipping any
-        already saved), appending a ``case-file`` record each."""
-        saved = {r["key"] for r in self.log.records if r.get("type") == "case-file"}
-        todo: list[tuple[str, dict[str, Any]]] = []
+        already saved), appending a ``case-file`` record each
+        (:func:`~flashcheck.harness.campaign.casefiles.worst_results`)."""
+        todo: list[tuple[str, ResultRecord]] = []
         for spec in self.kernels:
             for dt in self.dtypes:
-                mine = [r for r in self.results() if r["kernel"] == spec and r["dtype"] == dt]
-                rows = [
-                    r
-                    for r in mine
-                    if r["part"] not in ("structural", "gradients")
-                    and r["status"] in ("PASS", "FAIL", "FAIL-HARD")
+                mine = [r for r in self._results if r.kernel == spec and r.dtype == dt]
+                todo += [
+                    (spec, r) for r in worst_results(mine, per_group) if r.key not in self._saved
                 ]
-                rows.sort(key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]))
-                pick = rows[:1] + [r for r in rows[1:] if r["status"] != "PASS"][: per_group - 1]
-                first: dict[str, dict[str, Any]] = {}
-                for r in mine:
-                    if r["part"] == "structural" and r["status"] == "FAIL":
-                        first.setdefault(r["property"], r)
-                # The worst gradient case and the first failing one.
-                grad = sorted(
-                    (
-                        r
-                        for r in mine
-                        if r["part"] == "gradients" and r["status"] in ("PASS", "FAIL", "FAIL-HARD")
-                    ),
-                    key=lambda r: (-SEVERITY[r["status"]], -num(r["score"]), r["key"]),
-                )
-                pick += grad[:1]
-                todo.extend((spec, r) for r in [*pick, *first.values()] if r["key"] not in saved)
         # A resumed run lacks the references of earlier sessions: compute them on the pool, in
         # parallel, before the (serial) re-runs.
         for _, r in todo:
-            recipe = Recipe(**_recipe_args(r["recipe"]))
-            if r["part"] == "gradients" and recipe not in self._grad_refs:
-                self._grad_refs[recipe] = self.executor.gradient_reference(recipe)
+            if isinstance(r, GradientResult) and r.recipe not in self._grad_refs:
+                self._grad_refs[r.recipe] = self.executor.gradient_reference(r.recipe)
         if todo:
             self.echo(f"case files: re-running {len(todo)} worst or failing cases")
+        files = CaseFiles(self.executor, self.kernels, self.devices, self.case_dir, self.echo)
         for spec, r in todo:
-            self._save_case(spec, r)
-
-    def _save_case(self, spec: str, r: dict[str, Any]) -> None:
-        recipe = Recipe(**_recipe_args(r["recipe"]))
-        case = make_case(recipe)
-        dev = self.devices[spec]
-        prop = "gradients" if r["part"] == "gradients" else r.get("property", "accuracy")
-        if prop == "gradients":
-            try:
-                grads = outcome(self.executor.backward(spec, case, dev))
-            except KernelFailure as fail:
-                self.echo(
-                    f"warning: re-running the backward of {spec} on {r['key']} for its "
-                    f"case file failed: {fail}"
-                )
-                return
-            gref = self._grad_refs[recipe]
-            if not isinstance(gref, GradientReference):  # a future submitted by save_worst
-                gref = self._grad_refs[recipe] = gref.result()
-            adapter = self.kernels[spec]
-            # The bounds the recorded verdict used (_collect_gradients), so the replay agrees.
-            bounds = gref.every.parts.get(adapter.backward_arithmetic, gref.every)
-            res = check_gradients_case(
-                adapter,
-                case,
-                device=dev,
-                grads=grads,
-                ref=gref.ref,
-                naive=gref.naive,
-                bounds=bounds,
-            )
-            verdict = res.as_dict()
-        elif prop in STRUCTURAL:
-            try:
-                ok, msg = outcome(self.executor.check(prop, spec, case, dev, 8))
-            except KernelFailure as fail:
-                self.echo(f"warning: re-running {prop} of {spec} on {r['key']} failed: {fail}")
-                return
-            verdict = {"verdict": "PASS" if ok else "FAIL", "property": prop, "message": msg}
-        else:
-            try:
-                out = outcome(self.executor.run(spec, case, dev))
-            except KernelFailure as fail:
-                self.echo(
-                    f"warning: re-running {spec} on {r['key']} for its case file failed: {fail}"
-                )
-                return
-            verdict = check_case(self.kernels[spec], case, device=dev, output=out).verdict
-            verdict = verdict.as_dict()
-        cid = save_case(
-            case,
-            kernel=spec,
-            device=dev,
-            verdict=verdict,
-            directory=self.case_dir,
-            context={"property": prop, "result_key": r["key"], "part": r["part"]},
-        )
-        self.log.append(
-            {
-                "type": "case-file",
-                "key": r["key"],
-                "case_id": cid,
-                "kernel": spec,
-                "dtype": r["dtype"],
-                "recorded": r["status"],
-                "replayed": verdict["verdict"],
-            }
-        )
-
-
-def _generation(r: dict[str, Any]) -> int:
-    return int(r["tag"].split("/")[0]) if r["part"] == "search" else -1
-
-
-def _recipe_args(d: dict[str, Any]) -> dict[str, Any]:
-    out = dict(d)
-    if out.get("window") is not None:
-        out["window"] = tuple(out["window"])
-    return out
-
-
-def kernel_device(adapter: Kernel, device: str) -> str:
-    """``device`` if the kernel runs there, else its first device."""
-    return device if device in adapter.devices else adapter.devices[0]
-
-
-def default_kernels() -> list[str]:
-    """Every built-in kernel (the project's and the library adapters)."""
-    from ..adapters.registry import BUILTIN
-
-    return list(BUILTIN)
-
-
-def resolve_kernels(specs: Sequence[str]) -> dict[str, Kernel]:
-    """Adapters for ``specs`` (duplicates dropped, order kept); ``ValueError`` names a bad one."""
-    out: dict[str, Kernel] = {}
-    for spec in specs:
-        if spec not in out:
-            out[spec] = resolve(spec)
-    return out
-
-
-def check_dtypes(dtypes: Sequence[str]) -> tuple[str, ...]:
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise ValueError(f"unknown dtype(s) {bad}: choose from {sorted(DTYPES)}")
-    return tuple(dict.fromkeys(dtypes))
+            rec = files.save(spec, r, self._grad_refs)
+            if rec is not None:
+                self.log.append(rec.to_json())
+                self._saved.add(rec.key)

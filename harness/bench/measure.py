@@ -1,0 +1,300 @@
+"""Measuring one shape on every provider: the first call (compile), the sampled output rows or
+gradients for the oracle check, optional peak memory, then the timing; one record each
+(:func:`run_shape`). See :mod:`flashcheck.harness.bench.suite` for the method."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+from .benchrecords import SpeedRecord
+from .check import judge_rows, reference, sample_rows, sampled_output
+from .grad_check import ORACLE_MAX_N, grad_reference, judge_grads, sampled_grads
+from .providers import PROVIDERS
+from .shapes import ITEMSIZE, Shape
+from .timing import copies_for_l2, time_cuda
+
+__all__ = ["MEMORY_SHARE", "run_shape"]
+
+# Materializing providers are skipped where S, its fp32 softmax and P would take more than
+# this share of the free device memory.
+MEMORY_SHARE = 0.8
+
+
+def _inputs(shape: Shape, seed: int, copies: int) -> list[tuple[Any, Any, Any]]:
+    import torch
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[shape.dtype]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    size = (shape.b, shape.h, shape.n, shape.d)
+    return [
+        tuple(torch.randn(size, device="cuda", dtype=dt, generator=g) for _ in range(3))
+        for _ in range(copies)
+    ]
+
+
+def _grad_outputs(shape: Shape, seed: int, copies: int) -> list[Any]:
+    """The upstream gradients ``dO``, one per input copy, from their own generator so that
+    the forward's inputs stay those of a forward-only run."""
+    import torch
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[shape.dtype]
+    g = torch.Generator(device="cuda").manual_seed(seed + 1_000_003)
+    size = (shape.b, shape.h, shape.n, shape.d)
+    return [torch.randn(size, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
+
+
+def _short(exc: BaseException, caught: list) -> str:
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
+    reasons = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+    return text + (f" (torch: {reasons[-1][:300]})" if reasons else "")
+
+
+def _triton_info() -> dict[str, Any]:
+    from ...kernels.triton_flash import last_compiled
+
+    kern = last_compiled()
+    meta = getattr(kern, "metadata", None)
+    return {
+        "registers": getattr(kern, "n_regs", None),
+        "spills": getattr(kern, "n_spills", None),
+        "warps": getattr(meta, "num_warps", None),
+        "stages": getattr(meta, "num_stages", None),
+        "shared_bytes": getattr(meta, "shared", None),
+    }
+
+
+def _measure(shape: Shape, name: str, sets: list, rows, *, memory: bool) -> dict[str, Any]:
+    """First call (compile), sampled output rows, optional peak memory, then the timing."""
+    import torch
+
+    prov = PROVIDERS[name]
+    rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
+    why = prov.unsupported(shape.dtype, shape.d)
+    if why:
+        return {**rec, "status": "skipped", "reason": why}
+    need = prov.score_bytes(shape.b, shape.h, shape.n, ITEMSIZE[shape.dtype])
+    torch.cuda.empty_cache()  # blocks cached by the previous provider count as free
+    free, _ = torch.cuda.mem_get_info()
+    if need > MEMORY_SHARE * free:
+        return {
+            **rec,
+            "status": "skipped",
+            "reason": f"materializes N×N scores: needs {need / 2**30:.1f} GiB, "
+            f"{free / 2**30:.1f} GiB free",
+        }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn = prov.make(*sets[0], shape.causal)
+            t0 = time.perf_counter()
+            o = fn(*sets[0])
+            torch.cuda.synchronize()
+            rec["first_call_s"] = time.perf_counter() - t0
+            rec["o_rows"] = sampled_output(o, rows)
+            del o
+            if name.startswith("triton"):
+                rec["triton"] = _triton_info()
+            if memory:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                o = fn(*sets[0])
+                torch.cuda.synchronize()
+                rec["peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
+                del o
+            slow = prov.materializes or name == "sdpa-efficient"
+            t = time_cuda(fn, sets, warmup=3, reps=10 if slow else 20, min_ms=150.0)
+        except torch.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}
+        except Exception as exc:  # a backend that declines the input: record why, go on
+            torch.cuda.empty_cache()
+            return {**rec, "status": "error", "reason": _short(exc, caught)}
+    rec.update(
+        status="ok",
+        ms=t.median_ms,
+        runs=len(t.runs_ms),
+        spread=t.spread,
+        tflops=shape.flops / t.median_ms / 1e9,
+    )
+    return rec
+
+
+def _measure_backward(
+    shape: Shape, name: str, sets: list, dos: list, rows, keys, *, memory: bool
+) -> dict[str, Any]:
+    """First forward + backward (compile), the sampled gradients, optional peak memory of the
+    backward, then the timings of the pass (see the module docstring)."""
+    import torch
+
+    prov = PROVIDERS[name]
+    rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
+    why = prov.unsupported(shape.dtype, shape.d, backward=True)
+    if why:
+        return {**rec, "status": "skipped", "reason": why}
+    # Materializing providers keep one graph only: their N × N traffic dwarfs any L2 anyway.
+    graphs = 1 if prov.materializes else len(sets)
+    need = graphs * prov.score_bytes(
+        shape.b, shape.h, shape.n, ITEMSIZE[shape.dtype], backward=True
+    )
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    if need > MEMORY_SHARE * free:
+        return {
+            **rec,
+            "status": "skipped",
+            "reason": f"materializes N×N scores and their gradients: needs {need / 2**30:.1f} "
+            f"GiB, {free / 2**30:.1f} GiB free",
+        }
+    leaves = [tuple(x.detach().requires_grad_(True) for x in s) for s in sets[:graphs]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn = prov.make_grad(*leaves[0], shape.causal)
+            t0 = time.perf_counter()
+            o = fn(*leaves[0])
+            dq, dk, dv = torch.autograd.grad(o, leaves[0], dos[0])
+            torch.cuda.synchronize()
+            rec["first_call_s"] = time.perf_counter() - t0
+            rec["grads"] = sampled_grads(dq, dk, dv, rows, keys)
+            del o, dq, dk, dv
+            if memory:
+                torch.cuda.synchronize()
+                base0 = torch.cuda.memory_allocated()
+                o = fn(*leaves[0])
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                rec["saved_bytes"] = base - base0  # O and what autograd keeps for the backward
+                torch.cuda.reset_peak_memory_stats()
+                g = torch.autograd.grad(o, leaves[0], dos[0])
+                torch.cuda.synchronize()
+                rec["bwd_peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
+                del o, g
+            slow = prov.materializes or name == "sdpa-efficient"
+            opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
+            timings = {}
+            if shape.pass_ == "bwd":
+                timings["fwd"] = time_cuda(fn, leaves, **opts)
+                timings["bwd"] = _time_retained(fn, leaves, dos, opts)
+            timings["fwd+bwd"] = time_cuda(
+                lambda q, k, v, do: torch.autograd.grad(fn(q, k, v), (q, k, v), do),
+                [(*x, do) for x, do in zip(leaves, dos, strict=False)],
+                **opts,
+            )
+        except torch.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}
+        except Exception as exc:  # a backend that declines the input: record why, go on
+            torch.cuda.empty_cache()
+            return {**rec, "status": "error", "reason": _short(exc, caught)}
+    rec.update(_pass_figures(shape, timings))
+    return rec
+
+
+def _time_retained(fn, leaves: list, dos: list, opts: dict[str, Any]):
+    """The backward alone: one forward per input copy builds a graph outside the timing; each
+    timed call is ``torch.autograd.grad`` through it with ``retain_graph=True``."""
+    import torch
+
+    outs = [fn(*x) for x in leaves]
+    args = [(o, *x, do) for o, x, do in zip(outs, leaves, dos, strict=False)]
+    try:
+        return time_cuda(
+            lambda o, q, k, v, do: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
+            args,
+            **opts,
+        )
+    finally:
+        del outs, args
+
+
+def _pass_figures(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
+    """The record's speed fields: the pass's own timing (``ms``, ``tflops``, ``runs``,
+    ``spread``) and, for ``bwd``, the side timings and ``fwd+bwd − fwd``."""
+    t = timings[shape.pass_]
+    out: dict[str, Any] = {
+        "status": "ok",
+        "ms": t.median_ms,
+        "runs": len(t.runs_ms),
+        "spread": t.spread,
+        "tflops": shape.flops / t.median_ms / 1e9,
+    }
+    if shape.pass_ == "bwd":
+        fwd, both = timings["fwd"].median_ms, timings["fwd+bwd"].median_ms
+        out.update(fwd_ms=fwd, fwdbwd_ms=both, diff_ms=both - fwd)
+        out["diff_tflops"] = shape.flops / (both - fwd) / 1e9 if both > fwd else None
+    return out
+
+
+def run_shape(
+    shape: Shape, providers: tuple[str, ...], *, seed: int, oracle_max_n: int = ORACLE_MAX_N
+) -> list[SpeedRecord]:
+    """Every provider on one shape, then the oracle check of each output (forward) or of each
+    provider's gradients (backward passes); one record each."""
+    import torch
+
+    per_copy = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
+    sets = _inputs(shape, seed, copies_for_l2(per_copy))
+    rows = sample_rows(shape.n, seed=seed)
+    if shape.pass_ != "fwd":
+        recs = _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n)
+        return [SpeedRecord.from_json(r) for r in recs]
+    recs = [_measure(shape, p, sets, rows, memory=shape.part == "memory") for p in providers]
+    if shape.part == "memory":
+        for r in recs:
+            r["out_bytes"] = shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
+            r["lse_bytes"] = shape.b * shape.h * shape.n * 4
+    t0 = time.perf_counter()
+    ref = reference(*sets[0], causal=shape.causal, rows=rows)
+    for r in recs:
+        if r["status"] == "ok":
+            r["check"] = judge_rows(r.pop("o_rows"), ref, PROVIDERS[r["provider"]].arithmetic)
+    for r in recs:
+        r["check_s"] = time.perf_counter() - t0
+    del sets
+    torch.cuda.empty_cache()
+    return [SpeedRecord.from_json(r) for r in recs]
+
+
+def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
+    import torch
+
+    dos = _grad_outputs(shape, seed, len(sets))
+    keys = sample_rows(shape.n, seed=seed + 1)
+    memory = shape.part == "memory"
+    recs = [_measure_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers]
+    if memory:
+        for r in recs:
+            r["grad_bytes"] = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
+    t0 = time.perf_counter()
+    if any(r["status"] == "ok" for r in recs):
+        try:
+            ref = grad_reference(
+                *sets[0],
+                dos[0],
+                causal=shape.causal,
+                rows=rows,
+                keys=keys,
+                oracle_max_n=oracle_max_n,
+                seed=seed,
+            )
+        except Exception as exc:  # e.g. the naive baseline out of memory: nothing scores
+            torch.cuda.empty_cache()
+            ref, why = None, _short(exc, [])
+        for r in recs:
+            if r["status"] == "ok":
+                cls = PROVIDERS[r["provider"]].backward_arithmetic
+                r["check"] = (
+                    judge_grads(r.pop("grads"), ref, cls)
+                    if ref is not None
+                    else {"verdict": "unchecked", "reasons": [f"no reference: {why}"]}
+                )
+    for r in recs:
+        r.pop("grads", None)
+        r["check_s"] = time.perf_counter() - t0
+    del sets, dos
+    torch.cuda.empty_cache()
+    return recs

@@ -1,0 +1,152 @@
+"""Case files for a campaign's worst cases: which results to save, and re-running each to save
+it as a replayable case file (``flashcheck replay``).
+
+Per kernel and dtype: the worst forward case (by severity, then failure margin) and up to two
+more failing ones, the first failing case of each structural property, and the worst gradient
+case. Each is re-run on its kernel, judged again, saved with
+:func:`~flashcheck.harness.cases.store.save_case`, and recorded as a ``case-file`` record with
+the status on record and the one the re-run gave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..adapters.adapter import Kernel
+from ..cases.case import Case
+from ..cases.families import Recipe, make_case
+from ..cases.store import save_case
+from ..core.status import Status
+from ..judging.check import check_case
+from ..judging.gradient_check import check_gradients_case
+from .executor import Executor, GradientReference, outcome
+from .logrecords import (
+    CaseFileRecord,
+)
+from .plan import STRUCTURAL
+from .resultrecords import (
+    GradientResult,
+    ResultRecord,
+    StructuralResult,
+)
+from .worker import KernelFailure
+
+__all__ = ["CaseFiles", "worst_results"]
+
+
+def _worst_first(r: ResultRecord) -> tuple[int, float, str]:
+    return (-r.status.severity, -r.score, r.key)
+
+
+def worst_results(results: Sequence[ResultRecord], per_group: int = 3) -> list[ResultRecord]:
+    """The results of one kernel and dtype worth a case file: the worst judged forward case and
+    up to ``per_group - 1`` more failing ones, the worst judged gradient case, and the first
+    failing case of each structural property."""
+    forward = sorted(
+        (
+            r
+            for r in results
+            if r.status.judged and not isinstance(r, StructuralResult | GradientResult)
+        ),
+        key=_worst_first,
+    )
+    pick = forward[:1] + [r for r in forward[1:] if r.status != Status.PASS][: per_group - 1]
+    grad = sorted(
+        (r for r in results if isinstance(r, GradientResult) and r.status.judged),
+        key=_worst_first,
+    )
+    first: dict[str, ResultRecord] = {}
+    for r in results:
+        if isinstance(r, StructuralResult) and r.status == Status.FAIL:
+            first.setdefault(r.property, r)
+    return [*pick, *grad[:1], *first.values()]
+
+
+def _payload(job: Any) -> Any:
+    """The payload of a kernel job, or the :class:`KernelFailure` it ended in."""
+    try:
+        return outcome(job)
+    except KernelFailure as fail:
+        return fail
+
+
+@dataclass
+class CaseFiles:
+    """Re-runs results on their kernels and saves them as case files in ``case_dir``."""
+
+    executor: Executor
+    kernels: dict[str, Kernel]
+    devices: dict[str, str]
+    case_dir: Path
+    echo: Callable[[str], None] = print
+
+    def save(
+        self, spec: str, r: ResultRecord, grad_refs: dict[Recipe, Any]
+    ) -> CaseFileRecord | None:
+        """Re-run ``r`` on ``spec`` and save its case file (``None``, with a warning, if the
+        re-run failed). ``grad_refs``: the gradient references by recipe (or their futures)."""
+        case = make_case(r.recipe)
+        if isinstance(r, GradientResult):
+            verdict = self._gradients(spec, r, case, grad_refs)
+            prop = "gradients"
+        elif isinstance(r, StructuralResult) and r.property in STRUCTURAL:
+            verdict = self._structural(spec, r, case)
+            prop = r.property
+        else:
+            verdict = self._accuracy(spec, r, case)
+            prop = r.property if isinstance(r, StructuralResult) else "accuracy"
+        if verdict is None:
+            return None
+        cid = save_case(
+            case,
+            kernel=spec,
+            device=self.devices[spec],
+            verdict=verdict,
+            directory=self.case_dir,
+            context={"property": prop, "result_key": r.key, "part": r.part},
+        )
+        return CaseFileRecord(r.key, cid, spec, r.dtype, r.status, Status(verdict["verdict"]))
+
+    def _gradients(
+        self, spec: str, r: ResultRecord, case: Case, grad_refs: dict[Recipe, Any]
+    ) -> dict[str, Any] | None:
+        dev = self.devices[spec]
+        grads = _payload(self.executor.backward(spec, case, dev))
+        if isinstance(grads, KernelFailure):
+            self.echo(
+                f"warning: re-running the backward of {spec} on {r.key} for its "
+                f"case file failed: {grads}"
+            )
+            return None
+        gref = grad_refs[r.recipe]
+        if not isinstance(gref, GradientReference):  # a future submitted by save_worst
+            gref = grad_refs[r.recipe] = gref.result()
+        adapter = self.kernels[spec]
+        # The bounds the recorded verdict used (the runner's gradient part), so the replay
+        # agrees.
+        bounds = gref.every.parts.get(adapter.backward_arithmetic, gref.every)
+        res = check_gradients_case(
+            adapter, case, device=dev, grads=grads, ref=gref.ref, naive=gref.naive, bounds=bounds
+        )
+        return res.as_dict()
+
+    def _structural(self, spec: str, r: StructuralResult, case: Case) -> dict[str, Any] | None:
+        prop = r.property
+        got = _payload(self.executor.check(prop, spec, case, self.devices[spec], 8))
+        if isinstance(got, KernelFailure):
+            self.echo(f"warning: re-running {prop} of {spec} on {r.key} failed: {got}")
+            return None
+        ok, msg = got
+        status = Status.PASS if ok else Status.FAIL
+        return {"verdict": str(status), "property": prop, "message": msg}
+
+    def _accuracy(self, spec: str, r: ResultRecord, case: Case) -> dict[str, Any] | None:
+        dev = self.devices[spec]
+        out = _payload(self.executor.run(spec, case, dev))
+        if isinstance(out, KernelFailure):
+            self.echo(f"warning: re-running {spec} on {r.key} for its case file failed: {out}")
+            return None
+        return check_case(self.kernels[spec], case, device=dev, output=out).verdict.as_dict()

@@ -1,0 +1,201 @@
+"""The sections of ``error-report.md`` beyond forward accuracy: structural properties,
+gradients, the fit to each arithmetic class, kernel contracts, stopped kernels, limitations and
+the environment."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from ..core.status import Status
+from .logrecords import ResultsFile
+from .tables import BROKEN, finite_max, fmt, groups, shape_text, status_counts
+
+__all__ = [
+    "CLASSES",
+    "class_fit",
+    "contracts",
+    "environment",
+    "gradient_table",
+    "limitations",
+    "stopped",
+    "structural_table",
+]
+
+CLASSES = ("flash", "flash-fa1", "naive", "tf32")
+
+
+def _bold(n: int) -> str:
+    return f"**{n}**" if n else "0"
+
+
+def contracts(data: ResultsFile, kernels: Sequence[str]) -> list[str]:
+    """What each kernel accepts, one bullet per kernel."""
+    lines = []
+    for k in kernels:
+        rec = data.contracts.get(k)
+        if rec is None:
+            continue
+        lines.append(f"- **{k}**: " + "; ".join(rec.lines))
+    return lines or ["(not recorded: a campaign from before contracts were probed)"]
+
+
+def structural_table(
+    data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str], case_dir: str
+) -> list[str]:
+    """Per kernel, dtype and property: status counts and the first failure."""
+    rows = data.structural
+    if not rows:
+        return ["(no structural properties in this campaign)"]
+    files = data.case_files
+    lines = [
+        "| kernel | dtype | property | PASS | FAIL | raised / hung | skipped | first failure |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k, dt, grp in groups(rows, kernels, dtypes):
+        for prop in dict.fromkeys(r.property for r in grp):
+            mine = [r for r in grp if r.property == prop]
+            st = status_counts(mine)
+            bad = next((r for r in mine if r.status == Status.FAIL), None)
+            broken = next((r for r in mine if r.status.broken), None)
+            first = "–"
+            if bad is not None:
+                first = bad.reasons[0]
+                if bad.key in files:
+                    first += f" (`flashcheck replay {files[bad.key].case_id} --dir {case_dir}`)"
+            elif broken is not None:
+                first = f"{broken.status}: {broken.reasons[0]}"
+            hung = sum(st[s] for s in BROKEN)
+            lines.append(
+                f"| {k} | {dt} | {prop} | {st[Status.PASS]} | {_bold(st[Status.FAIL])} | {hung} "
+                f"| {st[Status.SKIP]} | {first} |"
+            )
+    return lines
+
+
+def gradient_table(
+    data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str], case_dir: str
+) -> list[str]:
+    """Per kernel, dtype and gradient tensor: verdict counts and the largest errors."""
+    rows = data.gradients
+    if not rows:
+        return ["(no kernel with a backward in this campaign)"]
+    lines = [
+        "| kernel | dtype | gradient | cases | PASS | FAIL | FAIL-HARD | raised / hung / bad "
+        "shape | skipped | max ULP | max bound util. | max naive ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k, dt, grp in groups(rows, kernels, dtypes):
+        st = status_counts(grp)
+        judged = [r for r in grp if r.status.judged and r.gradients is not None]
+        broken = ", ".join(f"{st[s]} {s}" for s in BROKEN if st[s]) or "0"
+        for name, label in (("dq", "dQ"), ("dk", "dK"), ("dv", "dV")):
+            per = [r.gradients[name] for r in judged]
+            vs = Counter(g.verdict for g in per)
+            ulps = [float(g.max_ulp) for g in per]
+            util = [float(g.det_util) for g in per if g.det_util is not None]
+            ratio = [float(g.naive_ratio) for g in per if g.naive_ratio is not None]
+            lines.append(
+                f"| {k} | {dt} | {label} | {len(per)} | {vs[Status.PASS]} "
+                f"| {_bold(vs[Status.FAIL])} | {_bold(vs[Status.FAIL_HARD])} "
+                f"| {broken} | {st[Status.SKIP]} "
+                f"| {fmt(finite_max(ulps), nan='NaN') if ulps else '–'} "
+                f"| {fmt(finite_max(util)) if util else '–'} "
+                f"| {fmt(finite_max(ratio)) if ratio else '–'} |"
+            )
+    files = data.case_files
+    worst = []
+    for k, dt, grp in groups(rows, kernels, dtypes):
+        for r in grp:
+            if r.key in files:
+                cid = files[r.key].case_id
+                worst.append(
+                    f"- **{k} {dt}** {r.status} ({r.family}, {shape_text(r)}): "
+                    f"`flashcheck replay {cid} --dir {case_dir}`"
+                )
+    if worst:
+        lines += ["", "Worst gradient cases, each replayable:", "", *worst]
+    return lines
+
+
+def class_fit(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -> list[str]:
+    """Bound utilization of each kernel's errors against every arithmetic class."""
+    lines = [
+        "| kernel | dtype | declared | "
+        + " | ".join(f"{c} util. (cases > 1)" for c in CLASSES)
+        + " | consistent with |",
+        "|---|---|---|" + "---|" * len(CLASSES) + "---|",
+    ]
+    found = False
+    for k, dt, grp in groups(data.results, kernels, dtypes):
+        judged = [r for r in grp if r.status.judged and r.class_util is not None]
+        if not judged:
+            continue
+        found = True
+        cells, fits = [], []
+        for c in CLASSES:
+            present = [r.class_util for r in judged if c in r.class_util]
+            if not present:
+                cells.append("n/a")
+                continue
+            vals = [u[c] for u in present]
+            nonfinite = sum(v is None for v in vals)
+            finite = [float(v) for v in vals if v is not None]
+            over = sum(v > 1 for v in finite) + nonfinite
+            top = float("nan") if nonfinite else max(finite, default=0.0)
+            cells.append(f"{fmt(top, nan='NaN')} ({over})")
+            if over == 0:
+                fits.append(c)
+        declared = judged[0].arithmetic or "–"
+        verdict = ", ".join(fits) if fits else "none: above every class's bound in some case"
+        lines.append(f"| {k} | {dt} | {declared} | " + " | ".join(cells) + f" | {verdict} |")
+    return lines if found else ["(no judged results with class utilization)"]
+
+
+def stopped(data: ResultsFile) -> list[str]:
+    """The kernels stopped after repeated identical failures."""
+    return [
+        f"- **{r.kernel} {r.dtype}**: stopped after {r.count} identical failures "
+        f"in a row ({r.reason}); its remaining cases were not run"
+        for r in data.stopped
+    ]
+
+
+def environment(data: ResultsFile) -> list[str]:
+    """One table per distinct environment the campaign ran in."""
+    lines = []
+    envs = []
+    for s in data.sessions:
+        env = {k: v for k, v in s.env.items() if k != "argv"}  # argv: how, not what
+        if env not in envs:
+            envs.append(env)
+    for i, env in enumerate(envs):
+        if len(envs) > 1:
+            lines.append(
+                f"Environment {i + 1} of {len(envs)} (the campaign was resumed in a "
+                "different environment):"
+            )
+        lines += ["| | |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in env.items()]
+        lines.append("")
+    return lines
+
+
+def limitations(data: ResultsFile) -> list[str]:
+    """What could not run here, and the cases outside a kernel's contract."""
+    lines = []
+    seen = set()
+    for r in data.limitations:
+        key = (r.kernel, r.dtype, r.reason)
+        if key not in seen:
+            seen.add(key)
+            lines.append(f"- **{r.kernel}**, {r.dtype} on {r.device}: {r.reason}")
+    skips = Counter((r.kernel, r.reasons[0]) for r in data.results if r.status == Status.SKIP)
+    if skips:
+        lines += [
+            "",
+            "Cases outside a kernel's contract (declared or probed; not run, not counted):",
+            "",
+        ]
+        lines += [f"- {k}: {n} × {why}" for (k, why), n in sorted(skips.items())]
+    return lines or ["None detected."]

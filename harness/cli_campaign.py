@@ -1,0 +1,249 @@
+"""The ``flashcheck report``, ``render`` and ``kernels`` subcommands: run an accuracy campaign,
+re-render its report, list the kernels."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cliargs import positive, positive_float
+
+__all__ = ["add_campaign_commands"]
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .campaign.report import ReportOptions, run_report
+    from .core.resultlog import ResultLogError
+
+    opts = ReportOptions(
+        name=args.name,
+        preset=args.preset,
+        seed=args.seed,
+        kernels=tuple(args.kernel or ()),
+        dtypes=tuple(args.dtype or ("fp16", "bf16", "fp32")),
+        device=args.device,
+        out=args.out,
+        timeout=args.timeout,
+        isolate=not args.no_isolate,
+        fresh=args.fresh,
+        render=not args.no_render,
+        fail_on=args.fail_on,
+        streak=args.stop_after,
+        arithmetic=args.arithmetic,
+        workers=args.workers,
+        kernel_workers=args.kernel_workers,
+        executor=args.executor,
+        address=args.address,
+        parts=tuple(args.part or ()),
+    )
+    try:
+        return run_report(opts)
+    except (ValueError, ResultLogError) as err:
+        print(f"flashcheck report: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from .campaign.render import render_report
+    from .core.resultlog import ResultLogError
+
+    try:
+        path = render_report(args.results, args.out, figures=not args.no_figures)
+    except (OSError, ResultLogError) as err:
+        print(f"flashcheck render: error: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from .adapters.registry import builtin_kernels, entry_point_kernels, resolve
+
+    table = dict(builtin_kernels())
+    for name in entry_point_kernels():
+        try:
+            table[name] = resolve(name)
+        except ValueError as err:
+            print(f"{name}: {err}", file=sys.stderr)
+    print("| kernel | arithmetic | dtypes | devices | masks | here |")
+    print("|---|---|---|---|---|---|")
+    for name, a in table.items():
+        here = []
+        for dev in a.devices:
+            for dt in a.dtypes:
+                why = a.unavailable(dt, dev)
+                here.append(f"{dt}/{dev}: " + ("yes" if why is None else f"no ({why})"))
+        print(
+            f"| {name} | {a.arithmetic} | {', '.join(a.dtypes)} | {', '.join(a.devices)} "
+            f"| {', '.join(sorted(a.masks)) or 'none'} | {'; '.join(here)} |"
+        )
+    return 0
+
+
+def add_campaign_commands(sub) -> None:
+    """Add ``report``, ``render`` and ``kernels`` to the subparsers ``sub``."""
+    p = _add_report(sub)
+    _add_run_options(p)
+    _add_execution_options(p)
+    p.set_defaults(func=_cmd_report)
+    r = sub.add_parser(
+        "render",
+        help="re-render an error report from its results.jsonl (runs nothing)",
+        description="Write error-report.md and its figures from a results file alone.",
+    )
+    r.add_argument("results", help="path to a results.jsonl written by 'flashcheck report'")
+    r.add_argument("--out", default=None, help="output directory (default: the file's own)")
+    r.add_argument("--no-figures", action="store_true", help="markdown only")
+    r.set_defaults(func=_cmd_render)
+    k = sub.add_parser(
+        "kernels",
+        help="list the kernels flashcheck knows and whether each can run here",
+        description="Built-in kernels, library adapters and entry points of group "
+        "flashcheck.kernels, with their arithmetic class, dtypes, devices and masks.",
+    )
+    k.set_defaults(func=_cmd_kernels)
+
+
+def _add_report(sub) -> argparse.ArgumentParser:
+    """The ``report`` parser with what chooses the campaign: name, preset, seed, kernels,
+    dtypes, device."""
+    from .campaign.runner import PRESETS
+
+    p = sub.add_parser(
+        "report",
+        help="run an accuracy campaign and write reports/<name>/error-report.md",
+        description="Run every kernel on adversarial inputs (kernels x dtypes x input families "
+        "x sizes, plus a targeted worst-case search per kernel and dtype), judge each result "
+        "against the mpmath oracle and the error bounds, and render a markdown report with "
+        "figures. Results are appended to reports/<name>/results.jsonl as they are produced: "
+        "an interrupted run resumes where it stopped when the same command is run again. "
+        "Exit status: 0 nothing at the --fail-on gate, 1 something was, 2 usage error, "
+        "130 interrupted.",
+    )
+    p.add_argument(
+        "--name",
+        help="report name: reports/<name>/ (default: made from the --kernel "
+        "specs, else cpu or the GPU model)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="campaign size (default: cpu on a CPU machine, gpu with CUDA); smoke "
+        "is a seconds-long sanity run",
+    )
+    p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        metavar="SPEC",
+        help="kernel to test: a built-in name (see 'flashcheck kernels'), an entry "
+        "point of group flashcheck.kernels, or package.module:function; repeat for "
+        "several (default: every built-in kernel)",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        choices=("fp16", "bf16", "fp32"),
+        help="input format; repeat for several (default: all three)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="device for the kernels that support it (default: cuda if available)",
+    )
+    return p
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """Where results go, time limits, resuming, rendering and the gate."""
+    from .campaign.report import GATES
+
+    p.add_argument("--out", default="reports", help="parent directory (default reports)")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        help="seconds one kernel call may take before it is killed and recorded "
+        "as TIMEOUT (default 300)",
+    )
+    p.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="run kernels in this process (no timeout; for debugging)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard existing results of this name instead of resuming",
+    )
+    p.add_argument("--no-render", action="store_true", help="run the campaign only")
+    p.add_argument(
+        "--fail-on",
+        choices=list(GATES),
+        default="fail-hard",
+        help="what makes the exit status 1 (default fail-hard: FAIL-HARD, wrong-shape "
+        "outputs, a kernel that raised or hung inside its contract, a failed "
+        "structural property, a kernel that could not run at all; fail adds FAIL; "
+        "never)",
+    )
+
+
+def _add_execution_options(p: argparse.ArgumentParser) -> None:
+    """Arithmetic class, workers, executor, streaks and parts."""
+    from .campaign.plan import PARTS
+
+    p.add_argument(
+        "--arithmetic",
+        choices=("naive", "flash", "flash-fa1", "tf32"),
+        help="declare the arithmetic class of the --kernel functions that do not "
+        "declare one, so that class's error bounds apply (default: unknown, the "
+        "loosest bound of every class)",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="processes for the oracle, bounds and baselines (default: one per "
+        "core); results do not depend on it",
+    )
+    p.add_argument(
+        "--kernel-workers",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="isolated processes running the kernels (default: one per GPU with "
+        "--device cuda, else one per core); with more than the GPUs, they share "
+        "them",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="run on this machine (default) or on a Ray cluster (pip install "
+        "'flashcheck[ray]'; docs/report.md)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --executor ray: the cluster's address (default: a Ray instance "
+        "started on this machine)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=positive,
+        default=5,
+        metavar="N",
+        help="stop a kernel for a dtype after N identical failures in a row "
+        "(raised, hung or bad output; default 5)",
+    )
+    p.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        metavar="PART",
+        help=f"run only this part of the campaign; repeat for several (default: "
+        f"all: {', '.join(PARTS)})",
+    )

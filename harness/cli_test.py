@@ -1,0 +1,108 @@
+"""The ``flashcheck test`` subcommand: the property suite on a kernel (pytest with flashcheck's
+plugin)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_test"]
+
+
+def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
+    import importlib.resources
+    import os
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    from .adapters.registry import resolve
+
+    if args.spec != "builtin":
+        try:
+            resolve(args.spec)
+        except ValueError as err:
+            print(f"flashcheck test: error: {err}", file=sys.stderr)
+            return 2
+    suite = importlib.resources.files("flashcheck.properties")
+    argv = [
+        "--pyargs",
+        "flashcheck.properties",
+        "-c",
+        str(suite / "suite.ini"),
+        "--rootdir",
+        str(Path.cwd()),
+        "--flashcheck-profile",
+        args.profile,
+        "--flashcheck-kernel",
+        args.spec,
+    ]
+    for dt in args.dtype or ():
+        argv += ["--flashcheck-dtype", dt]
+    if args.device:
+        argv += ["--flashcheck-device", args.device]
+    argv += extra[1:] if extra[:1] == ["--"] else extra
+    # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
+    # (from inside this process it would warn that the package is already imported).
+    with tempfile.TemporaryDirectory(prefix="flashcheck-test-") as tmp:
+        mark = Path(tmp) / "session"
+        env = dict(os.environ, FLASHCHECK_SESSION_FILE=str(mark))
+        try:
+            code = subprocess.run([sys.executable, "-m", "pytest", *argv], env=env).returncode
+        except KeyboardInterrupt:
+            return 130
+        last = mark.read_text() if mark.exists() else ""
+    if last != "finished" and code not in (0, pytest.ExitCode.USAGE_ERROR):
+        where = f"in {last}" if last else "before the first test"
+        print(
+            f"\nflashcheck test: the test process ended abruptly {where} (exit status {code}): "
+            "the kernel probably killed it (a crash, os._exit). 'flashcheck report --kernel "
+            f"{args.spec}' runs the kernel in an isolated process and records such crashes "
+            "with their inputs.",
+            file=sys.stderr,
+        )
+    # pytest's own codes, except a usage error, which is 2 here as in every flashcheck command.
+    return 2 if code == pytest.ExitCode.USAGE_ERROR else code
+
+
+def add_test(sub) -> None:
+    """Add ``test`` to the subparsers ``sub``."""
+    t = sub.add_parser(
+        "test",
+        help="run the property suite on a kernel (pytest with flashcheck's plugin)",
+        usage="flashcheck test SPEC [--profile P] [--dtype D] [--device D] [pytest options]",
+        description="Run flashcheck's Hypothesis property suite against SPEC: accuracy against "
+        "the mpmath oracle with a-priori error bounds and the empirical rule, batch/head "
+        "independence, padded buffers, determinism, key permutation, the NaN rule and the "
+        "pinned regression cases, every input drawn inside the kernel's contract (declared "
+        "with flashcheck.kernel(...), or probed). SPEC is a built-in name, 'builtin' (the "
+        "project's own kernels), an entry point of group flashcheck.kernels, or "
+        "package.module:function (the current directory is searched first). Options it does "
+        "not know go to pytest (e.g. -x, -k accuracy, --hypothesis-seed=N). A failing case is "
+        "saved to reports/cases/ and printed with its 'flashcheck replay' command. Exit "
+        "status: pytest's (0 all passed, 1 a test failed, 5 nothing ran), 2 usage error.",
+    )
+    t.add_argument("spec", metavar="SPEC", help="the kernel to test (first, before pytest options)")
+    t.add_argument(
+        "--profile",
+        choices=("ci", "dev", "thorough", "sweep"),
+        default="ci",
+        help="Hypothesis profile: ci (default; the same examples every run, 40 per "
+        "accuracy property), dev (random examples), thorough (1000), sweep "
+        "(10000)",
+    )
+    t.add_argument(
+        "--dtype",
+        action="append",
+        choices=("fp16", "bf16", "fp32"),
+        help="only this input format; repeat for several (default: the kernel's)",
+    )
+    t.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="device (default: cuda if available and the kernel runs there)",
+    )
+    t.set_defaults(func=_cmd_test, passthrough=True)
