@@ -237,6 +237,8 @@ def project_kernels() -> dict[str, Kernel]:
             backward=_recurrence_backward,
             backward_arithmetic="flash",
             backward_score_limit=BWD_FLASH_SCORES,
+            deterministic=True,
+            batch_invariant=True,
         ),
         "recurrence-fa1": Kernel(
             "recurrence-fa1",
@@ -245,6 +247,8 @@ def project_kernels() -> dict[str, Kernel]:
             api="numpy",
             devices=("cpu",),
             key_block=5,
+            deterministic=True,
+            batch_invariant=True,
         ),
         "naive-numpy": Kernel(
             "naive-numpy",
@@ -255,6 +259,8 @@ def project_kernels() -> dict[str, Kernel]:
             score_limit=naive_limit,
             backward=_naive_numpy_backward,
             backward_arithmetic="naive",
+            deterministic=True,
+            batch_invariant=True,
         ),
         "naive-torch": Kernel(
             "naive-torch",
@@ -267,6 +273,7 @@ def project_kernels() -> dict[str, Kernel]:
             check_case=_naive_torch_case,
             backward="autograd",
             backward_arithmetic="naive",
+            deterministic=True,
         ),
         "triton": Kernel(
             "triton",
@@ -278,6 +285,8 @@ def project_kernels() -> dict[str, Kernel]:
             backward=_triton_backward,
             backward_arithmetic="flash",
             backward_score_limit=BWD_FLASH_SCORES,
+            deterministic=True,
+            batch_invariant=True,
         ),
         "triton-tf32": Kernel(
             "triton-tf32",
@@ -291,5 +300,7 @@ def project_kernels() -> dict[str, Kernel]:
             backward=_triton_tf32_backward,
             backward_arithmetic="tf32",
             backward_score_limit=BWD_FLASH_SCORES,
+            deterministic=True,
+            batch_invariant=True,
         ),
     }

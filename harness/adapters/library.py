@@ -217,6 +217,7 @@ def library_kernels() -> dict[str, Kernel]:
             batch_invariant=False,
             check_available=_cuda_if_asked,
             backward="autograd",
+            deterministic=True,
         ),
         "sdpa-flash": Kernel(
             "sdpa-flash",
@@ -228,6 +229,8 @@ def library_kernels() -> dict[str, Kernel]:
             check_available=_cuda_only,
             check_case=_square_causal,
             backward="autograd",
+            deterministic=True,
+            batch_invariant=True,
         ),
         "sdpa-efficient": Kernel(
             "sdpa-efficient",
@@ -237,6 +240,8 @@ def library_kernels() -> dict[str, Kernel]:
             masks=all_masks,
             check_available=_cuda_only,
             backward="autograd",
+            deterministic=True,
+            batch_invariant=True,
         ),
         "sdpa-cudnn": Kernel(
             "sdpa-cudnn",
@@ -249,6 +254,8 @@ def library_kernels() -> dict[str, Kernel]:
             check_available=_cuda_only,
             check_case=_square_causal,
             backward="autograd",
+            deterministic=True,
+            batch_invariant=True,
         ),
         "flex": Kernel(
             "flex",
@@ -259,6 +266,8 @@ def library_kernels() -> dict[str, Kernel]:
             head_dims=pow2,
             check_available=_flex_available,
             backward="autograd",
+            deterministic=True,
+            batch_invariant=True,
         ),
         "flash-attn": Kernel(
             "flash-attn",
@@ -270,6 +279,8 @@ def library_kernels() -> dict[str, Kernel]:
             options=frozenset({"causal", "window", "scale"}),
             check_available=_flash_attn_available,
             backward="autograd",
+            deterministic=True,
+            batch_invariant=True,
         ),
     }
     return out

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.probe import resolved
+from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
 from ..core.resultlog import ResultLog, num, read_records
-from .executor import Executor, LocalExecutor, outcome
+from .executor import Executor, LocalExecutor
 from .plan import PARTS
 from .records import SEVERITY, gist
 from .runner import (
@@ -36,7 +37,6 @@ from .runner import (
     kernel_device,
     resolve_kernels,
 )
-from .worker import probe_runner
 
 __all__ = [
     "GATES",
@@ -220,9 +220,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             for spec, kern in declared.items():
                 if kern.pending:
                     echo(f"probing the contract of {spec} on {devices[spec]} ...")
-                runner = probe_runner(
-                    lambda s, c, d: outcome(executor.run(s, c, d)), spec, devices[spec]
-                )
+                runner = executor.runner(KernelRef.of(kern, spec), devices[spec])
                 adapters[spec] = resolved(kern, devices[spec], runner)
             for spec in opts.kernels:
                 why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]

@@ -15,7 +15,7 @@ inputs it accepts, and kernels whose fitted cases coincide share one oracle eval
 - ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
   (the RMSE table);
 - ``structural``: per kernel and dtype, the structural properties of
-  :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
+  :mod:`flashcheck.harness.checks.structural` (batch/head independence, padded buffers,
   determinism, key permutation, the NaN rule, options applied) on a few cases each;
 - ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
   :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
@@ -33,7 +33,7 @@ it exists. A re-run with the same configuration skips every result already there
 rebuilt from the seed, and the search's next generation is rebuilt from the results on file, so
 an interrupted campaign resumes without recomputing anything and ends with the same numbers as
 an uninterrupted one. Kernels run in a child process with a per-case time limit
-(:mod:`flashcheck.harness.campaign.worker`); one that raises, hangs or returns the wrong shape
+(:mod:`flashcheck.harness.adapters.worker`); one that raises, hangs or returns the wrong shape
 is recorded as ``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on, unless it
 failed the same way :data:`STREAK` times in a row: then that kernel and dtype stop, and one
 ``stopped`` record says why.
@@ -54,11 +54,13 @@ from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..adapters.registry import resolve
+from ..adapters.worker import KernelRef
 from ..cases.case import DTYPES, Case
 from ..cases.families import Recipe, make_case
 from ..cases.store import save_case
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog, num
+from ..core.status import Status
 from ..judging.check import check_case
 from ..judging.gradient_check import check_gradients_case
 from ..judging.gradient_verdict import judge_gradients
@@ -66,7 +68,6 @@ from .executor import (
     Executor,
     GradientReference,
     Reference,
-    outcome,
 )
 from .plan import (
     PARTS,
@@ -87,7 +88,6 @@ from .records import (
     gradient_fields,
     result_fields,
 )
-from .worker import KernelFailure
 
 __all__ = [
     "PRESETS",
@@ -259,7 +259,8 @@ class Campaign:
                 adapter = self.kernels[spec]
                 check = adapter.backward_supports if gradients else adapter.supports
                 why = check(case, self.devices[spec])
-                runs[spec] = why if why is not None else call(spec, case, self.devices[spec])
+                ref = KernelRef.of(adapter, spec)
+                runs[spec] = why if why is not None else call(ref, case, self.devices[spec])
             ref = self.executor.gradient_reference if gradients else self.executor.reference
             task.groups.append(_Group(recipe, case, ref(recipe), runs))
         return task
@@ -275,7 +276,8 @@ class Campaign:
         if why is None:
             b, hq = case.shape[:2]
             calls = 1 + b * hq if name == "batch-head-independence" else 4
-            why = self.executor.check(name, spec, case, self.devices[spec], calls)
+            ref = KernelRef.of(adapter, spec)
+            why = self.executor.check(name, ref, case, self.devices[spec], calls)
         return _Group(recipe, case, None, {spec: why}, check=name)
 
     def _collect(self, task: _Task) -> None:
@@ -296,13 +298,14 @@ class Campaign:
             status, msg = "SKIP", job
         else:
             t0 = time.perf_counter()
-            try:
-                ok, msg = outcome(job)
-                status = "PASS" if ok else "FAIL"
-                if ok and msg.startswith("not applicable"):
-                    status = "SKIP"  # nothing was checked: not a pass
-            except KernelFailure as fail:
-                status, msg = fail.status, fail.message
+            out = job.result()
+            if out.ok:
+                status, msg = out.value.status, out.value.message
+                if status is Status.NOT_APPLICABLE:
+                    status = Status.SKIP  # nothing was checked: recorded as SKIP, with the reason
+            else:
+                status, msg = out.status, out.message
+            status = str(status)
             common["seconds"] = {"wait": round(time.perf_counter() - t0, 4)}
         if status not in ("PASS", "SKIP"):
             common["score"] = math.inf
@@ -335,24 +338,24 @@ class Campaign:
                     )
                 )
                 continue
-            try:
-                out = outcome(job)
-            except KernelFailure as fail:
-                score = 0.0 if fail.status == "SKIP" else math.inf
+            called = job.result()
+            if not called.ok:
+                score = 0.0 if called.status == "SKIP" else math.inf
                 self._append(
                     self._record(
                         item,
                         spec,
                         group.case,
                         group.recipe,
-                        status=fail.status,
-                        reasons=[fail.message],
+                        status=str(called.status),
+                        reasons=[called.message],
                         score=score,
                         seconds=seconds,
                         **common,
                     )
                 )
                 continue
+            out = called.value
             res = check_case(
                 self.kernels[spec],
                 group.case,
@@ -393,23 +396,23 @@ class Campaign:
                     )
                 )
                 continue
-            try:
-                grads = outcome(job)
-            except KernelFailure as fail:
-                score = 0.0 if fail.status == "SKIP" else math.inf
+            called = job.result()
+            if not called.ok:
+                score = 0.0 if called.status == "SKIP" else math.inf
                 self._append(
                     self._record(
                         item,
                         spec,
                         group.case,
                         group.recipe,
-                        status=fail.status,
-                        reasons=[fail.message],
+                        status=str(called.status),
+                        reasons=[called.message],
                         score=score,
                         seconds=seconds,
                     )
                 )
                 continue
+            grads = called.value
             cls = self.kernels[spec].backward_arithmetic
             bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
             verdicts = judge_gradients(
@@ -562,15 +565,16 @@ class Campaign:
         case = make_case(recipe)
         dev = self.devices[spec]
         prop = "gradients" if r["part"] == "gradients" else r.get("property", "accuracy")
+        ref = KernelRef.of(self.kernels[spec], spec)
         if prop == "gradients":
-            try:
-                grads = outcome(self.executor.backward(spec, case, dev))
-            except KernelFailure as fail:
+            called = self.executor.backward(ref, case, dev).result()
+            if not called.ok:
                 self.echo(
                     f"warning: re-running the backward of {spec} on {r['key']} for its "
-                    f"case file failed: {fail}"
+                    f"case file failed: {called}"
                 )
                 return
+            grads = called.value
             gref = self._grad_refs[recipe]
             if not isinstance(gref, GradientReference):  # a future submitted by save_worst
                 gref = self._grad_refs[recipe] = gref.result()
@@ -588,20 +592,20 @@ class Campaign:
             )
             verdict = res.as_dict()
         elif prop in STRUCTURAL:
-            try:
-                ok, msg = outcome(self.executor.check(prop, spec, case, dev, 8))
-            except KernelFailure as fail:
-                self.echo(f"warning: re-running {prop} of {spec} on {r['key']} failed: {fail}")
+            called = self.executor.check(prop, ref, case, dev, 8).result()
+            if not called.ok:
+                self.echo(f"warning: re-running {prop} of {spec} on {r['key']} failed: {called}")
                 return
-            verdict = {"verdict": "PASS" if ok else "FAIL", "property": prop, "message": msg}
+            found = called.value
+            verdict = {"verdict": str(found.status), "property": prop, "message": found.message}
         else:
-            try:
-                out = outcome(self.executor.run(spec, case, dev))
-            except KernelFailure as fail:
+            called = self.executor.run(ref, case, dev).result()
+            if not called.ok:
                 self.echo(
-                    f"warning: re-running {spec} on {r['key']} for its case file failed: {fail}"
+                    f"warning: re-running {spec} on {r['key']} for its case file failed: {called}"
                 )
                 return
+            out = called.value
             verdict = check_case(self.kernels[spec], case, device=dev, output=out).verdict
             verdict = verdict.as_dict()
         cid = save_case(
