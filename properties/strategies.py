@@ -126,14 +126,7 @@ def recipes(
         draw(st.sampled_from([None, None, 1.0, 0.125, 0.5, 2.0, 0.3])) if explicit_scale else None
     )
     if with_option and not causal and window is None and scale is None:
-        offered = [m for m in ("causal", "window") if m in masks]
-        offered += ["scale"] if explicit_scale else []
-        if not offered:
-            raise ValueError("with_option=True needs causal, window or an explicit scale allowed")
-        pick = draw(st.sampled_from(offered))
-        causal = pick == "causal"
-        window = _window(draw, max_len) if pick == "window" else None
-        scale = draw(st.sampled_from([1.0, 0.125, 0.5, 2.0, 0.3])) if pick == "scale" else None
+        causal, window, scale = _one_option(draw, masks, explicit_scale, max_len)
     magnitude = draw(st.sampled_from(magnitudes(family, dtype, score_limit)))
     seed = draw(st.integers(0, 2**32 - 1))
     return Recipe(
@@ -154,6 +147,18 @@ def recipes(
         magnitude,
         score_limit,
     )
+
+
+def _one_option(draw: Any, masks: tuple[str, ...], explicit_scale: bool, max_len: int):
+    """``(causal, window, scale)`` with exactly one of them set, among those allowed."""
+    offered = [m for m in ("causal", "window") if m in masks]
+    offered += ["scale"] if explicit_scale else []
+    if not offered:
+        raise ValueError("with_option=True needs causal, window or an explicit scale allowed")
+    pick = draw(st.sampled_from(offered))
+    window = _window(draw, max_len) if pick == "window" else None
+    scale = draw(st.sampled_from([1.0, 0.125, 0.5, 2.0, 0.3])) if pick == "scale" else None
+    return pick == "causal", window, scale
 
 
 def _window(draw: Any, max_len: int) -> tuple[int | None, int | None]:

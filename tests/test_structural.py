@@ -2,7 +2,12 @@
 bug) is FAIL, a correct kernel is PASS, and a case that gives the check nothing to test is
 NOT-APPLICABLE with the reason, never a pass."""
 
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -195,3 +200,19 @@ def test_checks_are_named_for_workers_by_module_and_function():
     assert check_target("gradient-conformance").endswith("conformance:gradient_conformance")
     with pytest.raises(ValueError, match="unknown structural check"):
         check_target("nope")
+
+
+def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
+    # Before, every draw of this property was "not applicable" and counted as a pass.
+    shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    args = ["test", "user_backward:flash_no_lse", "--", "-k", "flash_backward_matches", "-rs"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(
+        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "1 skipped" in text and " passed" not in text, text
+    assert "the kernel returns no LSE" in text, text

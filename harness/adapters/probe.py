@@ -125,31 +125,34 @@ def _no_run(kernel: Kernel, why: str) -> Kernel:
     )
 
 
-def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
-    p = _Prober(kernel, device, runner)
-    todo = kernel.pending
-    notes: list[tuple[str, str]] = []
-    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
-    base, first_error = None, ""
-    lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
-    dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
+def _base(p: _Prober, dtypes, lengths, dims) -> tuple[tuple[str, int, int] | None, str]:
+    """The first ``(dtype, length, head dim)`` the kernel runs, or ``None`` and its first
+    complaint; :class:`_Hung` if it hangs."""
+    first_error = ""
     try:
         for n in lengths:
             for d in dims:
                 for dt in dtypes:
                     why = p.attempt(dt, nq=n, nk=n, d=d)
                     if not why:
-                        base = (dt, n, d)
-                        break
+                        return (dt, n, d), ""
                     first_error = first_error or why
-                if base:
-                    break
-            if base:
-                break
+    except _Ran:
+        return (dtypes[0], lengths[0], dims[0]), ""  # it returns something: judged later
+    return None, first_error
+
+
+def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
+    p = _Prober(kernel, device, runner)
+    todo = kernel.pending
+    notes: list[tuple[str, str]] = []
+    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
+    lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
+    dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
+    try:
+        base, first_error = _base(p, dtypes, lengths, dims)
     except _Hung as err:
         return _no_run(kernel, f"it hung: {err}")
-    except _Ran:
-        base = (dtypes[0], lengths[0], dims[0])  # it returns something: judged later
     if base is None:
         return _no_run(kernel, first_error)
     dt0, n0, d0 = base
