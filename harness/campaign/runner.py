@@ -259,8 +259,8 @@ class Campaign:
                 adapter = self.kernels[spec]
                 check = adapter.backward_supports if gradients else adapter.supports
                 why = check(case, self.devices[spec])
-                ref = KernelRef.of(adapter, spec)
-                runs[spec] = why if why is not None else call(ref, case, self.devices[spec])
+                kref = KernelRef.of(adapter, spec)
+                runs[spec] = why if why is not None else call(kref, case, self.devices[spec])
             ref = self.executor.gradient_reference if gradients else self.executor.reference
             task.groups.append(_Group(recipe, case, ref(recipe), runs))
         return task
