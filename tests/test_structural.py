@@ -202,6 +202,7 @@ def test_checks_are_named_for_workers_by_module_and_function():
         check_target("nope")
 
 
+@pytest.mark.slow
 def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
     # Before, every draw of this property was "not applicable" and counted as a pass.
     shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
