@@ -277,8 +277,27 @@ def _copy_tree(dst: Path) -> None:
             shutil.copy2(src, dst / rel)
 
 
-def run_mutant(name: str, timeout: int) -> dict:
-    desc, rel, edits, tests = MUTANTS[name]
+# Mutants each caught within seconds by one narrow selection of tests: what the test suite runs
+# (tests/test_mutants.py) to show the mutation check itself still catches bugs.
+FAST = {
+    "bwd-missing-dq-scale": [
+        "properties/test_gradients.py",
+        "-k",
+        "recurrence-fa2 and backward_bugs_live_in and masked",
+    ],
+    "recurrence-dropped-rescale": [
+        "properties/test_accuracy.py",
+        "-k",
+        "recurrence-fa2-fp16",
+    ],
+}
+
+
+def run_mutant(name: str, timeout: int, tests: list[str] | None = None) -> dict:
+    """Plant mutant ``name`` in a copy of the tree and run ``tests`` (default: the mutant's
+    own) there; ``caught`` when pytest reports a failing test."""
+    desc, rel, edits, own = MUTANTS[name]
+    tests = own if tests is None else tests
     with tempfile.TemporaryDirectory(prefix=f"mutant-{name}-") as tmp:
         tree = Path(tmp)
         _copy_tree(tree)

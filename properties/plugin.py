@@ -222,9 +222,11 @@ def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dic
     at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
     a separate process with a time limit: a kernel that hangs or kills its process on a probe
     input is then reported as such, not a silent end of the test session."""
+    from functools import partial
+
     from ..harness.adapters.probe import resolved
     from ..harness.adapters.registry import resolve
-    from ..harness.campaign.worker import KernelWorker, probe_runner
+    from ..harness.adapters.worker import KernelRef, KernelWorker
 
     out: dict[str, Any] = {}
     with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
@@ -241,7 +243,8 @@ def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dic
                     why = []
                 if why and all(why) and (len(specs) == 1 or spec not in _builtin_suite()):
                     raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
-            out[spec] = resolved(kern, dev, probe_runner(worker.run, spec, dev))
+            runner = partial(worker.run, KernelRef.of(kern, spec), device=dev)
+            out[spec] = resolved(kern, dev, runner)
     return out
 
 

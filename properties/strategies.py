@@ -89,11 +89,13 @@ def recipes(
     batched: bool = True,
     seq_multiple: int = 1,
     explicit_scale: bool = True,
+    with_option: bool = False,
 ) -> Recipe:
     """A :class:`Recipe` for ``dtype``. ``score_limit`` caps ``scale·Σ|q||k|`` (the kernel's
     specified range); ``max_work`` caps ``B·Hq·Nq·Nk`` so one example stays fast;
-    ``min_slices`` asks for at least that many (batch, head) slices. The remaining keywords
-    are a kernel's contract (:func:`contract_limits`)."""
+    ``min_slices`` asks for at least that many (batch, head) slices; ``with_option`` for at
+    least one of ``causal``, a window and an explicit scale (among those allowed). The
+    remaining keywords are a kernel's contract (:func:`contract_limits`)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     family = draw(st.sampled_from(families))
@@ -116,16 +118,15 @@ def recipes(
     causal = "causal" in masks and draw(st.booleans())
     window = None
     if "window" in masks and draw(st.integers(0, 3)) == 0:
-        window = (
-            draw(st.one_of(st.none(), st.integers(0, max_len))),
-            draw(st.one_of(st.none(), st.integers(0, max_len))),
-        )
+        window = _window(draw, max_len)
     mask_density = None
     if "mask" in masks and draw(st.integers(0, 4)) == 0:
         mask_density = draw(st.sampled_from([0.0, 0.1, 0.5, 0.9]))
     scale = (
         draw(st.sampled_from([None, None, 1.0, 0.125, 0.5, 2.0, 0.3])) if explicit_scale else None
     )
+    if with_option and not causal and window is None and scale is None:
+        causal, window, scale = _one_option(draw, masks, explicit_scale, max_len)
     magnitude = draw(st.sampled_from(magnitudes(family, dtype, score_limit)))
     seed = draw(st.integers(0, 2**32 - 1))
     return Recipe(
@@ -145,6 +146,25 @@ def recipes(
         scale,
         magnitude,
         score_limit,
+    )
+
+
+def _one_option(draw: Any, masks: tuple[str, ...], explicit_scale: bool, max_len: int):
+    """``(causal, window, scale)`` with exactly one of them set, among those allowed."""
+    offered = [m for m in ("causal", "window") if m in masks]
+    offered += ["scale"] if explicit_scale else []
+    if not offered:
+        raise ValueError("with_option=True needs causal, window or an explicit scale allowed")
+    pick = draw(st.sampled_from(offered))
+    window = _window(draw, max_len) if pick == "window" else None
+    scale = draw(st.sampled_from([1.0, 0.125, 0.5, 2.0, 0.3])) if pick == "scale" else None
+    return pick == "causal", window, scale
+
+
+def _window(draw: Any, max_len: int) -> tuple[int | None, int | None]:
+    return (
+        draw(st.one_of(st.none(), st.integers(0, max_len))),
+        draw(st.one_of(st.none(), st.integers(0, max_len))),
     )
 
 

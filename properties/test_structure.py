@@ -1,16 +1,20 @@
-"""Structural properties (flashcheck.harness.judging.structural): independence of batch and
-heads, out-of-bounds safety, determinism, invariance under key permutation, the NaN rule, and
-conformance of flash-class kernels to their declared arithmetic.
+"""Structural properties (flashcheck.harness.checks): independence of batch and heads,
+out-of-bounds safety, determinism, invariance under key permutation, the NaN rule, options
+applied, and conformance of flash-class kernels to their declared arithmetic.
 
 A kernel that does not promise bitwise determinism or batch invariance is compared with itself
-within its error bound instead of bit for bit.
+within its error bound instead of bit for bit. A draw the check finds nothing to test on
+(NOT-APPLICABLE) is rejected, never counted as a pass; the draws are made inside the space where
+each check applies.
 """
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, reject
 from hypothesis import strategies as st
 
-from flashcheck.harness.judging.structural import CHECKS, ONE_BLOCK
+from flashcheck.harness.checks.registry import CHECKS
+from flashcheck.harness.checks.structural import ONE_BLOCK
+from flashcheck.harness.core.status import Status
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import (
@@ -26,9 +30,12 @@ FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 def _check(name, kern, dtype, dev, data, **kw):
     case = data.draw(case_strategy(kern, dtype, **kw), label="case")
     assume(kern.supports(case, dev) is None)
-    ok, msg = run_or_fail(kern, case, dev, name, lambda: CHECKS[name](kern, case, dev))
-    if not ok:
-        fail(case, kern.name, dev, name, msg, {"verdict": "FAIL", "property": name, "message": msg})
+    res = run_or_fail(kern, case, dev, name, lambda: CHECKS[name](kern, case, dev))
+    if res.status is Status.NOT_APPLICABLE:
+        reject()  # nothing was tested on this draw: not a pass
+    if res.status is Status.FAIL:
+        verdict = {"verdict": "FAIL", "property": name, "message": res.message}
+        fail(case, kern.name, dev, name, res.message, verdict)
 
 
 @fewer(10)
@@ -115,7 +122,7 @@ def test_flash_kernel_matches_its_declared_arithmetic(
     flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
 ):
     # Catches kernels that are *more* accurate than declared (P not rounded), which the
-    # accuracy bounds cannot see; see flashcheck.harness.judging.structural.conformance.
+    # accuracy bounds cannot see; see flashcheck.harness.checks.conformance.
     if flashcheck_kernel.arithmetic != "flash":
         pytest.skip(f"conformance applies to the flash class, not {flashcheck_kernel.arithmetic}")
     if flashcheck_kernel.seq_multiple > ONE_BLOCK:
@@ -147,4 +154,13 @@ def test_options_change_the_output_where_they_should(
         kern.options is None or "scale" in kern.options
     ):
         pytest.skip("the kernel takes none of causal, window, scale")
-    _check("options-applied", kern, flashcheck_dtype, flashcheck_device, data, families=FINITE)
+    # Every draw sets at least one option the kernel takes: a draw without one tests nothing.
+    _check(
+        "options-applied",
+        kern,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+        with_option=True,
+    )

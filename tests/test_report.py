@@ -448,7 +448,7 @@ def test_ray_executor_gives_the_same_results(user_dir):
 
 def test_a_kernel_error_keeps_the_exception_it_was_raised_from():
     # Triton's CompilationError shows only the source excerpt; the reason is in __cause__.
-    from flashcheck.harness.campaign.worker import _with_causes
+    from flashcheck.harness.adapters.outcome import with_causes as _with_causes
 
     try:
         try:

@@ -100,8 +100,9 @@ class Kernel:
     slices in one call; ``seq_multiple``: every sequence length must be a multiple of it.
     ``score_limit``: per dtype, the largest ``scale·Σ|q||k|`` the kernel is specified for.
     ``deterministic``: repeated calls are bitwise identical. ``batch_invariant``: a (batch,
-    head) slice computed alone is bitwise identical to the same slice of a batched call. Kernels
-    that do not promise these are compared with themselves within their error bound instead.
+    head) slice computed alone is bitwise identical to the same slice of a batched call. Both
+    default to ``False``, as in :func:`flashcheck.kernel`: a kernel promises nothing it does not
+    declare, and is then compared with itself within its error bound instead.
     ``backward``: how to get the kernel's gradients for an upstream ``dO``: ``"autograd"``
     (torch autograd through ``fn``'s O), a function ``bwd(q, k, v, do, **options) -> (dQ, dK,
     dV)``, or ``None`` (no backward: gradient checks skip the kernel). ``backward_arithmetic``:
@@ -131,8 +132,8 @@ class Kernel:
     batched: bool = True
     seq_multiple: int = 1
     key_block: int | None = None
-    deterministic: bool = True
-    batch_invariant: bool = True
+    deterministic: bool = False
+    batch_invariant: bool = False
     score_limit: dict[str, float] = field(default_factory=dict)
     check_available: Callable[[str, str], str | None] | None = None
     check_case: Callable[[Case, str | None], str | None] | None = None

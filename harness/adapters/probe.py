@@ -12,12 +12,13 @@ small N(0, 1) inputs, one input class at a time, starting from the first shape i
    grouped-query heads; several (batch, head) slices; each mask and an explicit scale its
    signature takes.
 
-An exception marks that class unsupported and keeps its message (reported with the contract);
-an output of the wrong shape counts as running (it is judged, as BAD-OUTPUT, later). A call that
-hangs (a ``runner`` with a time limit raises :class:`ProbeTimeout`) is not a contract: on the
-base shape it means the kernel cannot run at all, later it keeps the class in the contract so
-that the campaign records the hang where it happens. Only classes the contract left undeclared
-are probed, once per kernel, device and process.
+A call that gives no value (an exception, a declined input, a crash of its process) marks that
+class unsupported and keeps its message (reported with the contract); an output of the wrong
+shape counts as running (it is judged, as BAD-OUTPUT, later). A call that hangs (a ``runner``
+with a time limit answers ``TIMEOUT``) is not a contract: on the base shape it means the kernel
+cannot run at all, later it keeps the class in the contract so that the campaign records the
+hang where it happens. Only classes the contract left undeclared are probed, once per kernel,
+device and process.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ import numpy as np
 
 from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
-from .adapter import ALL_DTYPES, Kernel, KernelOutputError
+from ..core.status import Status
+from .adapter import ALL_DTYPES, Kernel
+from .outcome import Outcome, call_kernel
 
-__all__ = ["ProbeFailure", "ProbeTimeout", "default_probe_device", "probe", "resolved"]
+__all__ = ["Runner", "default_probe_device", "probe", "resolved"]
+
+# Calls the kernel on one case: in this process by default, or in an isolated worker with a
+# time limit (``TIMEOUT`` when the kernel hangs).
+Runner = Callable[[Case], Outcome]
 
 BASE_LENGTHS = (16, 32, 64, 128, 256)
 BASE_DIMS = (64, 128, 32, 16)
@@ -53,56 +60,58 @@ def default_probe_device(kernel: Kernel) -> str:
     return "cpu" if "cpu" in kernel.devices else kernel.devices[0]
 
 
-class ProbeTimeout(Exception):
-    """A probe call ran past its time limit (raised by a ``runner``)."""
+class _Hung(Exception):
+    """A probe call ran past the runner's time limit."""
 
 
-class ProbeFailure(Exception):
-    """The kernel raised in a ``runner`` that reports it as text (e.g. in another process);
-    the message is what the kernel raised."""
+class _Ran(Exception):
+    """A probe call returned something that is not an attention output: it ran (judged as
+    BAD-OUTPUT by the campaign)."""
 
 
-def _message(err: BaseException) -> str:
-    text = str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}"
+def _message(text: str) -> str:
     text = text.strip().replace("\n", " ")
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 class _Prober:
-    def __init__(self, kernel: Kernel, device: str, runner: Callable[[Case], Any] | None):
+    def __init__(self, kernel: Kernel, device: str, runner: Runner | None):
         self.kernel, self.device = kernel, device
-        self.runner = runner or (lambda case: kernel.run(case, device))
+        self.runner = runner or (lambda case: call_kernel(kernel.run, case, device))
 
     def attempt(self, dtype: str, b=1, hq=1, hk=1, nq=16, nk=16, d=64, dv=None, **opts) -> str:
-        """'' if the kernel runs on this input, else why not."""
+        """'' if the kernel runs on this input, else why not; :class:`_Hung` or :class:`_Ran`
+        for a hang or a wrong output."""
         rec = Recipe(dtype, "randn", b, hq, hk, nq, nk, d, d if dv is None else dv, seed=0)
         case = make_case(rec)
         if opts:
             case = Case(case.q, case.k, case.v, family="probe", seed=0, **opts)
-        try:
-            self.runner(case)
-        except (KernelOutputError, ProbeTimeout):
-            raise
-        except Exception as err:  # any exception marks the input class unsupported
-            return _message(err) or type(err).__name__
-        return ""
+        out = self.runner(case)
+        if not isinstance(out, Outcome):
+            raise TypeError(f"a probe runner returns an Outcome, got {type(out).__name__}")
+        if out.status is Status.TIMEOUT:
+            raise _Hung(out.message)
+        if out.status is Status.BAD_OUTPUT:
+            raise _Ran(out.message)
+        if out.ok:
+            return ""
+        # Any other outcome (an exception, a declined input, a crash) marks the input class
+        # unsupported.
+        return _message(out.message) or str(out.status)
 
 
-def resolved(
-    kernel: Kernel, device: str | None = None, runner: Callable[[Case], Any] | None = None
-) -> Kernel:
+def resolved(kernel: Kernel, device: str | None = None, runner: Runner | None = None) -> Kernel:
     """``kernel`` with every contract field known: itself if nothing is pending, else probed
     on ``device`` (default: CUDA if the kernel and the machine have it, else the CPU)."""
     return probe(kernel, device, runner) if kernel.pending else kernel
 
 
-def probe(
-    kernel: Kernel, device: str | None = None, runner: Callable[[Case], Any] | None = None
-) -> Kernel:
+def probe(kernel: Kernel, device: str | None = None, runner: Runner | None = None) -> Kernel:
     """``kernel`` with its pending contract fields discovered on ``device`` (see the module
     docstring); a kernel that runs on no probe input gets no dtypes, and the reason.
-    ``runner(case)`` calls the kernel (default: in this process), e.g. in an isolated worker
-    with a time limit; it raises what the kernel raised, or :class:`ProbeTimeout`."""
+    ``runner(case)`` calls the kernel and answers its
+    :class:`~flashcheck.harness.adapters.outcome.Outcome` (default: in this process), e.g. in an
+    isolated worker with a time limit (``TIMEOUT`` for a hang)."""
     device = device or default_probe_device(kernel)
     key = (kernel.name, id(kernel.fn), device, kernel.pending, kernel.dtypes, kernel.head_dims)
     if key not in _CACHE:
@@ -116,31 +125,34 @@ def _no_run(kernel: Kernel, why: str) -> Kernel:
     )
 
 
-def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) -> Kernel:
-    p = _Prober(kernel, device, runner)
-    todo = kernel.pending
-    notes: list[tuple[str, str]] = []
-    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
-    base, first_error = None, ""
-    lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
-    dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
+def _base(p: _Prober, dtypes, lengths, dims) -> tuple[tuple[str, int, int] | None, str]:
+    """The first ``(dtype, length, head dim)`` the kernel runs, or ``None`` and its first
+    complaint; :class:`_Hung` if it hangs."""
+    first_error = ""
     try:
         for n in lengths:
             for d in dims:
                 for dt in dtypes:
                     why = p.attempt(dt, nq=n, nk=n, d=d)
                     if not why:
-                        base = (dt, n, d)
-                        break
+                        return (dt, n, d), ""
                     first_error = first_error or why
-                if base:
-                    break
-            if base:
-                break
-    except ProbeTimeout as err:
+    except _Ran:
+        return (dtypes[0], lengths[0], dims[0]), ""  # it returns something: judged later
+    return None, first_error
+
+
+def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
+    p = _Prober(kernel, device, runner)
+    todo = kernel.pending
+    notes: list[tuple[str, str]] = []
+    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
+    lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
+    dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
+    try:
+        base, first_error = _base(p, dtypes, lengths, dims)
+    except _Hung as err:
         return _no_run(kernel, f"it hung: {err}")
-    except KernelOutputError:
-        base = (dtypes[0], lengths[0], dims[0])  # it returns something: judged later
     if base is None:
         return _no_run(kernel, first_error)
     dt0, n0, d0 = base
@@ -149,7 +161,7 @@ def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) ->
     def check(what: str, **shape) -> bool:
         try:
             why = p.attempt(shape.pop("dtype", dt0), **shape)
-        except (ProbeTimeout, KernelOutputError):
+        except (_Hung, _Ran):
             return True  # it ran (or hung): inside the contract, judged by the campaign
         if why:
             notes.append((what, why))
@@ -173,7 +185,7 @@ def _probe(kernel: Kernel, device: str, runner: Callable[[Case], Any] | None) ->
         for x in HEAD_DIMS:
             try:
                 why = "" if x == d0 else p.attempt(dt0, nq=m, nk=m, d=x)
-            except (ProbeTimeout, KernelOutputError):
+            except (_Hung, _Ran):
                 why = ""
             (rejected if why else found).append(x)
             why0 = why0 or why

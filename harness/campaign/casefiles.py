@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.adapter import Kernel
+from ..adapters.outcome import Outcome
+from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
 from ..cases.store import save_case
 from ..core.status import Status
 from ..judging.check import check_case
 from ..judging.gradient_check import check_gradients_case
-from .executor import Executor, GradientReference, outcome
+from .executor import Executor, GradientReference
 from .logrecords import (
     CaseFileRecord,
 )
@@ -32,7 +34,6 @@ from .resultrecords import (
     ResultRecord,
     StructuralResult,
 )
-from .worker import KernelFailure
 
 __all__ = ["CaseFiles", "worst_results"]
 
@@ -66,11 +67,9 @@ def worst_results(results: Sequence[ResultRecord], per_group: int = 3) -> list[R
 
 
 def _payload(job: Any) -> Any:
-    """The payload of a kernel job, or the :class:`KernelFailure` it ended in."""
-    try:
-        return outcome(job)
-    except KernelFailure as fail:
-        return fail
+    """The value of a kernel job, or the failed :class:`Outcome` it ended in."""
+    got: Outcome = job.result()
+    return got.value if got.ok else got
 
 
 @dataclass
@@ -114,8 +113,9 @@ class CaseFiles:
         self, spec: str, r: ResultRecord, case: Case, grad_refs: dict[Recipe, Any]
     ) -> dict[str, Any] | None:
         dev = self.devices[spec]
-        grads = _payload(self.executor.backward(spec, case, dev))
-        if isinstance(grads, KernelFailure):
+        kref = KernelRef.of(self.kernels[spec], spec)
+        grads = _payload(self.executor.backward(kref, case, dev))
+        if isinstance(grads, Outcome):
             self.echo(
                 f"warning: re-running the backward of {spec} on {r.key} for its "
                 f"case file failed: {grads}"
@@ -135,18 +135,17 @@ class CaseFiles:
 
     def _structural(self, spec: str, r: StructuralResult, case: Case) -> dict[str, Any] | None:
         prop = r.property
-        got = _payload(self.executor.check(prop, spec, case, self.devices[spec], 8))
-        if isinstance(got, KernelFailure):
+        kref = KernelRef.of(self.kernels[spec], spec)
+        got = _payload(self.executor.check(prop, kref, case, self.devices[spec], 8))
+        if isinstance(got, Outcome):
             self.echo(f"warning: re-running {prop} of {spec} on {r.key} failed: {got}")
             return None
-        ok, msg = got
-        status = Status.PASS if ok else Status.FAIL
-        return {"verdict": str(status), "property": prop, "message": msg}
+        return {"verdict": str(got.status), "property": prop, "message": got.message}
 
     def _accuracy(self, spec: str, r: ResultRecord, case: Case) -> dict[str, Any] | None:
         dev = self.devices[spec]
-        out = _payload(self.executor.run(spec, case, dev))
-        if isinstance(out, KernelFailure):
+        out = _payload(self.executor.run(KernelRef.of(self.kernels[spec], spec), case, dev))
+        if isinstance(out, Outcome):
             self.echo(f"warning: re-running {spec} on {r.key} for its case file failed: {out}")
             return None
         return check_case(self.kernels[spec], case, device=dev, output=out).verdict.as_dict()

@@ -27,14 +27,17 @@ from typing import Any
 
 import numpy as np
 
+from ..adapters.outcome import Outcome
+from ..adapters.probe import Runner
+from ..adapters.worker import KernelRef, KernelWorker
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
+from ..checks.registry import check_target
 from ..judging.bounds import Bounds, error_bounds
 from ..judging.check import naive_reference
 from ..judging.gradient_bounds import GradientBounds, gradient_bounds
 from ..judging.gradient_check import gradient_oracle, naive_gradient_reference
 from ..oracle.evaluate import OracleResult, oracle
-from .worker import KernelFailure, KernelWorker
 
 __all__ = [
     "SINGLE_THREAD",
@@ -136,9 +139,12 @@ def _single_threaded() -> None:  # pragma: no cover - runs in pool processes
 
 
 class Executor:
-    """The interface a campaign runs on: futures of references, kernel outputs and structural
-    checks. A kernel future's result is ``("ok", payload)`` or ``(status, message)`` with the
-    status of :class:`KernelFailure` (never raised across processes)."""
+    """The interface a campaign runs on: futures of references, and of kernel calls and
+    structural checks. A kernel future's result is the call's
+    :class:`~flashcheck.harness.adapters.outcome.Outcome` (a failure is never raised across
+    processes). A kernel travels as a :class:`~flashcheck.harness.adapters.worker.KernelRef`
+    (its spec and its whole contract); a structural check by its name
+    (:data:`flashcheck.harness.checks.registry.CHECKS`)."""
 
     workers: int = 1
     kernel_workers: int = 1
@@ -146,17 +152,26 @@ class Executor:
     def reference(self, recipe: Recipe) -> cf.Future:
         raise NotImplementedError
 
-    def run(self, spec: str, case: Case, device: str) -> cf.Future:
+    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
         raise NotImplementedError
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         raise NotImplementedError
 
-    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
+    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
         raise NotImplementedError
 
-    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
+    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
         raise NotImplementedError
+
+    def runner(self, ref: KernelRef, device: str) -> Runner:
+        """A probe runner (:func:`flashcheck.harness.adapters.probe.probe`) over this
+        executor's isolated kernel calls."""
+
+        def run(case: Case) -> Outcome:
+            return self.run(ref, case, device).result()
+
+        return run
 
     def close(self) -> None:
         pass
@@ -166,14 +181,6 @@ class Executor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def outcome(fut: cf.Future) -> Any:
-    """The payload of a kernel future, or :class:`KernelFailure`."""
-    status, payload = fut.result()
-    if status != "ok":
-        raise KernelFailure(status, payload)
-    return payload
 
 
 class LocalExecutor(Executor):
@@ -221,17 +228,15 @@ class LocalExecutor(Executor):
             return fut
         return self._pool.submit(compute_reference, recipe)
 
-    def _on_slot(self, fn: str, *args: Any) -> tuple[str, Any]:
+    def _on_slot(self, fn: str, *args: Any) -> Outcome:
         worker = self._slots.get()
         try:
-            return "ok", getattr(worker, fn)(*args)
-        except KernelFailure as fail:
-            return fail.status, fail.message
+            return getattr(worker, fn)(*args)
         finally:
             self._slots.put(worker)
 
-    def run(self, spec: str, case: Case, device: str) -> cf.Future:
-        return self._threads.submit(self._on_slot, "run", spec, case, device)
+    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_slot, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         if self._pool is None:
@@ -240,11 +245,12 @@ class LocalExecutor(Executor):
             return fut
         return self._pool.submit(compute_gradient_reference, recipe)
 
-    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
-        return self._threads.submit(self._on_slot, "backward", spec, case, device)
+    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_slot, "backward", ref, case, device)
 
-    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
-        return self._threads.submit(self._on_slot, "check", name, spec, case, device, calls)
+    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
+        target = check_target(name)
+        return self._threads.submit(self._on_slot, "check", target, ref, case, device, calls)
 
     def close(self) -> None:
         # A second Ctrl-C while shutting down must not leave processes behind: the steps are

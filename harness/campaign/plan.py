@@ -251,7 +251,7 @@ def plan_items(preset: Preset, dtypes: Sequence[str], seed: int) -> list[Item]:
     return items
 
 
-# The structural properties every campaign runs on every kernel (judging/structural.py), and
+# The structural properties every campaign runs on every kernel (checks/structural.py), and
 # the input family each draws from.
 STRUCTURAL = {
     "batch-head-independence": "randn",

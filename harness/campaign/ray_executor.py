@@ -11,8 +11,9 @@ exception that mentions CUDA. The campaign process
 run, because every worker computes single-threaded.
 
 What is shipped to the workers: the inputs of each task (a recipe, a case's arrays) and the
-kernel's *spec string*. Workers import flashcheck and the kernel's module themselves, so both
-must be installed on every node (a local instance finds the driver's current directory through
+kernel's reference (:class:`~flashcheck.harness.adapters.worker.KernelRef`: its spec and its
+whole contract). Workers import flashcheck and the kernel's module themselves, so both must be
+installed on every node (a local instance finds the driver's current directory through
 ``PYTHONPATH``, set for its workers). Requires ``pip install 'flashcheck[ray]'``.
 """
 
@@ -23,15 +24,18 @@ import os
 import queue
 from typing import Any
 
+from ..adapters.outcome import Outcome
+from ..adapters.worker import KernelRef, KernelWorker, poisoned
 from ..cases.case import Case
 from ..cases.families import Recipe
+from ..checks.registry import check_target
+from ..core.status import Status
 from .executor import (
     SINGLE_THREAD,
     Executor,
     compute_gradient_reference,
     compute_reference,
 )
-from .worker import KernelFailure, KernelWorker, poisoned
 
 __all__ = ["KernelActor", "RayExecutor"]
 
@@ -43,11 +47,8 @@ class KernelActor:
     def __init__(self) -> None:
         self.worker = KernelWorker(isolate=False)
 
-    def call(self, fn: str, *args: Any) -> tuple[str, Any]:
-        try:
-            return "ok", getattr(self.worker, fn)(*args)
-        except KernelFailure as fail:
-            return fail.status, fail.message
+    def call(self, fn: str, *args: Any) -> Outcome:
+        return getattr(self.worker, fn)(*args)
 
 
 class RayExecutor(Executor):
@@ -96,40 +97,39 @@ class RayExecutor(Executor):
     def reference(self, recipe: Recipe) -> cf.Future:
         return self._reference.remote(recipe).future()
 
-    def _on_actor(self, fn: str, *args: Any, calls: int = 1) -> tuple[str, Any]:
+    def _on_actor(self, fn: str, *args: Any, calls: int = 1) -> Outcome:
         from ray.exceptions import GetTimeoutError, RayActorError
 
         actor = self._free.get()
         try:
-            status, payload = self._ray.get(
-                actor.call.remote(fn, *args), timeout=self.timeout * calls
-            )
+            out = self._ray.get(actor.call.remote(fn, *args), timeout=self.timeout * calls)
         except GetTimeoutError:
-            status, payload = "TIMEOUT", f"no result within {self.timeout * calls:g} s"
+            out = Outcome.failed(Status.TIMEOUT, f"no result within {self.timeout * calls:g} s")
         except RayActorError as err:
-            status, payload = "ERROR", f"the kernel process died ({type(err).__name__})"
-        if status in ("TIMEOUT", "ERROR") and (
-            status == "TIMEOUT" or poisoned(str(payload)) or "process died" in str(payload)
+            out = Outcome.failed(Status.ERROR, f"the kernel process died ({type(err).__name__})")
+        if out.status is Status.TIMEOUT or (
+            out.status is Status.ERROR and (poisoned(out.message) or "process died" in out.message)
         ):
             self._ray.kill(actor)
             actor = self._actor.remote()
         self._free.put(actor)
-        return status, payload
+        return out
 
-    def run(self, spec: str, case: Case, device: str) -> cf.Future:
-        return self._threads.submit(self._on_actor, "run", spec, case, device)
+    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+        return self._threads.submit(self._on_actor, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         return self._gradient_reference.remote(recipe).future()
 
-    def backward(self, spec: str, case: Case, device: str) -> cf.Future:
+    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
         # The KernelWorker's backward (in-process in the actor) has no limit of its own; the
         # driver's wait is twice a forward call's, as for a local worker.
-        return self._threads.submit(self._on_actor, "backward", spec, case, device, calls=2)
+        return self._threads.submit(self._on_actor, "backward", ref, case, device, calls=2)
 
-    def check(self, name: str, spec: str, case: Case, device: str, calls: int) -> cf.Future:
+    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
+        target = check_target(name)
         return self._threads.submit(
-            self._on_actor, "check", name, spec, case, device, calls, calls=calls
+            self._on_actor, "check", target, ref, case, device, calls, calls=calls
         )
 
     def close(self) -> None:

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from ..adapters.adapter import Kernel
 from ..adapters.probe import resolved
+from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
-from .executor import Executor, LocalExecutor, outcome
+from .executor import Executor, LocalExecutor
 from .logrecords import (
     CampaignConfig,
     CaseFileRecord,
@@ -48,7 +49,6 @@ from .resultrecords import (
 )
 from .runner import PRESETS, STREAK, Campaign
 from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
-from .worker import probe_runner
 
 __all__ = [
     "GATES",
@@ -254,7 +254,7 @@ def _probe(executor: Executor, setup: _Setup, opts: ReportOptions, echo) -> dict
     for spec, kern in setup.declared.items():
         if kern.pending:
             echo(f"probing the contract of {spec} on {devices[spec]} ...")
-        runner = probe_runner(lambda s, c, d: outcome(executor.run(s, c, d)), spec, devices[spec])
+        runner = executor.runner(KernelRef.of(kern, spec), devices[spec])
         adapters[spec] = resolved(kern, devices[spec], runner)
     for spec in opts.kernels:
         why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]

@@ -14,7 +14,7 @@ it exists. A re-run with the same configuration skips every result already there
 rebuilt from the seed, and the search's next generation is rebuilt from the results on file, so
 an interrupted campaign resumes without recomputing anything and ends with the same numbers as
 an uninterrupted one. Kernels run in a child process with a per-case time limit
-(:mod:`flashcheck.harness.campaign.worker`); one that raises, hangs or returns the wrong shape
+(:mod:`flashcheck.harness.adapters.worker`); one that raises, hangs or returns the wrong shape
 is recorded as ``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on, unless it
 failed the same way :data:`STREAK` times in a row: then that kernel and dtype stop, and one
 ``stopped`` record says why.
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.adapter import Kernel
+from ..adapters.outcome import Outcome
+from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
 from ..core.progress import Progress
@@ -43,7 +45,7 @@ from ..judging.check import check_case
 from ..judging.gradient_verdict import judge_gradients
 from . import search
 from .casefiles import CaseFiles, worst_results
-from .executor import Executor, GradientReference, Reference, outcome
+from .executor import Executor, GradientReference, Reference
 from .logrecords import CaseFileRecord, StoppedRecord, parse_records
 from .plan import (
     PARTS,
@@ -64,7 +66,6 @@ from .resultrecords import (
     ResultRecord,
     StructuralResult,
 )
-from .worker import KernelFailure
 
 __all__ = [
     "PRESETS",
@@ -79,14 +80,12 @@ STREAK = 5  # identical failures in a row that stop a kernel for a dtype
 
 
 def _outcome(job: Any) -> Any:
-    """What a kernel run gave: its payload, the :class:`KernelFailure` it ended in, or (a
+    """What a kernel run gave: its value, the failed :class:`Outcome` it ended in, or (a
     string) why it was not run (outside the kernel's contract)."""
     if isinstance(job, str):
         return job
-    try:
-        return outcome(job)
-    except KernelFailure as fail:
-        return fail
+    got: Outcome = job.result()
+    return got.value if got.ok else got
 
 
 def _not_judged(cls: type[ResultRecord], common: dict[str, Any], out: Any) -> Any:
@@ -95,10 +94,9 @@ def _not_judged(cls: type[ResultRecord], common: dict[str, Any], out: Any) -> An
     is infinitely far from passing."""
     if isinstance(out, str):
         return cls(**common, status=Status.SKIP, reasons=(out,), score=0.0)
-    if isinstance(out, KernelFailure):
-        status = Status(out.status)
-        score = 0.0 if status == Status.SKIP else math.inf
-        return cls(**common, status=status, reasons=(out.message,), score=score)
+    if isinstance(out, Outcome):
+        score = 0.0 if out.status == Status.SKIP else math.inf
+        return cls(**common, status=out.status, reasons=(out.message,), score=score)
     return None
 
 
@@ -246,7 +244,8 @@ class Campaign:
                 adapter = self.kernels[spec]
                 check = adapter.backward_supports if gradients else adapter.supports
                 why = check(case, self.devices[spec])
-                runs[spec] = why if why is not None else call(spec, case, self.devices[spec])
+                kref = KernelRef.of(adapter, spec)
+                runs[spec] = why if why is not None else call(kref, case, self.devices[spec])
             ref = self.executor.gradient_reference if gradients else self.executor.reference
             task.groups.append(_Group(recipe, case, ref(recipe), runs))
         return task
@@ -262,7 +261,8 @@ class Campaign:
         if why is None:
             b, hq = case.shape[:2]
             calls = 1 + b * hq if name == "batch-head-independence" else 4
-            why = self.executor.check(name, spec, case, self.devices[spec], calls)
+            kref = KernelRef.of(adapter, spec)
+            why = self.executor.check(name, kref, case, self.devices[spec], calls)
         return _Group(recipe, case, None, {spec: why}, check=name)
 
     def _collect(self, task: _Task) -> None:
@@ -283,13 +283,12 @@ class Campaign:
         seconds = None if isinstance(job, str) else {"wait": round(time.perf_counter() - t0, 4)}
         if isinstance(got, str):
             status, msg = Status.SKIP, got
-        elif isinstance(got, KernelFailure):
-            status, msg = Status(got.status), got.message
+        elif isinstance(got, Outcome):
+            status, msg = got.status, got.message
         else:
-            ok, msg = got
-            status = Status.PASS if ok else Status.FAIL
-            if ok and msg.startswith("not applicable"):
-                status = Status.SKIP  # nothing was checked: not a pass
+            status, msg = got.status, got.message
+            if status is Status.NOT_APPLICABLE:
+                status = Status.SKIP  # nothing was checked: recorded as SKIP, with the reason
         self._append(
             StructuralResult(
                 **self._common(item, spec, group.case, group.recipe),

@@ -13,10 +13,9 @@ from typing import Any
 from ..adapters.adapter import Kernel
 from ..adapters.registry import as_kernel
 from ..cases.store import load_case
+from ..checks.registry import CHECKS, GRADIENT_CHECKS
 from .check import CheckResult, check_case, format_check
 from .gradient_check import check_gradients_case, format_gradient_check
-from .gradient_structural import GRADIENT_CHECKS
-from .structural import CHECKS
 
 __all__ = ["default_device", "replay"]
 
@@ -65,11 +64,11 @@ def replay(
     if prop in CHECKS:
         # A structural property failed: re-run that property, which decides the verdict; the
         # accuracy check above is shown for reference.
-        ok, msg = CHECKS[prop](adapter, case, dev)
-        verdict = "PASS" if ok else "FAIL"
+        found = CHECKS[prop](adapter, case, dev)
+        verdict = str(found.status)
         echo(
             f"\n(the accuracy verdict above is for reference; the case was saved by property "
-            f"{prop})\nproperty {prop}: {verdict}: {msg}"
+            f"{prop})\nproperty {prop}: {verdict}: {found.message}"
         )
     if prop == "gradients" or prop in GRADIENT_CHECKS:
         echo(
@@ -80,9 +79,9 @@ def replay(
             echo(format_gradient_check(g))
             verdict = g.verdict
         else:
-            ok, msg = GRADIENT_CHECKS[prop](adapter, case, dev)
-            verdict = "PASS" if ok else "FAIL"
-            echo(f"property {prop}: {verdict}: {msg}")
+            found = GRADIENT_CHECKS[prop](adapter, case, dev)
+            verdict = str(found.status)
+            echo(f"property {prop}: {verdict}: {found.message}")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")

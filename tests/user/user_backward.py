@@ -72,3 +72,12 @@ gqa_first_head = flashcheck.kernel(
 nan_masked = flashcheck.kernel(
     _forward, name="nan_masked", backward=partial(_backward, bug="nan_masked")
 )
+# Declares the flash backward class but its forward returns O only: backward conformance, which
+# recomputes P from LSE, has nothing to compare (the suite must say so, not pass).
+flash_no_lse = flashcheck.kernel(
+    _forward,
+    name="flash_no_lse",
+    dtypes=("fp16",),
+    backward=_backward,
+    backward_arithmetic="flash",
+)

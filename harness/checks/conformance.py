@@ -1,16 +1,20 @@
-"""Structural properties of a kernel's backward: determinism and, for the flash backward
-class, conformance to the declared arithmetic.
+"""Conformance checks: a kernel against the exactly emulated arithmetic of its declared class,
+within one block, each answering a
+:class:`~flashcheck.harness.checks.structural.StructuralResult`.
 
-- ``gradient-determinism``: two backward calls on one case are bitwise equal for a kernel
-  declared deterministic, else within twice the gradient bound of each other;
-- ``gradient-conformance``: within one block (``Nq, Nk ≤ 16``) a kernel of the flash backward
+- ``conformance``: within one key block (``Nk <= 16``) a flash kernel and the emulated
+  recurrence share the roundings of P and of the output (docs/error-bounds.md §6);
+- ``gradient-conformance``: within one block (``Nq, Nk <= 16``) a kernel of the flash backward
   class performs the roundings of FlashAttention-2's backward (docs/error-bounds.md §11): D from
   its own rounded O, P recomputed in fp32 from its LSE, P and dS rounded to the input format
   before their products, fp32 accumulation. Its gradients then match an independent emulation
   of that arithmetic up to fp32-level differences, one final ulp, and the P or dS elements
   whose fp32 value lies so close to a rounding boundary of the input format that the two may
-  round apart. A kernel that is *more* accurate than declared (dS kept in fp32, D from an
-  unrounded O) is caught here, where no accuracy bound can see it.
+  round apart.
+
+Both catch a kernel that is *more* accurate than declared (P not rounded, dS kept in fp32, D
+from an unrounded O), which no accuracy bound can see. Outside the class, or past one block,
+they are NOT-APPLICABLE, with the reason.
 """
 
 from __future__ import annotations
@@ -23,45 +27,77 @@ from ..adapters.adapter import Kernel
 from ..cases.case import Case
 from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem
-from .bounds import U32, gamma
-from .gradient_check import kernel_gradient_bounds
-from .gradient_verdict import GRADIENT_LABELS
+from ..judging.bounds import RHO_EXP, U32, gamma
+from ..judging.check import kernel_bounds
+from ..judging.gradient_verdict import GRADIENT_LABELS
+from .structural import ONE_BLOCK, StructuralResult
 
-__all__ = ["GRADIENT_CHECKS", "ONE_BLOCK", "gradient_conformance", "gradient_determinism"]
+__all__ = ["NO_LSE", "conformance", "gradient_conformance"]
 
-ONE_BLOCK = 16
 LOG2E = 1.4426950408889634
 F32 = np.float32
+# Why backward conformance cannot judge a kernel that returns O only: P is recomputed from LSE.
+NO_LSE = "the kernel returns no LSE, which the flash backward recomputes P from"
 
 
-def gradient_determinism(adapter: Kernel, case: Case, device: str) -> tuple[bool, str]:
-    """Two backward calls on the same case: bitwise equal for a kernel declared deterministic;
-    otherwise within twice the gradient bound of each other (never a NaN in one run only)."""
-    a = adapter.run_backward(case, device)
-    b = adapter.run_backward(case, device)
-    bounds = None if adapter.deterministic else kernel_gradient_bounds(adapter, case)
-    for name in ("dq", "dk", "dv"):
-        x, y = getattr(a, name), getattr(b, name)
-        label = GRADIENT_LABELS[name]
-        if (np.isnan(x) != np.isnan(y)).any():
-            return False, f"{label} is NaN in one run and not in the other"
-        if adapter.deterministic:
-            if not np.array_equal(x, y, equal_nan=True):
-                n = int((~((x == y) | (np.isnan(x) & np.isnan(y)))).sum())
-                return False, (
-                    f"{label} differs between two runs in {n} elements (declared deterministic)"
-                )
-            continue
-        with np.errstate(invalid="ignore"):
-            diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
-        over = diff > 2 * getattr(bounds, f"{name}_det")
-        if over.any():
-            return False, (
-                f"{label} of two runs differ by more than twice the bound in "
-                f"{int(over.sum())} elements (max {diff.max():.3g})"
-            )
-    how = "bitwise" if adapter.deterministic else "within twice the bound"
-    return True, f"two backward runs agree {how}"
+def _near_boundary_term(case: Case, fmt) -> np.ndarray:
+    """Σ over keys whose p̃ may round differently in two fp32-accurate computations."""
+    _, hq, hk, _, _, d, _ = case.shape
+    q, k, v = (getattr(case, n).astype(np.float64) for n in ("q", "k", "v"))
+    tau = case.scale if case.scale is not None else 1 / math.sqrt(d)
+    rep = hq // hk
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = tau * q @ np.swapaxes(k, -1, -2)
+    a = abs(tau) * np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)
+    m = s.max(axis=-1, keepdims=True)
+    pt = np.exp(s - m)
+    # fp32-level relative error of p̃ (dot, scale, shift, exp2), doubled for two computations
+    eps = 2 * (gamma(d + 1, 2 * U32) * a + U32 * (np.abs(s) + 2 * np.abs(s - m)) + RHO_EXP)
+    eps = np.minimum(eps, 50.0)  # beyond e^50 every key is ambiguous anyway; keeps exp finite
+    lo, hi = round_to_format(pt * np.exp(-eps), fmt), round_to_format(pt * np.exp(eps), fmt)
+    w = np.where(lo != hi, ulp(pt, fmt) * 1.01, 0.0) / pt.sum(axis=-1, keepdims=True)
+    return w @ np.abs(v)
+
+
+def conformance(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """Within one key block (``Nk ≤ 16``) a flash kernel and the emulated recurrence share
+    the roundings of P and of the output, so ``|O − O_emulated| ≤ 2·B32 + ulp_F(O) +`` (keys
+    whose P may round the other way); see docs/error-bounds.md §6."""
+    from ...kernels.recurrence import PrecisionPolicy, online_attention
+
+    if adapter.arithmetic != "flash":
+        return StructuralResult.not_applicable(
+            f"the flash class only; the kernel declares {adapter.arithmetic}"
+        )
+    if case.shape[4] > ONE_BLOCK or case.mask is not None:
+        return StructuralResult.not_applicable(f"needs Nk <= {ONE_BLOCK} keys and no explicit mask")
+    out = adapter.run(case, device)
+    dtype = case.dtype
+    policy = PrecisionPolicy(input=dtype, score="fp32", accum="fp32", p=dtype, output="fp32")
+    emu, _ = online_attention(
+        case.q,
+        case.k,
+        case.v,
+        policy=policy,
+        block_k=ONE_BLOCK,
+        causal=case.causal,
+        window=case.window,
+        scale=case.scale,
+    )
+    emu = emu.astype(np.float64)
+    fmt = FORMATS[dtype]
+    b32 = kernel_bounds(adapter, case, fp32_only=True).o_det
+    tol = 2 * b32 + ulp(out.o, fmt) + _near_boundary_term(case, fmt)
+    diff = np.abs(out.o - emu)
+    if np.any(diff > tol):
+        i = np.unravel_index(np.argmax(diff / tol), diff.shape)
+        return StructuralResult.failed(
+            f"O{tuple(int(x) for x in i)} = {out.o[i]!r} but the emulated flash arithmetic "
+            f"gives {emu[i]!r} (tolerance {tol[i]:.3g})"
+        )
+    return StructuralResult.passed(
+        f"matches the emulation (max diff/tol {float(np.max(diff / tol)):.3g})"
+    )
 
 
 def _straddles(x: np.ndarray, rel: np.ndarray, fmt) -> np.ndarray:
@@ -148,23 +184,27 @@ def _emulate(case: Case, o: np.ndarray, lse: np.ndarray):
     return emu, tol, fmt
 
 
-def gradient_conformance(adapter: Kernel, case: Case, device: str) -> tuple[bool, str]:
+def gradient_conformance(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """The kernel's gradients against the emulated flash backward within one block (see the
     module docstring); needs the kernel's LSE (from its forward)."""
     *_, nq, nk, _, _ = case.shape
-    if adapter.backward_arithmetic != "flash" or max(nq, nk) > ONE_BLOCK:
-        return True, "not applicable (flash backward class, Nq and Nk <= 16)"
+    if adapter.backward_arithmetic != "flash":
+        return StructuralResult.not_applicable(
+            f"the flash backward class only; the kernel declares {adapter.backward_arithmetic}"
+        )
+    if max(nq, nk) > ONE_BLOCK:
+        return StructuralResult.not_applicable(f"needs Nq and Nk <= {ONE_BLOCK}")
+    if not all(np.isfinite(getattr(case, n).astype(np.float64)).all() for n in "qkv"):
+        return StructuralResult.not_applicable("non-finite inputs")
     fwd = adapter.run(case, device)
     if fwd.lse is None:
-        return True, "not applicable (the kernel returns no LSE)"
-    if not all(np.isfinite(getattr(case, n).astype(np.float64)).all() for n in "qkv"):
-        return True, "not applicable (non-finite inputs)"
+        return StructuralResult.not_applicable(NO_LSE)
     g = adapter.run_backward(case, device)
     emu, tol, fmt = _emulate(case, fwd.o.astype(case.q.dtype), fwd.lse)
     if not all(np.isfinite(x).all() for x in (*emu.values(), *tol.values())):
         # Scores near fp32's range (|s| ~ 1e30): the emulation's own fp32 products overflow
         # where the kernel's sequence of operations need not; accuracy is judged elsewhere.
-        return True, "not applicable (the emulation overflows fp32 on this case)"
+        return StructuralResult.not_applicable("the emulation overflows fp32 on this case")
     worst = 0.0
     for name in ("dq", "dk", "dv"):
         got = getattr(g, name)
@@ -175,15 +215,11 @@ def gradient_conformance(adapter: Kernel, case: Case, device: str) -> tuple[bool
         ratio = np.where(np.isnan(got) & np.isnan(want), 0.0, ratio)
         if np.any(~(ratio <= 1)):
             i = np.unravel_index(np.argmax(np.where(np.isnan(ratio), np.inf, ratio)), got.shape)
-            return False, (
+            return StructuralResult.failed(
                 f"{GRADIENT_LABELS[name]}{tuple(int(x) for x in i)} = {got[i]!r} but the emulated "
                 f"flash backward gives {float(want[i])!r} (tolerance {t[i]:.3g})"
             )
         worst = max(worst, float(ratio.max()) if ratio.size else 0.0)
-    return True, f"matches the emulated flash backward (max diff/tol {worst:.3g})"
-
-
-GRADIENT_CHECKS = {
-    "gradient-determinism": gradient_determinism,
-    "gradient-conformance": gradient_conformance,
-}
+    return StructuralResult.passed(
+        f"matches the emulated flash backward (max diff/tol {worst:.3g})"
+    )

@@ -1,43 +1,90 @@
-"""Structural properties of a kernel on one case, each returning ``(ok, message)``.
+"""Structural checks: a kernel compared with itself on one case, each answering a
+:class:`StructuralResult` (PASS, FAIL, or NOT-APPLICABLE with the reason).
 
-These are the checks of the property suite that compare a kernel with itself or with its
-declared arithmetic rather than with the oracle's accuracy bounds. They live here, not in the
-tests, so that ``flashcheck replay`` re-runs exactly the property a saved case failed.
+These are the checks of the property suite that compare a kernel with itself rather than with
+the oracle's accuracy bounds. They live here, not in the tests, so that ``flashcheck replay``
+and the campaign re-run exactly the check a saved case failed.
 
 - ``batch-head-independence``: each (batch, head) slice computed alone equals the same slice of
   the batched call (bitwise for kernels that declare it, else within twice the bound);
 - ``padded-buffers``: inputs placed inside NaN-filled buffers give the same outputs (bitwise
   for deterministic, batch-invariant kernels, else within twice the bound);
 - ``determinism``: two runs agree (bitwise if the kernel declares it, else within twice the
-  bound);
+  bound); ``gradient-determinism`` the same for the backward;
 - ``key-permutation``: permuting keys and values moves O by at most the two bounds;
 - ``nan-rule``: outputs of finite inputs stay finite; outputs involving a NaN input are NaN;
-- ``conformance``: the kernel matches the exactly emulated arithmetic of its class;
 - ``options-applied``: ``causal``, ``window`` and an explicit ``scale`` change the output
   where they change the exact answer (a kernel that ignores an option).
+
+A check that has nothing to test on a case (one (batch, head) slice, no option set, a mask
+that a key permutation would move) says so: NOT-APPLICABLE is never a pass. The checks against
+the emulated arithmetic of a kernel's class are in :mod:`flashcheck.harness.checks.conformance`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
-from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem, nan_rows_and_cols
+from ..core.status import Status
+from ..judging.check import kernel_bounds
+from ..judging.gradient_check import kernel_gradient_bounds
+from ..judging.gradient_verdict import GRADIENT_LABELS
+from ..judging.verdict import CONVENTION
 from ..oracle.evaluate import oracle
-from .bounds import RHO_EXP, U32, gamma
-from .check import kernel_bounds
-from .verdict import CONVENTION
 
-__all__ = ["CHECKS", "ONE_BLOCK", "agree", "padded_inputs", "same_bits"]
+__all__ = [
+    "ONE_BLOCK",
+    "StructuralResult",
+    "agree",
+    "batch_head_independence",
+    "determinism",
+    "gradient_determinism",
+    "key_permutation",
+    "nan_rule",
+    "options_applied",
+    "padded_buffers",
+    "padded_inputs",
+    "same_bits",
+]
 
 ONE_BLOCK = 16  # every configuration of the Triton kernel has BLOCK_N >= 16
+_CHECK_STATUSES = (Status.PASS, Status.FAIL, Status.NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class StructuralResult:
+    """What one structural check found: ``PASS``, ``FAIL``, or ``NOT-APPLICABLE`` (the case
+    gives the check nothing to test), and ``message``, what was compared or why not."""
+
+    status: Status
+    message: str
+
+    def __post_init__(self) -> None:
+        status = Status(self.status)
+        if status not in _CHECK_STATUSES:
+            raise ValueError(f"a structural check is PASS, FAIL or NOT-APPLICABLE, got {status!r}")
+        object.__setattr__(self, "status", status)
+
+    @classmethod
+    def passed(cls, message: str) -> StructuralResult:
+        return cls(Status.PASS, message)
+
+    @classmethod
+    def failed(cls, message: str) -> StructuralResult:
+        return cls(Status.FAIL, message)
+
+    @classmethod
+    def not_applicable(cls, why: str) -> StructuralResult:
+        return cls(Status.NOT_APPLICABLE, f"not applicable ({why})")
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.message}"
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -85,9 +132,14 @@ def _self_tolerance(adapter: Kernel, case: Case, promised: bool) -> np.ndarray |
     return None if promised else 2 * kernel_bounds(adapter, case).o_det
 
 
-def batch_head_independence(adapter: Kernel, case: Case, device: str):
-    full = adapter.run(case, device)
+def batch_head_independence(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """Each (batch, head) slice computed alone against the same slice of the batched call."""
     b_n, hq, *_ = case.shape
+    if not adapter.batched:
+        return StructuralResult.not_applicable("the kernel takes one (batch, head) slice per call")
+    if b_n * hq < 2:
+        return StructuralResult.not_applicable("one (batch, head) slice: nothing to compare")
+    full = adapter.run(case, device)
     for b in range(b_n):
         for h in range(hq):
             sl = case.slice(b, h)
@@ -95,11 +147,14 @@ def batch_head_independence(adapter: Kernel, case: Case, device: str):
             tol = _self_tolerance(adapter, sl, adapter.batch_invariant)
             if not agree(full.o[b, h], part.o[0, 0], None if tol is None else tol[0, 0]):
                 how = "bitwise equal" if tol is None else "within twice its error bound of"
-                return False, f"(b={b}, h={h}) is not {how} the slice computed alone"
-    return True, "each (batch, head) slice agrees with the slice computed alone"
+                return StructuralResult.failed(
+                    f"(b={b}, h={h}) is not {how} the slice computed alone"
+                )
+    return StructuralResult.passed("each (batch, head) slice agrees with the slice computed alone")
 
 
-def padded_buffers(adapter: Kernel, case: Case, device: str):
+def padded_buffers(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """The case's inputs as views inside NaN-filled buffers give the same outputs."""
     plain = adapter.run(case, device)
     padded = adapter.run(case, device, inputs=padded_inputs(case, adapter, device))
     promised = adapter.batch_invariant and adapter.deterministic
@@ -110,25 +165,37 @@ def padded_buffers(adapter: Kernel, case: Case, device: str):
         or agree(plain.lse, padded.lse, None if promised else np.inf)
     )
     if not same:
-        return False, "outputs differ when the inputs sit inside NaN padding"
-    return True, "the same output with NaN-padded inputs"
+        return StructuralResult.failed("outputs differ when the inputs sit inside NaN padding")
+    return StructuralResult.passed("the same output with NaN-padded inputs")
 
 
-def determinism(adapter: Kernel, case: Case, device: str):
+def determinism(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """Two runs on the same inputs: bitwise equal if the kernel declares it, else within
+    twice its bound."""
     a, b = adapter.run(case, device), adapter.run(case, device)
     tol = _self_tolerance(adapter, case, adapter.deterministic)
     lse_tol = None if adapter.deterministic else np.inf
     if not (agree(a.o, b.o, tol) and (a.lse is None or agree(a.lse, b.lse, lse_tol))):
         how = "bitwise" if tol is None else "within twice the error bound"
-        return False, f"two runs on the same inputs differ (compared {how})"
-    return True, "two runs agree"
+        return StructuralResult.failed(f"two runs on the same inputs differ (compared {how})")
+    return StructuralResult.passed("two runs agree")
 
 
-def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None):
+def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None) -> StructuralResult:
+    """Permuting keys and values together leaves the exact answer unchanged: the kernel's
+    outputs may differ by at most its two bounds."""
     nk = case.shape[4]
+    if case.causal or case.window is not None or case.mask is not None:
+        return StructuralResult.not_applicable(
+            "the case sets a mask: permuting keys changes the exact answer"
+        )
+    if nk < 2:
+        return StructuralResult.not_applicable("one key: no permutation moves it")
     if perm is None:  # replay: the permutation is a function of the case's seed
         perm = np.random.default_rng(case.seed or 0).permutation(nk)
     perm = np.asarray(perm)
+    if np.array_equal(perm, np.arange(nk)):
+        return StructuralResult.not_applicable("the permutation drawn is the identity")
     moved = Case(
         case.q,
         case.k[:, :, perm],
@@ -142,11 +209,10 @@ def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None):
     tol = kernel_bounds(adapter, case).o_det + kernel_bounds(adapter, moved).o_det
     if not agree(a.o, b.o, tol):
         diff = np.abs(a.o - b.o)
-        return (
-            False,
-            f"permuting keys moved O by {np.nanmax(diff):.3g}, more than the two bounds allow",
+        return StructuralResult.failed(
+            f"permuting keys moved O by {np.nanmax(diff):.3g}, more than the two bounds allow"
         )
-    return True, "permutation moved O within the bounds"
+    return StructuralResult.passed("permutation moved O within the bounds")
 
 
 def _zero(x: np.ndarray, which) -> np.ndarray:
@@ -154,19 +220,20 @@ def _zero(x: np.ndarray, which) -> np.ndarray:
     return np.where(which(x), 0.0, x)
 
 
-def nan_rule(adapter: Kernel, case: Case, device: str):
+def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """Outputs of finite inputs stay finite; every output a NaN input is involved in is NaN."""
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
     leak = np.isfinite(ref.o_hi) & ~np.isfinite(out.o)
     if leak.any():
         masked = np.isneginf(ref.lse_hi)[..., None] & np.ones_like(leak)
         if not (leak & ~masked).any():
-            return False, (
+            return StructuralResult.failed(
                 f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
                 "O = 0 (flashcheck's contract, as FlashAttention)"
             )
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
-        return False, (
+        return StructuralResult.failed(
             f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs of finite inputs "
             f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o_hi[i]:.6g})"
         )
@@ -184,71 +251,17 @@ def nan_rule(adapter: Kernel, case: Case, device: str):
             missed = elem & ~elem_inf & ~np.isnan(out.o[b, h])
             if missed.any():
                 i, c = (int(x) for x in np.argwhere(missed)[0])
-                return False, (
+                return StructuralResult.failed(
                     f"a NaN input did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
                     f"({int(missed.sum())} such outputs in (b={b}, h={h}))"
                 )
-    return True, (
+    return StructuralResult.passed(
         "every output a NaN input is involved in is NaN, outputs of finite inputs are finite "
         "(outputs involving ±Inf are not held to NaN: IEEE gives them no single value)"
     )
 
 
-def _near_boundary_term(case: Case, fmt) -> np.ndarray:
-    """Σ over keys whose p̃ may round differently in two fp32-accurate computations."""
-    _, hq, hk, _, _, d, _ = case.shape
-    q, k, v = (getattr(case, n).astype(np.float64) for n in ("q", "k", "v"))
-    tau = case.scale if case.scale is not None else 1 / math.sqrt(d)
-    rep = hq // hk
-    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-    s = tau * q @ np.swapaxes(k, -1, -2)
-    a = abs(tau) * np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)
-    m = s.max(axis=-1, keepdims=True)
-    pt = np.exp(s - m)
-    # fp32-level relative error of p̃ (dot, scale, shift, exp2), doubled for two computations
-    eps = 2 * (gamma(d + 1, 2 * U32) * a + U32 * (np.abs(s) + 2 * np.abs(s - m)) + RHO_EXP)
-    eps = np.minimum(eps, 50.0)  # beyond e^50 every key is ambiguous anyway; keeps exp finite
-    lo, hi = round_to_format(pt * np.exp(-eps), fmt), round_to_format(pt * np.exp(eps), fmt)
-    w = np.where(lo != hi, ulp(pt, fmt) * 1.01, 0.0) / pt.sum(axis=-1, keepdims=True)
-    return w @ np.abs(v)
-
-
-def conformance(adapter: Kernel, case: Case, device: str):
-    """Within one key block (``Nk ≤ 16``) a flash kernel and the emulated recurrence share
-    the roundings of P and of the output, so ``|O − O_emulated| ≤ 2·B32 + ulp_F(O) +`` (keys
-    whose P may round the other way); see docs/error-bounds.md §6."""
-    from ...kernels.recurrence import PrecisionPolicy, online_attention
-
-    if adapter.arithmetic != "flash" or case.shape[4] > ONE_BLOCK or case.mask is not None:
-        return True, "not applicable (flash class, Nk <= 16, no explicit mask)"
-    out = adapter.run(case, device)
-    dtype = case.dtype
-    policy = PrecisionPolicy(input=dtype, score="fp32", accum="fp32", p=dtype, output="fp32")
-    emu, _ = online_attention(
-        case.q,
-        case.k,
-        case.v,
-        policy=policy,
-        block_k=ONE_BLOCK,
-        causal=case.causal,
-        window=case.window,
-        scale=case.scale,
-    )
-    emu = emu.astype(np.float64)
-    fmt = FORMATS[dtype]
-    b32 = kernel_bounds(adapter, case, fp32_only=True).o_det
-    tol = 2 * b32 + ulp(out.o, fmt) + _near_boundary_term(case, fmt)
-    diff = np.abs(out.o - emu)
-    if np.any(diff > tol):
-        i = np.unravel_index(np.argmax(diff / tol), diff.shape)
-        return False, (
-            f"O{tuple(int(x) for x in i)} = {out.o[i]!r} but the emulated flash arithmetic "
-            f"gives {emu[i]!r} (tolerance {tol[i]:.3g})"
-        )
-    return True, f"matches the emulation (max diff/tol {float(np.max(diff / tol)):.3g})"
-
-
-def options_applied(adapter: Kernel, case: Case, device: str):
+def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """Each option the case sets (``causal``, ``window``, an explicit ``scale``) changes the
     kernel's output wherever it changes the exact answer by more than the two bounds: a kernel
     that ignores an option is caught even on cases where its error would stay small."""
@@ -260,10 +273,11 @@ def options_applied(adapter: Kernel, case: Case, device: str):
     if case.scale is not None:
         variants.append((f"scale={case.scale!r}", replace(case, scale=None)))
     if not variants:
-        return True, "not applicable (the case sets no option)"
+        return StructuralResult.not_applicable("the case sets no option")
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
     bound = kernel_bounds(adapter, case).o_det
+    tested = []
     for label, other in variants:
         ref2 = oracle(other.q, other.k, other.v, **other.options())
         tol = bound + kernel_bounds(adapter, other).o_det
@@ -275,23 +289,47 @@ def options_applied(adapter: Kernel, case: Case, device: str):
             )
         if not moved.any():
             continue
+        tested.append(label)
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
             change = float(np.max(np.abs(ref.o_hi - ref2.o_hi)[moved]))
-            return False, (
+            return StructuralResult.failed(
                 f"{label} did not change the output where it changes the exact answer (by up "
                 f"to {change:.3g}): the kernel ignores the option there, or computes those "
                 "outputs wrongly with it"
             )
-    return True, "every option set changed the output where it should"
+    if not tested:
+        return StructuralResult.not_applicable(
+            "no option set changes the exact answer by more than the two bounds here"
+        )
+    return StructuralResult.passed("every option set changed the output where it should")
 
 
-CHECKS: dict[str, Callable[..., tuple[bool, str]]] = {
-    "batch-head-independence": batch_head_independence,
-    "padded-buffers": padded_buffers,
-    "determinism": determinism,
-    "key-permutation": key_permutation,
-    "nan-rule": nan_rule,
-    "conformance": conformance,
-    "options-applied": options_applied,
-}
+def gradient_determinism(adapter: Kernel, case: Case, device: str) -> StructuralResult:
+    """Two backward calls on the same case: bitwise equal for a kernel declared deterministic;
+    otherwise within twice the gradient bound of each other (never a NaN in one run only)."""
+    a = adapter.run_backward(case, device)
+    b = adapter.run_backward(case, device)
+    bounds = None if adapter.deterministic else kernel_gradient_bounds(adapter, case)
+    for name in ("dq", "dk", "dv"):
+        x, y = getattr(a, name), getattr(b, name)
+        label = GRADIENT_LABELS[name]
+        if (np.isnan(x) != np.isnan(y)).any():
+            return StructuralResult.failed(f"{label} is NaN in one run and not in the other")
+        if adapter.deterministic:
+            if not np.array_equal(x, y, equal_nan=True):
+                n = int((~((x == y) | (np.isnan(x) & np.isnan(y)))).sum())
+                return StructuralResult.failed(
+                    f"{label} differs between two runs in {n} elements (declared deterministic)"
+                )
+            continue
+        with np.errstate(invalid="ignore"):
+            diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
+        over = diff > 2 * getattr(bounds, f"{name}_det")
+        if over.any():
+            return StructuralResult.failed(
+                f"{label} of two runs differ by more than twice the bound in "
+                f"{int(over.sum())} elements (max {diff.max():.3g})"
+            )
+    how = "bitwise" if adapter.deterministic else "within twice the bound"
+    return StructuralResult.passed(f"two backward runs agree {how}")

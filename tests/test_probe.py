@@ -1,0 +1,186 @@
+"""Probing finds the contract of a plain function: each planted function below rejects one input
+class (by raising, as real kernels do), and the probe must find exactly that limit; a kernel
+that hangs or raises on everything is reported with the reason."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import flashcheck
+from flashcheck.harness.adapters.outcome import Outcome, call_kernel
+from flashcheck.harness.adapters.probe import probe, resolved
+from flashcheck.harness.core.status import Status
+
+
+def _zeros(q, v):
+    """An output of the right shape and dtype (the probe looks at shapes, not values)."""
+    return np.zeros((*q.shape[:3], v.shape[3]), dtype=q.dtype)
+
+
+def _numpy(fn, **kw):
+    return flashcheck.kernel(fn, api="numpy", devices=("cpu",), **kw)
+
+
+def fp32_only(q, k, v, *, causal=False, window=None, mask=None, scale=None):
+    if q.dtype != np.float32:
+        raise TypeError(f"only float32, got {q.dtype}")
+    return _zeros(q, v)
+
+
+def pow2_dims(q, k, v, *, causal=False, scale=None):
+    bad = {q.shape[3], v.shape[3]} - {16, 32, 64, 128}
+    if bad:
+        raise ValueError(f"head dims {sorted(bad)} unsupported")
+    return _zeros(q, v)
+
+
+def causal_only(q, k, v, *, causal=False, window=None):
+    if window is not None:
+        raise NotImplementedError("no sliding window")
+    return _zeros(q, v)
+
+
+def no_gqa(q, k, v, *, causal=False, scale=None):
+    if q.shape[1] != k.shape[1]:
+        raise ValueError("Hq must equal Hk")
+    return _zeros(q, v)
+
+
+def square_only(q, k, v, *, causal=False, scale=None):
+    if q.shape[2] != k.shape[2]:
+        raise ValueError("Nq must equal Nk")
+    return _zeros(q, v)
+
+
+def one_slice(q, k, v, *, causal=False, scale=None):
+    if q.shape[0] * q.shape[1] > 1:
+        raise ValueError("one (batch, head) per call")
+    return _zeros(q, v)
+
+
+def blocks_of_32(q, k, v, *, causal=False, scale=None):
+    if q.shape[2] % 32 or k.shape[2] % 32:
+        raise ValueError("lengths must be multiples of 32")
+    return _zeros(q, v)
+
+
+def everything(q, k, v, *, causal=False, window=None, mask=None, scale=None):
+    return _zeros(q, v)
+
+
+def always_raises(q, k, v, *, causal=False, scale=None):
+    raise RuntimeError("no GPU here")
+
+
+def wrong_shape(q, k, v, *, causal=False, scale=None):
+    return np.zeros((1, 1, 1, 1), dtype=q.dtype)
+
+
+def test_a_function_that_takes_everything_gets_the_whole_contract():
+    kern = probe(_numpy(everything))
+    assert kern.dtypes == ("fp16", "bf16", "fp32")
+    assert kern.head_dims is None and kern.seq_multiple == 1
+    assert kern.masks == frozenset({"causal", "window", "mask"})
+    assert kern.options == frozenset({"causal", "window", "mask", "scale"})
+    assert kern.gqa and kern.unequal_lengths and kern.batched and kern.distinct_dv
+    assert not kern.pending and not kern.unsupported
+
+
+@pytest.mark.parametrize(
+    ("fn", "field", "want", "note"),
+    [
+        (fp32_only, "dtypes", ("fp32",), "only float32"),
+        (pow2_dims, "head_dims", (16, 32, 64, 128), "unsupported"),
+        (pow2_dims, "distinct_dv", True, None),
+        (causal_only, "masks", frozenset({"causal"}), "no sliding window"),
+        (no_gqa, "gqa", False, "Hq must equal Hk"),
+        (square_only, "unequal_lengths", False, "Nq must equal Nk"),
+        (one_slice, "batched", False, "one (batch, head) per call"),
+        (blocks_of_32, "seq_multiple", 32, "multiples of 32"),
+    ],
+)
+def test_the_probe_finds_each_limit_and_keeps_the_kernels_reason(fn, field, want, note):
+    kern = probe(_numpy(fn))
+    assert getattr(kern, field) == want, kern.contract_lines()
+    if note is not None:
+        assert any(note in why for _, why in kern.unsupported), kern.unsupported
+    assert not kern.pending
+
+
+def test_a_masks_limit_comes_from_the_signature_too():
+    # pow2_dims names no window or mask keyword: those are never passed, nor probed.
+    kern = probe(_numpy(pow2_dims))
+    assert kern.masks == frozenset({"causal"}) and kern.options == frozenset({"causal", "scale"})
+
+
+def test_declared_fields_are_trusted_not_probed():
+    kern = _numpy(fp32_only, dtypes=("fp16", "fp32"))
+    assert "dtypes" not in kern.pending
+    # fp16 is declared: the probe does not remove it (the campaign will show the errors).
+    assert probe(kern).dtypes == ("fp16", "fp32")
+
+
+def test_a_kernel_that_raises_on_every_input_is_reported_with_its_exception():
+    kern = probe(_numpy(always_raises))
+    assert kern.dtypes == ()
+    ((what, why),) = kern.unsupported
+    assert what == "every probe input" and "RuntimeError: no GPU here" in why
+    assert "ran on none of the probe inputs" in kern.contract_lines()[0]
+
+
+def test_a_wrong_output_counts_as_running():
+    # It is judged later, as BAD-OUTPUT, where it happens: not a limit of the contract.
+    kern = probe(_numpy(wrong_shape))
+    assert kern.dtypes == ("fp16", "bf16", "fp32") and kern.gqa and kern.batched
+
+
+def test_a_kernel_that_hangs_on_the_base_shape_cannot_run():
+    def hangs(case):
+        return Outcome.failed(Status.TIMEOUT, "no result within 120 s")
+
+    kern = probe(_numpy(everything, name="hangs-always"), runner=hangs)
+    assert kern.dtypes == ()
+    assert kern.unsupported == (("every probe input", "it hung: no result within 120 s"),)
+
+
+def test_a_hang_past_the_base_shape_stays_in_the_contract():
+    # Where the kernel hangs is recorded by the campaign, as TIMEOUT: the probe does not hide
+    # it by narrowing the contract.
+    base = _numpy(everything, name="hangs-on-gqa")
+
+    def run(case):
+        if case.shape[1] != case.shape[2]:
+            return Outcome.failed(Status.TIMEOUT, "no result within 1 s")
+        return call_kernel(base.run, case, "cpu")
+
+    assert probe(base, runner=run).gqa
+
+
+def test_a_crash_or_a_declined_input_marks_the_class_unsupported():
+    base = _numpy(everything, name="crashes-on-batches")
+
+    def run(case):
+        if case.shape[0] > 1:
+            return Outcome.failed(Status.ERROR, "the kernel process died (exit code -11)")
+        if case.dtype == "bf16":
+            return Outcome.failed(Status.SKIP, "the backend takes no bf16")
+        return call_kernel(base.run, case, "cpu")
+
+    kern = probe(base, runner=run)
+    assert not kern.batched and kern.dtypes == ("fp16", "fp32")
+    notes = dict(kern.unsupported)
+    assert notes["batch and heads > 1"] == "the kernel process died (exit code -11)"
+    assert notes["bf16"] == "the backend takes no bf16"
+
+
+def test_a_runner_must_answer_an_outcome():
+    with pytest.raises(TypeError, match="returns an Outcome"):
+        probe(_numpy(everything, name="bad-runner"), runner=lambda case: None)
+
+
+def test_resolved_probes_only_what_is_pending():
+    kern = probe(_numpy(blocks_of_32))
+    assert resolved(kern) is kern
+    again = replace(kern, pending=frozenset({"gqa"}))
+    assert resolved(again).seq_multiple == 32 and resolved(again).gqa

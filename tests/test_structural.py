@@ -1,0 +1,219 @@
+"""Each structural check can fail: a planted kernel per check (a small numpy function with one
+bug) is FAIL, a correct kernel is PASS, and a case that gives the check nothing to test is
+NOT-APPLICABLE with the reason, never a pass."""
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flashcheck
+from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.checks.registry import CHECKS, GRADIENT_CHECKS, check_target
+from flashcheck.harness.checks.structural import StructuralResult
+from flashcheck.harness.core.status import Status
+from flashcheck.kernels.naive import naive_numpy, naive_numpy_backward
+from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
+
+PASS, FAIL, NA = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE
+
+
+def _case(family="randn", b=2, hq=2, hk=2, n=16, nk=None, d=16, seed=1, dtype="fp16", **kw):
+    nk = n if nk is None else nk
+    return make_case(Recipe(dtype, family, b, hq, hk, n, nk, d, d, seed, **kw))
+
+
+def _naive(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    return naive_numpy(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+
+
+def _planted(fn, **kw):
+    """A numpy kernel of the naive class that promises bitwise reproducibility."""
+    opts = {"arithmetic": "naive", "api": "numpy", "deterministic": True, "batch_invariant": True}
+    return flashcheck.kernel(fn, **{**opts, **kw})
+
+
+# -- the planted bugs ------------------------------------------------------------------------
+def batch_zero_keys(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Every batch attends to batch 0's keys and values."""
+    k0 = np.broadcast_to(k[:1], k.shape).copy()
+    v0 = np.broadcast_to(v[:1], v.shape).copy()
+    return _naive(q, k0, v0, causal=causal, window=window, scale=scale, mask=mask)
+
+
+def ignores_strides(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Reads its inputs as if they were contiguous from their first element."""
+
+    def dense(x):
+        return np.lib.stride_tricks.as_strided(
+            x, x.shape, np.zeros(x.shape, x.dtype).strides, writeable=False
+        ).copy()
+
+    return _naive(dense(q), dense(k), dense(v), causal=causal, window=window, scale=scale)
+
+
+def noisy(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """One output element moves by one ulp, at random, on every call."""
+    o, lse = _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+    o = o.copy()
+    i = np.random.default_rng().integers(o.size)
+    o.flat[i] = np.nextafter(o.flat[i], np.inf, dtype=o.dtype)
+    return o, lse
+
+
+def drops_first_key(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """The first key never joins the softmax."""
+    return _naive(q, k[:, :, 1:], v[:, :, 1:], causal=causal, window=window, scale=scale)
+
+
+def nan_to_zero(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """NaN inputs read as 0: a NaN never reaches the output."""
+    q, k, v = (np.nan_to_num(x, nan=0.0) for x in (q, k, v))
+    return _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+
+
+def ignores_causal(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Accepts ``causal`` and drops it."""
+    return _naive(q, k, v, window=window, scale=scale, mask=mask)
+
+
+def unrounded_p(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """The flash recurrence with P kept in fp32 (more accurate than the flash class)."""
+    dt = {np.float16: "fp16", np.float32: "fp32"}[q.dtype.type]
+    policy = PrecisionPolicy(input=dt, score="fp32", accum="fp32", p="fp32", output=dt)
+    return online_attention(
+        q, k, v, policy=policy, block_k=16, causal=causal, window=window, scale=scale
+    )
+
+
+def noisy_backward(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+    """dQ moves by one ulp in one element, at random, on every call."""
+    dq, dk, dv = naive_numpy_backward(q, k, v, do, causal=causal, window=window, scale=scale)
+    dq = np.array(dq, copy=True)
+    i = np.random.default_rng().integers(dq.size)
+    dq.flat[i] = np.nextafter(dq.flat[i], np.inf, dtype=dq.dtype)
+    return dq, dk, dv
+
+
+def exact_backward(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+    """Gradients in float64 throughout: P and dS never rounded to the input format."""
+    f64 = [x.astype(np.float64) for x in (q, k, v, do)]
+    grads = naive_numpy_backward(*f64, causal=causal, window=window, scale=scale, precision="fp64")
+    return tuple(g.astype(np.float32) for g in grads)
+
+
+# -- one planted kernel per check: FAIL on it, PASS on a correct kernel -----------------------
+NAIVE = resolve("naive-numpy")
+FLASH = resolve("recurrence-fa2")
+HUGE = {"family": "huge_logits", "magnitude": 1e4}
+PLANTED = {
+    "batch-head-independence": (_planted(batch_zero_keys), NAIVE, {}),
+    "padded-buffers": (_planted(ignores_strides), NAIVE, {}),
+    "determinism": (_planted(noisy), NAIVE, {}),
+    "key-permutation": (_planted(drops_first_key), NAIVE, {}),
+    "nan-rule": (_planted(nan_to_zero), NAIVE, {"family": "nonfinite", "seed": 0}),
+    "options-applied": (_planted(ignores_causal), NAIVE, {"causal": True}),
+    "conformance": (_planted(unrounded_p, arithmetic="flash", key_block=16), FLASH, {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_each_forward_check_fails_on_its_planted_bug_and_passes_a_correct_kernel(name):
+    bad, good, kw = PLANTED[name]
+    case = _case(**kw)
+    found = CHECKS[name](bad, case, "cpu")
+    assert found.status is FAIL, found
+    assert CHECKS[name](good, case, "cpu").status is PASS
+
+
+def test_every_check_has_a_planted_bug_here():
+    assert set(PLANTED) | {"gradient-determinism", "gradient-conformance"} == {
+        *CHECKS,
+        *GRADIENT_CHECKS,
+    }
+
+
+def test_gradient_determinism_fails_on_a_noisy_backward():
+    bad = replace(NAIVE, name="noisy-backward", backward=noisy_backward)
+    case = _case()
+    assert GRADIENT_CHECKS["gradient-determinism"](bad, case, "cpu").status is FAIL
+    assert GRADIENT_CHECKS["gradient-determinism"](NAIVE, case, "cpu").status is PASS
+
+
+def test_gradient_conformance_fails_on_a_backward_more_accurate_than_flash():
+    bad = replace(FLASH, name="exact-backward", backward=exact_backward)
+    case = _case(b=1, hq=1, hk=1, d=32, seed=3)
+    found = GRADIENT_CHECKS["gradient-conformance"](bad, case, "cpu")
+    assert found.status is FAIL, found
+    assert GRADIENT_CHECKS["gradient-conformance"](FLASH, case, "cpu").status is PASS
+
+
+# -- not applicable: never a pass ------------------------------------------------------------
+def _o_only(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    return _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "kern", "kw", "why"),
+    [
+        ("batch-head-independence", NAIVE, {"b": 1, "hq": 1, "hk": 1}, "one (batch, head)"),
+        ("key-permutation", NAIVE, {"causal": True}, "sets a mask"),
+        ("key-permutation", NAIVE, {"n": 1}, "one key"),
+        ("options-applied", NAIVE, {}, "sets no option"),
+        ("conformance", NAIVE, {}, "flash class only"),
+        ("conformance", FLASH, {"n": 17}, "Nk <= 16"),
+    ],
+)
+def test_a_check_with_nothing_to_test_says_why(name, kern, kw, why):
+    found = CHECKS[name](kern, _case(**kw), "cpu")
+    assert found.status is NA and why in found.message, found
+
+
+def test_backward_conformance_of_a_kernel_without_lse_is_not_a_pass():
+    # The flash backward recomputes P from LSE: a forward that returns O only gives it nothing
+    # to compare, on every case.
+    kern = replace(FLASH, name="o-only", fn=_o_only)
+    found = GRADIENT_CHECKS["gradient-conformance"](kern, _case(b=1, hq=1, hk=1), "cpu")
+    assert found.status is NA and "no LSE" in found.message
+
+
+def test_options_applied_where_no_option_moves_the_answer_is_not_a_pass():
+    # One query, one key: causal (bottom-right aligned) keeps the key, so it changes nothing.
+    found = CHECKS["options-applied"](NAIVE, _case(n=1, causal=True), "cpu")
+    assert found.status is NA and "changes the exact answer" in found.message
+
+
+def test_a_structural_result_is_three_states_only():
+    with pytest.raises(ValueError, match="PASS, FAIL or NOT-APPLICABLE"):
+        StructuralResult(Status.ERROR, "x")
+    assert str(StructuralResult.not_applicable("why")) == "NOT-APPLICABLE: not applicable (why)"
+
+
+def test_checks_are_named_for_workers_by_module_and_function():
+    assert check_target("determinism") == "flashcheck.harness.checks.structural:determinism"
+    assert check_target("gradient-conformance").endswith("conformance:gradient_conformance")
+    with pytest.raises(ValueError, match="unknown structural check"):
+        check_target("nope")
+
+
+@pytest.mark.slow
+def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
+    # Before, every draw of this property was "not applicable" and counted as a pass.
+    shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    args = ["test", "user_backward:flash_no_lse", "--", "-k", "flash_backward_matches", "-rs"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(
+        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "1 skipped" in text and " passed" not in text, text
+    assert "the kernel returns no LSE" in text, text
