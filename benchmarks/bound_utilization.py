@@ -77,7 +77,7 @@ def main() -> None:
                     b = error_bounds(
                         case.q, case.k, case.v, arithmetic=kind, key_block=blk, **case.options()
                     )
-                    err = np.abs((o.astype(np.float64) - ref.o_hi) - ref.o_lo)
+                    err = np.abs((o.astype(np.float64) - ref.o.hi) - ref.o.lo)
                     pos = b.o_det > 0
                     ud = float((err[pos] / b.o_det[pos]).max(initial=0.0))
                     up = float((err[pos] / b.o_prob[pos]).max(initial=0.0))

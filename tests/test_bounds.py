@@ -14,7 +14,7 @@ from flashcheck.properties.strategies import make_case, recipes
 
 
 def _err(o, ref):
-    return np.abs((o.astype(np.float64) - ref.o_hi) - ref.o_lo)
+    return np.abs((o.astype(np.float64) - ref.o.hi) - ref.o.lo)
 
 
 def _run(kind, case, block):
@@ -79,8 +79,8 @@ def test_deterministic_bound_dominates_emulated_error(rec, kind, block):
     )
     err = _err(o, ref)
     assert np.all(err <= b.o_det), f"max utilization {np.max(err / b.o_det):.3g}"
-    live = np.isfinite(ref.lse_hi)
-    lerr = np.abs(lse.astype(np.float64)[live] - ref.lse_hi[live])
+    live = np.isfinite(ref.lse.hi)
+    lerr = np.abs(lse.astype(np.float64)[live] - ref.lse.hi[live])
     assert np.all(lerr <= b.lse_det[live])
     assert np.all(b.o_prob <= b.o_det * (1 + 1e-12))
 

@@ -33,12 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import Format, format_of
+from ..core.formats import Format, format_of, round_to_format
 from ..core.semantics import as_exact_array
 from ..judging.gradient_bounds import gradient_bounds
 from ..judging.gradient_verdict import gradient_errors, judge_gradients
 from ..judging.verdict import ORDER
 from ..oracle.evaluate import oracle
+from ..oracle.tensor import CertifiedTensor
 from .check import sample_rows
 from .providers import PROVIDERS
 
@@ -79,16 +80,16 @@ def _host(x: Any) -> np.ndarray:
 @dataclass
 class Float64KeyGradients:
     """dK, dV of sampled keys in float64 with their floors, shaped like the oracle's
-    ``(1, 1, K, d)`` fields (``lo`` is zero: a plain float64 value)."""
+    ``(1, 1, K, d)`` tensors (``lo`` is zero: a plain float64 value; no certified error,
+    ``err = inf``; ``rounded`` is the float64 value rounded, ``certified`` False)."""
 
     fmt: Format
     keys: np.ndarray
-    dk_hi: np.ndarray
-    dk_lo: np.ndarray
-    dk_floor: np.ndarray
-    dv_hi: np.ndarray
-    dv_lo: np.ndarray
-    dv_floor: np.ndarray
+    dk: CertifiedTensor
+    dv: CertifiedTensor
+
+    def __getitem__(self, name: str) -> CertifiedTensor:
+        return {"dk": self.dk, "dv": self.dv}[name]
 
 
 def fp64_key_gradients(
@@ -134,9 +135,14 @@ def fp64_key_gradients(
         out["fk"] += tau * ((pk * (dp[:, idx].abs() + dsum.abs())).T @ qd[r0:r1].abs())
         out["fv"] += pk.T @ dod[r0:r1].abs()
     host = {n: t.cpu().numpy()[None, None] for n, t in out.items()}
-    zero = np.zeros_like(host["dk"]), np.zeros_like(host["dv"])
+
+    def tensor(hi: np.ndarray, floor: np.ndarray) -> CertifiedTensor:
+        zero = np.zeros_like(hi)
+        rounded = round_to_format(hi, fmt)
+        return CertifiedTensor(hi, zero, zero + np.inf, floor, rounded, np.zeros(hi.shape, bool))
+
     return Float64KeyGradients(
-        fmt, np.asarray(keys), host["dk"], zero[0], host["fk"], host["dv"], zero[1], host["fv"]
+        fmt, np.asarray(keys), tensor(host["dk"], host["fk"]), tensor(host["dv"], host["fv"])
     )
 
 

@@ -64,11 +64,11 @@ def class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None
     """Max |error| / deterministic bound of O against each known arithmetic class (``None``
     where the output is not finite where the oracle is)."""
     o, ref = res.output.o, res.ref
-    ok = np.isfinite(ref.o_hi) & np.isfinite(o)
-    if (np.isfinite(ref.o_hi) & ~np.isfinite(o)).any():
+    ok = np.isfinite(ref.o.hi) & np.isfinite(o)
+    if (np.isfinite(ref.o.hi) & ~np.isfinite(o)).any():
         return dict.fromkeys(every.parts)
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
+        err = np.where(ok, np.abs((o - ref.o.hi) - ref.o.lo), 0.0)
         out = {}
         for cls, b in every.parts.items():
             u = np.where(b.o_det > 0, err / b.o_det, np.where(err > 0, np.inf, 0.0))
@@ -84,12 +84,12 @@ def _missing(x: float) -> float | None:
 def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     v, s = res.verdict, res.verdict.summary
     ref = res.ref
-    e = floored_ulp_error(res.output.o, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
-    ok = np.isfinite(ref.o_hi) & np.isfinite(res.output.o)
+    e = floored_ulp_error(res.output.o, ref.o.hi, ref.o.lo, ref.o.floor, ref.fmt)
+    ok = np.isfinite(ref.o.hi) & np.isfinite(res.output.o)
     with np.errstate(invalid="ignore"):
-        d = ((res.output.o - ref.o_hi) - ref.o_lo)[ok]
+        d = ((res.output.o - ref.o.hi) - ref.o.lo)[ok]
         # The error of the correctly rounded output: the floor no kernel can go below.
-        rn = ((ref.o_rounded.astype(np.float64) - ref.o_hi) - ref.o_lo)[ok]
+        rn = ((ref.o.rounded.astype(np.float64) - ref.o.hi) - ref.o.lo)[ok]
     return {
         "status": v.verdict,
         "reasons": v.reasons,

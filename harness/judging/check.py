@@ -80,9 +80,9 @@ def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float 
     out = naive.run(case)
     lse_err = None
     if out.lse is not None:
-        fin = np.isfinite(ref.lse_hi) & np.isfinite(out.lse)
+        fin = np.isfinite(ref.lse.hi) & np.isfinite(out.lse)
         with np.errstate(invalid="ignore"):  # −inf − (−inf) in masked rows, dropped by `fin`
-            d = np.abs((out.lse - ref.lse_hi) - ref.lse_lo)[fin]
+            d = np.abs((out.lse - ref.lse.hi) - ref.lse.lo)[fin]
         lse_err = float(d.max()) if d.size else 0.0
     return naive_error(out.o, ref), lse_err
 

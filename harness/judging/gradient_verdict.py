@@ -60,7 +60,8 @@ class GradientVerdict:
 
 
 def _ref(ref: OracleResult, name: str) -> tuple[np.ndarray, ...]:
-    return tuple(getattr(ref, f"{name}_{f}") for f in ("hi", "lo", "floor"))
+    t = ref[name]
+    return t.hi, t.lo, t.floor
 
 
 def gradient_errors(grads: dict[str, np.ndarray], ref: OracleResult) -> dict[str, float]:

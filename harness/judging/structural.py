@@ -157,9 +157,9 @@ def _zero(x: np.ndarray, which) -> np.ndarray:
 def nan_rule(adapter: Kernel, case: Case, device: str):
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
-    leak = np.isfinite(ref.o_hi) & ~np.isfinite(out.o)
+    leak = np.isfinite(ref.o.hi) & ~np.isfinite(out.o)
     if leak.any():
-        masked = np.isneginf(ref.lse_hi)[..., None] & np.ones_like(leak)
+        masked = np.isneginf(ref.lse.hi)[..., None] & np.ones_like(leak)
         if not (leak & ~masked).any():
             return False, (
                 f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
@@ -168,7 +168,7 @@ def nan_rule(adapter: Kernel, case: Case, device: str):
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return False, (
             f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs of finite inputs "
-            f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o_hi[i]:.6g})"
+            f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o.hi[i]:.6g})"
         )
     p = make_problem(case.q, case.k, case.v, **case.options())
     b_n, hq, _, nq, *_ = p.shape
@@ -269,15 +269,15 @@ def options_applied(adapter: Kernel, case: Case, device: str):
         tol = bound + kernel_bounds(adapter, other).o_det
         with np.errstate(invalid="ignore"):
             moved = (
-                np.isfinite(ref.o_hi)
-                & np.isfinite(ref2.o_hi)
-                & (np.abs(ref.o_hi - ref2.o_hi) > tol)
+                np.isfinite(ref.o.hi)
+                & np.isfinite(ref2.o.hi)
+                & (np.abs(ref.o.hi - ref2.o.hi) > tol)
             )
         if not moved.any():
             continue
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
-            change = float(np.max(np.abs(ref.o_hi - ref2.o_hi)[moved]))
+            change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))
             return False, (
                 f"{label} did not change the output where it changes the exact answer (by up "
                 f"to {change:.3g}): the kernel ignores the option there, or computes those "

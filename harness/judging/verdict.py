@@ -89,7 +89,7 @@ def _nonfinite_error(value: float) -> float:
 
 def naive_error(o_naive: np.ndarray, ref: OracleResult) -> float:
     """``E_naive``: the naive baseline's largest floored-ULP error where both are finite."""
-    e = floored_ulp_error(o_naive, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
+    e = floored_ulp_error(o_naive, ref.o.hi, ref.o.lo, ref.o.floor, ref.fmt)
     e = e[np.isfinite(e)]
     return float(e.max()) if e.size else 0.0
 
@@ -121,10 +121,10 @@ def judge(
         if ORDER[new] > ORDER[level]:
             level = new
 
-    summary = summarize(o, ref.o_hi, ref.o_lo, ref.o_floor, ref.o_rounded, fmt)
-    fin_ref = np.isfinite(ref.o_hi)
+    summary = summarize(o, ref.o.hi, ref.o.lo, ref.o.floor, ref.o.rounded, fmt)
+    fin_ref = np.isfinite(ref.o.hi)
     bad = fin_ref & ~np.isfinite(o)
-    masked_rows = np.isneginf(ref.lse_hi)
+    masked_rows = np.isneginf(ref.lse.hi)
     in_masked = masked_rows[..., None] & np.ones_like(bad)
     if (bad & ~in_masked).any():
         n_bad = int((bad & ~in_masked).sum())
@@ -141,11 +141,11 @@ def judge(
     if nz.any():
         flag("FAIL-HARD", f"{int(nz.sum())} fully masked rows with O != 0")
 
-    e = floored_ulp_error(o, ref.o_hi, ref.o_lo, ref.o_floor, fmt)
+    e = floored_ulp_error(o, ref.o.hi, ref.o.lo, ref.o.floor, fmt)
     ok = fin_ref & np.isfinite(o)
     with np.errstate(invalid="ignore"):
-        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
-    den = np.maximum(ulp(ref.o_hi, fmt, ref.o_lo), ulp(ref.o_floor, fmt))
+        err = np.where(ok, np.abs((o - ref.o.hi) - ref.o.lo), 0.0)
+    den = np.maximum(ulp(ref.o.hi, fmt, ref.o.lo), ulp(ref.o.floor, fmt))
     e = np.where(ok, e, 0.0)
     max_ulp = float(e.max()) if e.size else 0.0
     if bad.any():
@@ -191,7 +191,7 @@ def judge(
     lse_err = lse_util = float("nan")
     if lse is not None:
         lse = np.asarray(lse, dtype=np.float64)
-        fin_l = np.isfinite(ref.lse_hi)
+        fin_l = np.isfinite(ref.lse.hi)
         bad_l = (fin_l & ~np.isfinite(lse)) | (masked_rows & ~np.isneginf(lse))
         if bad_l.any():
             flag(
@@ -201,11 +201,11 @@ def judge(
             )
         okl = fin_l & np.isfinite(lse)
         with np.errstate(invalid="ignore"):
-            lerr = np.where(okl, np.abs((lse - ref.lse_hi) - ref.lse_lo), 0.0)
+            lerr = np.where(okl, np.abs((lse - ref.lse.hi) - ref.lse.lo), 0.0)
         lse_err = float(lerr.max()) if lerr.size else 0.0
         if bad_l.any():  # a wrong -inf/NaN/inf has no finite error: never shown as a small one
             lse_err = math.inf
-        floor = ulp(np.where(okl, ref.lse_hi, 0.0), FP32)
+        floor = ulp(np.where(okl, ref.lse.hi, 0.0), FP32)
         if bounds is not None:
             lu = np.where(okl, _ratio(lerr, bounds.lse_det), 0.0)
             lse_util = float(lu.max()) if lu.size else 0.0
@@ -226,9 +226,9 @@ def judge(
         row = {
             "index": [int(i) for i in idx],
             "kernel": float(o[idx]),
-            "oracle": float(ref.o_hi[idx]),
-            "oracle_lo": float(ref.o_lo[idx]),
-            "floor_W": float(ref.o_floor[idx]),
+            "oracle": float(ref.o.hi[idx]),
+            "oracle_lo": float(ref.o.lo[idx]),
+            "floor_W": float(ref.o.floor[idx]),
             "abs_err": float(err[idx]) if not bad[idx] else _nonfinite_error(o[idx]),
             "floored_ulp": float(e[idx]) if not bad[idx] else _nonfinite_error(o[idx]),
         }

@@ -54,67 +54,64 @@ from .backward_strict import strict_group
 from .common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
 from .fast import fast_rows
 from .strict import strict_fill
+from .tensor import FIELDS, CertifiedTensor
 
-__all__ = ["ACCURACY_BITS", "OracleResult", "oracle"]
+__all__ = ["ACCURACY_BITS", "TENSORS", "CertifiedTensor", "OracleResult", "oracle"]
 
 
-_FIELDS = ("hi", "lo", "err", "floor", "rounded", "certified")
+TENSORS = ("o", "lse", "dq", "dk", "dv")
 
 
 @dataclass
 class OracleResult:
-    """Oracle values for the requested rows; arrays are ``(B, Hq, R, dv)`` or ``(B, Hq, R)``.
+    """The oracle's answer: one :class:`CertifiedTensor` per output, for the requested rows.
 
-    With ``do`` given, also the gradients, each with the fields O has (``_hi``, ``_lo``,
-    ``_err``, ``_floor``, ``_rounded``, ``_certified``): ``dq_*`` ``(B, Hq, R, d)`` for the
-    requested rows, ``dk_*`` ``(B, Hk, K, d)`` and ``dv_*`` ``(B, Hk, K, dv)`` for the
-    requested keys ``keys``. Without ``do`` they are ``None``.
+    ``o`` ``(B, Hq, R, dv)`` and ``lse`` ``(B, Hq, R)`` for the rows ``rows``; with ``do``
+    given, also the gradients ``dq`` ``(B, Hq, R, d)`` for the same rows, ``dk``
+    ``(B, Hk, K, d)`` and ``dv`` ``(B, Hk, K, dv)`` for the keys ``keys`` (without ``do`` they
+    are ``None``). ``tensors`` maps each computed output's name to its tensor; ``fmt`` is the
+    format ``rounded`` is in.
     """
 
     fmt: Format
     rows: np.ndarray
     mode: str
-    o_hi: np.ndarray
-    o_lo: np.ndarray
-    o_err: np.ndarray
-    o_floor: np.ndarray
-    o_rounded: np.ndarray
-    o_certified: np.ndarray
-    lse_hi: np.ndarray
-    lse_lo: np.ndarray
-    lse_err: np.ndarray
-    lse_floor: np.ndarray
-    lse_rounded: np.ndarray
-    lse_certified: np.ndarray
+    tensors: dict[str, CertifiedTensor]
     stats: dict[str, Any] = field(default_factory=dict)
     keys: np.ndarray | None = None
-    dq_hi: np.ndarray | None = None
-    dq_lo: np.ndarray | None = None
-    dq_err: np.ndarray | None = None
-    dq_floor: np.ndarray | None = None
-    dq_rounded: np.ndarray | None = None
-    dq_certified: np.ndarray | None = None
-    dk_hi: np.ndarray | None = None
-    dk_lo: np.ndarray | None = None
-    dk_err: np.ndarray | None = None
-    dk_floor: np.ndarray | None = None
-    dk_rounded: np.ndarray | None = None
-    dk_certified: np.ndarray | None = None
-    dv_hi: np.ndarray | None = None
-    dv_lo: np.ndarray | None = None
-    dv_err: np.ndarray | None = None
-    dv_floor: np.ndarray | None = None
-    dv_rounded: np.ndarray | None = None
-    dv_certified: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.tensors) - set(TENSORS)
+        if unknown or not {"o", "lse"} <= set(self.tensors):
+            raise ValueError(
+                f"an OracleResult holds o, lse and maybe dq, dk, dv, not {sorted(self.tensors)}"
+            )
+
+    def __getitem__(self, name: str) -> CertifiedTensor:
+        """The tensor ``name`` (``"o"``, ``"lse"``, ``"dq"``, ``"dk"`` or ``"dv"``)."""
+        if name not in self.tensors:
+            raise KeyError(f"{name!r} was not computed; the oracle holds {sorted(self.tensors)}")
+        return self.tensors[name]
 
     @property
-    def o(self) -> np.ndarray:
-        """The output rounded to float64 (``hi`` is the nearest double of ``hi + lo``)."""
-        return self.o_hi
+    def o(self) -> CertifiedTensor:
+        return self.tensors["o"]
 
     @property
-    def lse(self) -> np.ndarray:
-        return self.lse_hi
+    def lse(self) -> CertifiedTensor:
+        return self.tensors["lse"]
+
+    @property
+    def dq(self) -> CertifiedTensor | None:
+        return self.tensors.get("dq")
+
+    @property
+    def dk(self) -> CertifiedTensor | None:
+        return self.tensors.get("dk")
+
+    @property
+    def dv(self) -> CertifiedTensor | None:
+        return self.tensors.get("dv")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +287,10 @@ def oracle(
             view["lse_certified"][row_nan | ~has] = True
             view["lse_rounded"][~has & ~row_nan] = -np.inf
 
-    grads: dict[str, Any] = {}
+    arrays["o_certified"] = o_cert
+    arrays["lse_certified"] = lse_cert
+    tensors = {name: CertifiedTensor.from_fields(arrays, f"{name}_") for name in ("o", "lse")}
+    key_idx = None
     if do is not None:
         do_arr, do_fmt = as_exact_array(do, "do")
         if do_fmt != problem.fmt:
@@ -307,20 +307,13 @@ def oracle(
         grads = _gradients(
             problem, do_arr, sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats
         )
-        grads["keys"] = key_idx
+        tensors.update({n: CertifiedTensor.from_fields(grads, f"{n}_") for n in GRADIENTS})
     elif keys is not None:
         raise ValueError("keys selects dK/dV rows: pass the upstream gradient do= as well")
 
     stats["seconds"] = time.perf_counter() - t0
     return OracleResult(
-        fmt=target_fmt,
-        rows=row_idx,
-        mode=mode,
-        o_certified=o_cert,
-        lse_certified=lse_cert,
-        stats=stats,
-        **arrays,
-        **grads,
+        fmt=target_fmt, rows=row_idx, mode=mode, tensors=tensors, stats=stats, keys=key_idx
     )
 
 
@@ -359,7 +352,7 @@ def _gradients(
     res = {}
     for name in GRADIENTS:
         shape = (*lead[name], widths[name])
-        res.update({f"{name}_{f}": np.zeros(shape) for f in _FIELDS[:-1]})
+        res.update({f"{name}_{f}": np.zeros(shape) for f in FIELDS[:-1]})
         res[f"{name}_certified"] = np.ones(shape, dtype=bool)
     fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
     all_rows = np.arange(nq)
@@ -380,7 +373,7 @@ def _gradients(
             todo["dq"][:, rows] = ~bad_row[:, rows, None]
             todo["dk"][keys] = ~bad_key[keys, None]
             todo["dv"][keys] = ~bad_key[keys, None]
-            work = {f"{n}_{f}": np.zeros(full[n].shape) for n in GRADIENTS for f in _FIELDS[:-1]}
+            work = {f"{n}_{f}": np.zeros(full[n].shape) for n in GRADIENTS for f in FIELDS[:-1]}
             work.update({f"{n}_certified": np.ones(full[n].shape, bool) for n in GRADIENTS})
             start = prec
             if mode == "fast":
@@ -404,7 +397,7 @@ def _gradients(
                 for f in ("lo", "err", "floor"):
                     work[f"{name}_{f}"][bad] = 0.0
                 work[f"{name}_certified"][bad] = True
-            for f in _FIELDS:
+            for f in FIELDS:
                 res[f"dq_{f}"][b, heads[0] : heads[-1] + 1] = work[f"dq_{f}"][:, rows]
                 res[f"dk_{f}"][b, kvh] = work[f"dk_{f}"][keys]
                 res[f"dv_{f}"][b, kvh] = work[f"dv_{f}"][keys]
