@@ -45,9 +45,7 @@ def test_fast_and_strict_gradients_agree_within_bounds(case, seed, big):
         np.testing.assert_array_equal(fin, np.isfinite(fh))
         assert np.all(_dd_diff(fh, fl, sh, sl)[fin] <= (fe + se)[fin]), g
         both = f[g].certified & s[g].certified
-        np.testing.assert_array_equal(
-            f[g].rounded[both], s[g].rounded[both]
-        )
+        np.testing.assert_array_equal(f[g].rounded[both], s[g].rounded[both])
         # the 100-bit contract on certified elements
         cert = f[g].certified & fin
         tgt = np.maximum(np.ldexp(f[g].floor, -100), f.fmt.min_subnormal * 2.0**-100)
