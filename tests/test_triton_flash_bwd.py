@@ -98,7 +98,7 @@ def test_same_arithmetic_as_the_numpy_emulation(fmt, shape):
         same = np.mean(g64 == w64)
         if fmt == "fp16" and DEV == "cpu":
             assert same >= 0.95, (name, same)
-        assert np.all(np.abs(g64 - w64) <= 2 * getattr(bnd, f"{name}_det")), name
+        assert np.all(np.abs(g64 - w64) <= 2 * bnd[name].det), name
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "fp32"])

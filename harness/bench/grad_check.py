@@ -35,9 +35,10 @@ import numpy as np
 
 from ..core.formats import Format, format_of, round_to_format
 from ..core.semantics import as_exact_array
+from ..core.status import Status
 from ..judging.gradient_bounds import gradient_bounds
-from ..judging.gradient_verdict import gradient_errors, judge_gradients
-from ..judging.verdict import ORDER
+from ..judging.roundoff import TensorBounds
+from ..judging.verdict import gradient_errors, judge_gradients
 from ..oracle.evaluate import oracle
 from ..oracle.tensor import CertifiedTensor
 from .check import sample_rows
@@ -205,11 +206,11 @@ class GradReference:
         if arithmetic not in self._bounds:
             qs, ks, vs, dos, keep = self.dq_inputs
             bq = gradient_bounds(qs, ks, vs, dos, arithmetic=arithmetic, mask=keep)
-            out = {"dq": (bq.dq_det, bq.dq_prob)}
+            out = {"dq": (bq.dq.det, bq.dq.prob)}
             if self.kv_inputs is not None:
                 bk = gradient_bounds(*self.kv_inputs, arithmetic=arithmetic, causal=self.causal)
                 for g in ("dk", "dv"):
-                    det, prob = getattr(bk, f"{g}_det"), getattr(bk, f"{g}_prob")
+                    det, prob = bk[g].det, bk[g].prob
                     out[g] = (det[:, :, self.keys], prob[:, :, self.keys])
             self._bounds[arithmetic] = out
         return self._bounds[arithmetic]
@@ -283,9 +284,9 @@ def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: st
     for g in ("dq", "dk", "dv"):
         base = ref.dq_ref if g == "dq" else ref.kv_ref
         b = bounds.get(g)
-        shim = None if b is None else _Bounds({f"{g}_det": b[0], f"{g}_prob": b[1]})
+        shim = None if b is None else {g: TensorBounds(b[0], b[1])}
         per[g] = judge_gradients({g: grads[g]}, base, shim, naive={g: ref.naive[g]})[g]
-    verdict = max((x.verdict for x in per.values()), key=ORDER.__getitem__)
+    verdict = Status.worst(x.verdict for x in per.values())
     return {
         "verdict": verdict,
         "reasons": [r for x in per.values() for r in x.reasons],
@@ -296,10 +297,3 @@ def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: st
         "keys": int(ref.keys.size),
         "kv_mode": ref.kv_mode,
     }
-
-
-class _Bounds:
-    """The attribute view :func:`judge_gradients` reads (``<grad>_det``, ``<grad>_prob``)."""
-
-    def __init__(self, fields: dict[str, np.ndarray]) -> None:
-        self.__dict__.update(fields)

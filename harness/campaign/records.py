@@ -15,8 +15,8 @@ import numpy as np
 
 from ..judging.bounds import Bounds
 from ..judging.check import CheckResult
-from ..judging.gradient_verdict import GradientVerdict
 from ..judging.metrics import floored_ulp_error, ulp_histogram
+from ..judging.tensor_verdict import TensorVerdict
 
 __all__ = [
     "BROKEN",
@@ -71,7 +71,7 @@ def class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None
         err = np.where(ok, np.abs((o - ref.o.hi) - ref.o.lo), 0.0)
         out = {}
         for cls, b in every.parts.items():
-            u = np.where(b.o_det > 0, err / b.o_det, np.where(err > 0, np.inf, 0.0))
+            u = np.where(b.o.det > 0, err / b.o.det, np.where(err > 0, np.inf, 0.0))
             out[cls] = float(u.max()) if u.size else 0.0
     return out
 
@@ -121,7 +121,7 @@ def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     }
 
 
-def gradient_fields(verdicts: dict[str, GradientVerdict]) -> dict[str, Any]:
+def gradient_fields(verdicts: dict[str, TensorVerdict]) -> dict[str, Any]:
     """The fields of a gradient result record: the worst verdict of dQ, dK, dV, the reasons,
     a score (the failure margin of the worst gradient, as :func:`failure_margin`), and per
     gradient its verdict and numbers."""

@@ -61,7 +61,7 @@ from ..core.progress import Progress
 from ..core.resultlog import ResultLog, num
 from ..judging.check import check_case
 from ..judging.gradient_check import check_gradients_case
-from ..judging.gradient_verdict import judge_gradients
+from ..judging.verdict import judge_gradients
 from .executor import (
     Executor,
     GradientReference,

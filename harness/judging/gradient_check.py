@@ -21,15 +21,11 @@ from ..adapters.registry import as_kernel
 from ..cases.case import Case
 from ..cases.store import save_case
 from ..core.semantics import as_exact_array, make_problem
+from ..core.status import Status
 from ..oracle.evaluate import OracleResult, oracle
 from .gradient_bounds import GradientBounds, gradient_bounds
-from .gradient_verdict import (
-    GRADIENT_LABELS,
-    GradientVerdict,
-    gradient_errors,
-    judge_gradients,
-)
-from .verdict import ORDER
+from .tensor_verdict import TensorVerdict as GradientVerdict
+from .verdict import GRADIENT_LABELS, gradient_errors, judge_gradients
 
 __all__ = [
     "GradientCheckResult",
@@ -64,7 +60,7 @@ class GradientCheckResult:
 
     @property
     def verdict(self) -> str:
-        return max((v.verdict for v in self.verdicts.values()), key=ORDER.__getitem__)
+        return Status.worst(v.verdict for v in self.verdicts.values())
 
     @property
     def passed(self) -> bool:

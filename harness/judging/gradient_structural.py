@@ -25,7 +25,7 @@ from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem
 from .bounds import U32, gamma
 from .gradient_check import kernel_gradient_bounds
-from .gradient_verdict import GRADIENT_LABELS
+from .verdict import GRADIENT_LABELS
 
 __all__ = ["GRADIENT_CHECKS", "ONE_BLOCK", "gradient_conformance", "gradient_determinism"]
 
@@ -54,7 +54,7 @@ def gradient_determinism(adapter: Kernel, case: Case, device: str) -> tuple[bool
             continue
         with np.errstate(invalid="ignore"):
             diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
-        over = diff > 2 * getattr(bounds, f"{name}_det")
+        over = diff > 2 * bounds[name].det
         if over.any():
             return False, (
                 f"{label} of two runs differ by more than twice the bound in "

@@ -82,7 +82,7 @@ def agree(a: np.ndarray, b: np.ndarray, tol: np.ndarray | None) -> bool:
 def _self_tolerance(adapter: Kernel, case: Case, promised: bool) -> np.ndarray | None:
     """``None`` (bitwise) when the kernel promises it, else twice the bound on O: two outputs
     each within the bound of the exact answer are within twice the bound of each other."""
-    return None if promised else 2 * kernel_bounds(adapter, case).o_det
+    return None if promised else 2 * kernel_bounds(adapter, case).o.det
 
 
 def batch_head_independence(adapter: Kernel, case: Case, device: str):
@@ -139,7 +139,7 @@ def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None):
         params=case.params,
     )
     a, b = adapter.run(case, device), adapter.run(moved, device)
-    tol = kernel_bounds(adapter, case).o_det + kernel_bounds(adapter, moved).o_det
+    tol = kernel_bounds(adapter, case).o.det + kernel_bounds(adapter, moved).o.det
     if not agree(a.o, b.o, tol):
         diff = np.abs(a.o - b.o)
         return (
@@ -236,7 +236,7 @@ def conformance(adapter: Kernel, case: Case, device: str):
     )
     emu = emu.astype(np.float64)
     fmt = FORMATS[dtype]
-    b32 = kernel_bounds(adapter, case, fp32_only=True).o_det
+    b32 = kernel_bounds(adapter, case, fp32_only=True).o.det
     tol = 2 * b32 + ulp(out.o, fmt) + _near_boundary_term(case, fmt)
     diff = np.abs(out.o - emu)
     if np.any(diff > tol):
@@ -263,10 +263,10 @@ def options_applied(adapter: Kernel, case: Case, device: str):
         return True, "not applicable (the case sets no option)"
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
-    bound = kernel_bounds(adapter, case).o_det
+    bound = kernel_bounds(adapter, case).o.det
     for label, other in variants:
         ref2 = oracle(other.q, other.k, other.v, **other.options())
-        tol = bound + kernel_bounds(adapter, other).o_det
+        tol = bound + kernel_bounds(adapter, other).o.det
         with np.errstate(invalid="ignore"):
             moved = (
                 np.isfinite(ref.o.hi)
