@@ -19,7 +19,7 @@ from hypothesis import assume, given, target
 from hypothesis import strategies as st
 
 from flashcheck.harness.cases.families import Recipe, make_case
-from flashcheck.harness.judging.gradient_check import check_gradients_case, format_gradient_check
+from flashcheck.harness.checks.accuracy import check_gradients_case, format_gradient_check
 from flashcheck.harness.judging.gradient_structural import GRADIENT_CHECKS, ONE_BLOCK
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..checks.accuracy import CheckResult
 from ..judging.bounds import Bounds
-from ..judging.check import CheckResult
-from ..judging.metrics import floored_ulp_error, ulp_histogram
+from ..judging.metrics import ulp_histogram
 from ..judging.tensor_verdict import TensorVerdict
 
 __all__ = [
@@ -84,7 +84,7 @@ def _missing(x: float) -> float | None:
 def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     v, s = res.verdict, res.verdict.summary
     ref = res.ref
-    e = floored_ulp_error(res.output.o, ref.o.hi, ref.o.lo, ref.o.floor, ref.fmt)
+    e = v["o"].errors  # O's floored-ULP errors, as judged
     ok = np.isfinite(ref.o.hi) & np.isfinite(res.output.o)
     with np.errstate(invalid="ignore"):
         d = ((res.output.o - ref.o.hi) - ref.o.lo)[ok]

@@ -57,10 +57,9 @@ from ..adapters.registry import resolve
 from ..cases.case import DTYPES, Case
 from ..cases.families import Recipe, make_case
 from ..cases.store import save_case
+from ..checks.accuracy import check_case, check_gradients_case
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog, num
-from ..judging.check import check_case
-from ..judging.gradient_check import check_gradients_case
 from ..judging.verdict import judge_gradients
 from .executor import (
     Executor,

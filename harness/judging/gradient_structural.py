@@ -21,10 +21,10 @@ import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
+from ..checks.accuracy import kernel_gradient_bounds
 from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem
 from .bounds import U32, gamma
-from .gradient_check import kernel_gradient_bounds
 from .verdict import GRADIENT_LABELS
 
 __all__ = ["GRADIENT_CHECKS", "ONE_BLOCK", "gradient_conformance", "gradient_determinism"]

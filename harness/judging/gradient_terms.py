@@ -33,6 +33,8 @@ __all__ = ["Context", "Sums", "add_terms", "chunk_bounds", "dot_terms", "finish_
 
 @dataclass
 class Context:
+    """The class, format, scale and blocking one set of gradient bounds is computed for."""
+
     fmt: Format
     arith: str
     tau: float
@@ -112,7 +114,11 @@ def dot_terms(ctx: Context, absprod: np.ndarray, n: int, det: bool, row_abs, col
 
 
 def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums):
-    """Bounds for the dQ rows of one chunk; adds the chunk's dK, dV terms to the sums."""
+    """Bounds for the dQ rows of one chunk; adds the chunk's dK, dV terms to the sums.
+
+    Longer than 80 lines: it follows section 11 of ``docs/error-bounds.md`` term by term (P,
+    dP, D, dS, then dQ, dK, dV), and every later term reuses the earlier ones' arrays; split,
+    each piece would take and return a dozen of them."""
     fmt, tau, naive = ctx.fmt, ctx.tau, ctx.naive
     u_f, sub_f = ctx.u_f, ctx.sub_f
     r_n, nk = keep.shape

@@ -28,11 +28,11 @@ import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
+from ..checks.accuracy import kernel_bounds
 from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem, nan_rows_and_cols
 from ..oracle.evaluate import oracle
 from .bounds import RHO_EXP, U32, gamma
-from .check import kernel_bounds
 from .verdict import CONVENTION
 
 __all__ = ["CHECKS", "ONE_BLOCK", "agree", "padded_inputs", "same_bits"]

@@ -28,7 +28,9 @@ class TensorVerdict:
     ``naive_ulp``: ``E_naive`` in the same unit (NaN without a naive baseline) and
     ``naive_ratio`` ``= max_err / E_naive``; ``worst``: the worst elements, by deterministic
     bound utilization (by error without bounds), NaN/Inf first; ``summary``: every metric of
-    :func:`~flashcheck.harness.judging.metrics.summarize`, when asked for.
+    :func:`~flashcheck.harness.judging.metrics.summarize`, when asked for; ``errors``: each
+    element's error in the tensor's unit, as judged (0 where the kernel's and the oracle's
+    values are not both finite, inf where the kernel's is NaN/Inf and the oracle's finite).
     """
 
     name: str
@@ -41,6 +43,7 @@ class TensorVerdict:
     naive_ratio: float
     worst: list[dict[str, Any]] = field(default_factory=list)
     summary: ErrorSummary | None = None
+    errors: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def max_ulp(self) -> float:

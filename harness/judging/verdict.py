@@ -112,17 +112,16 @@ def judge_tensor(
     """The verdict of the kernel's tensor ``y`` (any float array, compared exactly) against the
     oracle's ``ref`` by the table of the module docstring.
 
-    ``name``: ``"o"``, ``"lse"``, ``"dq"``, ``"dk"`` or ``"dv"`` (LSE has the absolute rules);
-    ``bounds``: the tensor's bounds, or ``None``; ``fmt``: the kernel's output format;
-    ``naive``: ``E_naive`` (:func:`baseline_error`), or ``None``; ``empty_rows``: for ``o``
-    and ``lse``, the rows that keep no key (``(B, H, R)``; default: where the oracle's value
-    is ``−inf``, for ``lse`` only); ``summary``: also compute every metric of
-    :func:`~flashcheck.harness.judging.metrics.summarize`; ``worst``: how many worst elements
-    to list.
+    ``name``: ``"o"``, ``"lse"``, ``"dq"``, ``"dk"`` or ``"dv"``; ``bounds``: the tensor's
+    bounds, or ``None``; ``fmt``: the kernel's output format; ``naive``: ``E_naive``
+    (:func:`baseline_error`), or ``None``; ``empty_rows``: for ``o`` and ``lse``, the rows that
+    keep no key (``(B, H, R)``; for ``lse`` by default where the oracle's LSE is ``−inf``);
+    ``summary``: also every metric of :func:`~flashcheck.harness.judging.metrics.summarize`;
+    ``worst``: how many worst elements to list.
     """
+    y = np.asarray(y, dtype=np.float64)
     if name not in LABELS:
         raise ValueError(f"name must be one of {sorted(LABELS)}, got {name!r}")
-    y = np.asarray(y, dtype=np.float64)
     if y.shape != ref.shape:
         raise ValueError(f"{LABELS[name]} has shape {y.shape}, the oracle's is {ref.shape}")
     absolute = name == "lse"
@@ -176,6 +175,7 @@ def judge_tensor(
         naive_ratio=ratio,
         worst=[] if absolute else _worst(name, y, ref, err, e, bad, rank, bounds, worst),
         summary=stats,
+        errors=e,
     )
 
 

@@ -56,7 +56,14 @@ from .fast import fast_rows
 from .strict import strict_fill
 from .tensor import FIELDS, CertifiedTensor
 
-__all__ = ["ACCURACY_BITS", "TENSORS", "CertifiedTensor", "OracleResult", "oracle"]
+__all__ = [
+    "ACCURACY_BITS",
+    "TENSORS",
+    "CertifiedTensor",
+    "OracleResult",
+    "oracle",
+    "problem_oracle",
+]
 
 
 TENSORS = ("o", "lse", "dq", "dk", "dv")
@@ -184,6 +191,25 @@ def oracle(
         and with ``do`` the gradients (see :class:`OracleResult`).
     """
     problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    return problem_oracle(
+        problem, fmt=fmt, rows=rows, mode=mode, prec=prec, max_prec=max_prec, do=do, keys=keys
+    )
+
+
+def problem_oracle(
+    problem: AttentionProblem,
+    *,
+    fmt: Any = None,
+    rows: Any = None,
+    mode: str = "fast",
+    prec: int = 128,
+    max_prec: int = 4096,
+    do: Any = None,
+    keys: Any = None,
+) -> OracleResult:
+    """:func:`oracle` of an already validated problem (a case's
+    :attr:`~flashcheck.harness.cases.case.Case.problem`): the same answer, without converting
+    the inputs again."""
     if mode not in ("fast", "strict"):
         raise ValueError(f"mode must be 'fast' or 'strict', got {mode!r}")
     if not isinstance(prec, int) or prec < MIN_PREC:
@@ -203,93 +229,10 @@ def oracle(
         row_idx = np.asarray(rows, dtype=np.int64).reshape(-1)
         if row_idx.size and (row_idx.min() < 0 or row_idx.max() >= nq):
             raise ValueError(f"rows must lie in [0, {nq}), got {rows!r}")
-    r_n = row_idx.size
     sc = scale_of(problem)
     t0 = time.perf_counter()
     stats = {"strict_evaluations": 0, "max_prec_used": 0, "fallback_elements": 0}
-
-    arrays = {
-        name: np.zeros((bsz, hq, r_n, dv))
-        for name in ("o_hi", "o_lo", "o_err", "o_floor", "o_rounded")
-    }
-    arrays.update({name: np.zeros((bsz, hq, r_n)) for name in ("lse_lo", "lse_err", "lse_floor")})
-    arrays["lse_hi"] = np.full((bsz, hq, r_n), -np.inf)
-    arrays["lse_rounded"] = np.full((bsz, hq, r_n), -np.inf)
-    o_cert = np.ones((bsz, hq, r_n, dv), dtype=bool)
-    lse_cert = np.ones((bsz, hq, r_n), dtype=bool)
-
-    for b in range(bsz):
-        for h in range(hq):
-            kvh = problem.kv_head(h)
-            keep = problem.keep(b, h, row_idx)
-            qr = problem.q[b, h][row_idx]
-            kk, vv = problem.k[b, kvh], problem.v[b, kvh]
-            row_nan, elem_nan = nan_rows_and_cols(qr, kk, vv, keep)
-            view = {name: arr[b, h] for name, arr in arrays.items()}
-            view["o_certified"] = o_cert[b, h]
-            view["lse_certified"] = lse_cert[b, h]
-            has = keep.any(axis=1)
-            if not has.any():
-                # Nq = 0, Nk = 0 or every row masked: O = 0 and LSE = −inf as initialised,
-                # in both modes (the fast path's reductions need at least one kept key).
-                todo_o = np.zeros((keep.shape[0], dv), dtype=bool)
-                todo_l = np.zeros(keep.shape[0], dtype=bool)
-            elif mode == "fast":
-                fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
-                res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
-                for name, val in res.items():
-                    view[name][...] = val
-                view["o_rounded"][...], dec_o = _decide(
-                    res["o_hi"], res["o_lo"], res["o_err"], target_fmt
-                )
-                view["lse_rounded"][...], dec_l = _decide(
-                    res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
-                )
-                ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], target_fmt))
-                # LSE's scale is max(W, |LSE|): W = Σ p|s| is 0 for all-zero scores, LSE = log n.
-                lse_scale = np.maximum(res["lse_floor"], np.abs(res["lse_hi"]))
-                ok_l = dec_l & (res["lse_err"] <= target(lse_scale, target_fmt))
-                ok_l |= ~has
-                todo_o = ~ok_o & ~elem_nan & has[:, None]
-                todo_l = ~ok_l & ~row_nan
-                start = max(prec, 2 * MIN_PREC)
-            else:
-                todo_o = ~elem_nan & has[:, None]
-                todo_l = ~row_nan & has
-                start = prec
-            if mode == "fast":
-                stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum())
-            if todo_o.any() or todo_l.any():
-                strict_fill(
-                    problem,
-                    sc,
-                    target_fmt,
-                    b,
-                    h,
-                    row_idx,
-                    todo_o,
-                    todo_l,
-                    view,
-                    start,
-                    max_prec,
-                    stats,
-                )
-            # NaN rule last: it overrides whatever was computed from sanitized inputs.
-            for name in ("o_hi", "o_rounded"):
-                view[name][elem_nan] = np.nan
-            for name in ("o_lo", "o_err", "o_floor"):
-                view[name][elem_nan] = 0.0
-            for name in ("lse_hi", "lse_rounded"):
-                view[name][row_nan] = np.nan
-            for name in ("lse_lo", "lse_err", "lse_floor"):
-                view[name][row_nan] = 0.0
-            view["o_certified"][elem_nan] = True
-            view["lse_certified"][row_nan | ~has] = True
-            view["lse_rounded"][~has & ~row_nan] = -np.inf
-
-    arrays["o_certified"] = o_cert
-    arrays["lse_certified"] = lse_cert
-    tensors = {name: CertifiedTensor.from_fields(arrays, f"{name}_") for name in ("o", "lse")}
+    tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
     key_idx = None
     if do is not None:
         do_arr, do_fmt = as_exact_array(do, "do")
@@ -402,3 +345,104 @@ def _gradients(
                 res[f"dk_{f}"][b, kvh] = work[f"dk_{f}"][keys]
                 res[f"dv_{f}"][b, kvh] = work[f"dv_{f}"][keys]
     return res
+
+
+def _forward(
+    problem: AttentionProblem,
+    sc: Scale,
+    target_fmt: Format,
+    row_idx: np.ndarray,
+    mode: str,
+    prec: int,
+    max_prec: int,
+    stats: dict[str, Any],
+) -> dict[str, CertifiedTensor]:
+    """O and LSE of the requested rows, head by head: the fast path, certified or recomputed
+    strictly (Ziv), or the strict path throughout; then the NaN rule of
+    :func:`~flashcheck.harness.core.semantics.nan_rows_and_cols`. Longer than 80 lines: one
+    loop whose branches share every array view; split, they would pass a dozen arguments."""
+    bsz, hq, _, _, _, _, dv = problem.shape
+    r_n = row_idx.size
+    arrays = {
+        name: np.zeros((bsz, hq, r_n, dv))
+        for name in ("o_hi", "o_lo", "o_err", "o_floor", "o_rounded")
+    }
+    arrays.update({name: np.zeros((bsz, hq, r_n)) for name in ("lse_lo", "lse_err", "lse_floor")})
+    arrays["lse_hi"] = np.full((bsz, hq, r_n), -np.inf)
+    arrays["lse_rounded"] = np.full((bsz, hq, r_n), -np.inf)
+    o_cert = np.ones((bsz, hq, r_n, dv), dtype=bool)
+    lse_cert = np.ones((bsz, hq, r_n), dtype=bool)
+
+    for b in range(bsz):
+        for h in range(hq):
+            kvh = problem.kv_head(h)
+            keep = problem.keep(b, h, row_idx)
+            qr = problem.q[b, h][row_idx]
+            kk, vv = problem.k[b, kvh], problem.v[b, kvh]
+            row_nan, elem_nan = nan_rows_and_cols(qr, kk, vv, keep)
+            view = {name: arr[b, h] for name, arr in arrays.items()}
+            view["o_certified"] = o_cert[b, h]
+            view["lse_certified"] = lse_cert[b, h]
+            has = keep.any(axis=1)
+            if not has.any():
+                # Nq = 0, Nk = 0 or every row masked: O = 0 and LSE = −inf as initialised,
+                # in both modes (the fast path's reductions need at least one kept key).
+                todo_o = np.zeros((keep.shape[0], dv), dtype=bool)
+                todo_l = np.zeros(keep.shape[0], dtype=bool)
+            elif mode == "fast":
+                fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
+                res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
+                for name, val in res.items():
+                    view[name][...] = val
+                view["o_rounded"][...], dec_o = _decide(
+                    res["o_hi"], res["o_lo"], res["o_err"], target_fmt
+                )
+                view["lse_rounded"][...], dec_l = _decide(
+                    res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
+                )
+                ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], target_fmt))
+                # LSE's scale is max(W, |LSE|): W = Σ p|s| is 0 for all-zero scores, LSE = log n.
+                lse_scale = np.maximum(res["lse_floor"], np.abs(res["lse_hi"]))
+                ok_l = dec_l & (res["lse_err"] <= target(lse_scale, target_fmt))
+                ok_l |= ~has
+                todo_o = ~ok_o & ~elem_nan & has[:, None]
+                todo_l = ~ok_l & ~row_nan
+                start = max(prec, 2 * MIN_PREC)
+            else:
+                todo_o = ~elem_nan & has[:, None]
+                todo_l = ~row_nan & has
+                start = prec
+            if mode == "fast":
+                stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum())
+            if todo_o.any() or todo_l.any():
+                strict_fill(
+                    problem,
+                    sc,
+                    target_fmt,
+                    b,
+                    h,
+                    row_idx,
+                    todo_o,
+                    todo_l,
+                    view,
+                    start,
+                    max_prec,
+                    stats,
+                )
+            # NaN rule last: it overrides whatever was computed from sanitized inputs.
+            for name in ("o_hi", "o_rounded"):
+                view[name][elem_nan] = np.nan
+            for name in ("o_lo", "o_err", "o_floor"):
+                view[name][elem_nan] = 0.0
+            for name in ("lse_hi", "lse_rounded"):
+                view[name][row_nan] = np.nan
+            for name in ("lse_lo", "lse_err", "lse_floor"):
+                view[name][row_nan] = 0.0
+            view["o_certified"][elem_nan] = True
+            view["lse_certified"][row_nan | ~has] = True
+            view["lse_rounded"][~has & ~row_nan] = -np.inf
+
+    arrays["o_certified"] = o_cert
+    arrays["lse_certified"] = lse_cert
+    tensors = {name: CertifiedTensor.from_fields(arrays, f"{name}_") for name in ("o", "lse")}
+    return tensors
