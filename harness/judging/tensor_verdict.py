@@ -59,19 +59,22 @@ class TensorVerdict:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The verdict as JSON-ready values (NaN and ±inf as their ``repr``)."""
-        out = {
-            "name": self.name,
-            "verdict": self.verdict,
-            "reasons": self.reasons,
+        """The verdict as a dict, its numbers NaN and ±inf as their ``repr`` (the worst rows
+        as they are, as case files have always stored them)."""
+        numbers = {
             "max_ulp": self.max_err,
             "det_util": self.det_util,
             "prob_util": self.prob_util,
             "naive_ulp": self.naive_ulp,
             "naive_ratio": self.naive_ratio,
+        }
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            **_jsonable(numbers),
             "worst": self.worst,
         }
-        return _jsonable(out)
 
 
 @dataclass
