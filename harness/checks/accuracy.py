@@ -138,7 +138,7 @@ class GradientCheckResult(_Replayable):
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "reasons": self.reasons,
             "gradients": {n: v.as_dict() for n, v in self.verdicts.items()},
         }

@@ -70,7 +70,7 @@ class TensorVerdict:
         }
         return {
             "name": self.name,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "reasons": self.reasons,
             **_jsonable(numbers),
             "worst": self.worst,
@@ -152,6 +152,8 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
         return [_jsonable(v) for v in x]
+    if isinstance(x, Status):
+        return str(x)
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not np.isfinite(x):
