@@ -160,9 +160,8 @@ def problem_bounds(
     lam: float = LAMBDA,
     fp32_only: bool = False,
 ) -> Bounds:
-    """:func:`error_bounds` of an already validated problem (a case's
-    :attr:`~flashcheck.harness.cases.case.Case.problem`): the same arrays, without converting
-    the inputs again."""
+    """:func:`error_bounds` of a validated problem (a case's ``problem``): the same arrays,
+    without converting the inputs again."""
     if arithmetic not in ARITHMETIC_CLASSES:
         raise ValueError(f"arithmetic must be one of {ARITHMETIC_CLASSES}, got {arithmetic!r}")
     if not (isinstance(lam, int | float) and lam > 0):
@@ -225,7 +224,8 @@ def _records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
 
 
 def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only=False):
-    """Bounds for a chunk of rows of one (batch, head); every array is float64."""
+    """Bounds for a chunk of rows of one (batch, head), all float64 (over 80 lines: the terms of
+    docs/error-bounds.md in order, each reusing the arrays before it)."""
     r_n, nk = keep.shape
     d = q.shape[1]
     up = fmt.u
@@ -342,6 +342,8 @@ def _o_bounds(
     lam,
     fp32_only=False,
 ):
+    """O's two bounds from the logit perturbations (over 80 lines: the O bound's terms of
+    docs/error-bounds.md in order, so that each reads against its line there)."""
     up = fmt.u
     store_u, store_sub = up, fmt.min_subnormal / 2
     naive = arith == "naive"
