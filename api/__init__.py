@@ -29,8 +29,12 @@ if TYPE_CHECKING:
     from flashcheck.harness.adapters.adapter import Kernel
     from flashcheck.harness.adapters.registry import kernel
     from flashcheck.harness.cases.case import Case
-    from flashcheck.harness.judging.check import CheckResult, check
-    from flashcheck.harness.judging.gradient_check import GradientCheckResult, check_gradients
+    from flashcheck.harness.checks.accuracy import (
+        CheckResult,
+        GradientCheckResult,
+        check,
+        check_gradients,
+    )
     from flashcheck.harness.oracle.evaluate import OracleResult, oracle
     from flashcheck.properties.assertions import AttentionMismatch, assert_attention
 
@@ -53,10 +57,10 @@ __all__ = [
 _WHERE = {
     "oracle": "flashcheck.harness.oracle.evaluate",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
-    "check": "flashcheck.harness.judging.check",
-    "CheckResult": "flashcheck.harness.judging.check",
-    "check_gradients": "flashcheck.harness.judging.gradient_check",
-    "GradientCheckResult": "flashcheck.harness.judging.gradient_check",
+    "check": "flashcheck.harness.checks.accuracy",
+    "CheckResult": "flashcheck.harness.checks.accuracy",
+    "check_gradients": "flashcheck.harness.checks.accuracy",
+    "GradientCheckResult": "flashcheck.harness.checks.accuracy",
     "kernel": "flashcheck.harness.adapters.registry",
     "Kernel": "flashcheck.harness.adapters.adapter",
     "Case": "flashcheck.harness.cases.case",

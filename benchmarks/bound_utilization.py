@@ -77,10 +77,10 @@ def main() -> None:
                     b = error_bounds(
                         case.q, case.k, case.v, arithmetic=kind, key_block=blk, **case.options()
                     )
-                    err = np.abs((o.astype(np.float64) - ref.o_hi) - ref.o_lo)
-                    pos = b.o_det > 0
-                    ud = float((err[pos] / b.o_det[pos]).max(initial=0.0))
-                    up = float((err[pos] / b.o_prob[pos]).max(initial=0.0))
+                    err = np.abs((o.astype(np.float64) - ref.o.hi) - ref.o.lo)
+                    pos = b.o.det > 0
+                    ud = float((err[pos] / b.o.det[pos]).max(initial=0.0))
+                    up = float((err[pos] / b.o.prob[pos]).max(initial=0.0))
                     stats[(kind, dtype, fam)].append((ud, up))
     print("| class | dtype | family | cases | det util max | det util median | prob util max |")
     print("|---|---|---|---|---|---|---|")

@@ -71,12 +71,12 @@ def check(seed: int = 0) -> list[tuple]:
             ok_nan = not torch.isnan(o).any().item()
             o_r = o[:, :, rows].double().cpu().numpy()
             n_r = n[:, :, rows].double().cpu().numpy()
-            e = floored_ulp_error(o_r, ref.o_hi, ref.o_lo, ref.o_floor, fmt).max()
-            en = floored_ulp_error(n_r, ref.o_hi, ref.o_lo, ref.o_floor, fmt).max()
-            live = np.isfinite(ref.lse_hi)
+            e = floored_ulp_error(o_r, ref.o.hi, ref.o.lo, ref.o.floor, fmt).max()
+            en = floored_ulp_error(n_r, ref.o.hi, ref.o.lo, ref.o.floor, fmt).max()
+            live = np.isfinite(ref.lse.hi)
             lse_r = lse[:, :, rows].cpu().numpy()
             lse_ok = np.array_equal(np.isneginf(lse_r), ~live)
-            lse_err = float(np.max(np.abs(lse_r[live] - ref.lse_hi[live]))) if live.any() else 0.0
+            lse_err = float(np.max(np.abs(lse_r[live] - ref.lse.hi[live]))) if live.any() else 0.0
             verdict = "PASS" if (ok_nan and lse_ok and e <= 2 * en + 1.0) else "FAIL"
             rows_out.append((name, shape, e, en, lse_err, verdict))
             print(

@@ -91,8 +91,8 @@ def run_case(label, nq, nk, d, sampled, strict_rows, base_rows, repeat, rng):
         "base_s": base_row * n_rows,
         "per_nnd_us": 1e6 * base_row / (nk * d),
         "fallback": fallback,
-        "certified": float(res.o_certified.mean()),
-        "bound_max": float(np.max(res.o_err / res.o_floor) * 2.0**100),
+        "certified": float(res.o.certified.mean()),
+        "bound_max": float(np.max(res.o.err / res.o.floor) * 2.0**100),
     }
 
 

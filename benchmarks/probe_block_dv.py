@@ -49,7 +49,7 @@ for cfg in [
         )
         outs.append(o.cpu())
     errs = [
-        floored_ulp_error(o.double().numpy(), ref.o_hi, ref.o_lo, ref.o_floor, FP16).max()
+        floored_ulp_error(o.double().numpy(), ref.o.hi, ref.o.lo, ref.o.floor, FP16).max()
         for o in outs
     ]
     same = all(torch.equal(outs[0], o) for o in outs)

@@ -33,7 +33,7 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from .cases.store import CaseFileError
-    from .judging.replay import replay
+    from .checks.replay import replay
 
     try:
         _, verdict, _ = replay(

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from ..harness.cases.case import Case
 from ..harness.cases.store import save_case
-from ..harness.judging.check import CheckResult, check, format_check
+from ..harness.checks.accuracy import CheckResult, check, format_check
 from .plugin import RUN_CONTEXT, final_example
 
 __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]

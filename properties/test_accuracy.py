@@ -12,7 +12,7 @@ import math
 from hypothesis import assume, given, target
 from hypothesis import strategies as st
 
-from flashcheck.harness.judging.check import check_case, format_check
+from flashcheck.harness.checks.accuracy import check_case, format_check
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.support import case_strategy, run_or_fail, slow_ok
 

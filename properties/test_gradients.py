@@ -19,11 +19,11 @@ from hypothesis import assume, given, reject, target
 from hypothesis import strategies as st
 
 from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.checks.accuracy import check_gradients_case, format_gradient_check
 from flashcheck.harness.checks.conformance import NO_LSE
 from flashcheck.harness.checks.registry import GRADIENT_CHECKS
 from flashcheck.harness.checks.structural import ONE_BLOCK
 from flashcheck.harness.core.status import Status
-from flashcheck.harness.judging.gradient_check import check_gradients_case, format_gradient_check
 from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import case_strategy, fewer, no_target_phase_in_ci, run_or_fail

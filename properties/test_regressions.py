@@ -4,7 +4,7 @@ test, wherever the case lies inside its contract.
 A case saved by a failing property (reports/cases/<id>.json + .npz) becomes a permanent test by
 copying both files here. The replay does not depend on Hypothesis or its database: it rebuilds
 the inputs from their bit patterns and re-runs the accuracy check plus the structural property
-the case failed (flashcheck.harness.judging.replay).
+the case failed (flashcheck.harness.checks.replay).
 """
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flashcheck.harness.cases.store import load_case
-from flashcheck.harness.judging.replay import replay
+from flashcheck.harness.checks.replay import replay
 
 HERE = Path(__file__).parent / "regressions"
 CASES = sorted(p.stem for p in HERE.glob("*.json"))

@@ -14,7 +14,7 @@ from flashcheck.properties.strategies import make_case, recipes
 
 
 def _err(o, ref):
-    return np.abs((o.astype(np.float64) - ref.o_hi) - ref.o_lo)
+    return np.abs((o.astype(np.float64) - ref.o.hi) - ref.o.lo)
 
 
 def _run(kind, case, block):
@@ -78,11 +78,11 @@ def test_deterministic_bound_dominates_emulated_error(rec, kind, block):
         **case.options(),
     )
     err = _err(o, ref)
-    assert np.all(err <= b.o_det), f"max utilization {np.max(err / b.o_det):.3g}"
-    live = np.isfinite(ref.lse_hi)
-    lerr = np.abs(lse.astype(np.float64)[live] - ref.lse_hi[live])
-    assert np.all(lerr <= b.lse_det[live])
-    assert np.all(b.o_prob <= b.o_det * (1 + 1e-12))
+    assert np.all(err <= b.o.det), f"max utilization {np.max(err / b.o.det):.3g}"
+    live = np.isfinite(ref.lse.hi)
+    lerr = np.abs(lse.astype(np.float64)[live] - ref.lse.hi[live])
+    assert np.all(lerr <= b.lse.det[live])
+    assert np.all(b.o.prob <= b.o.det * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
@@ -99,7 +99,7 @@ def test_bounds_are_not_absurdly_loose(dtype):
     o, _ = online_attention(q, k, v, policy=PrecisionPolicy.flash(dtype), block_k=16)
     ref = oracle(q, k, v)
     b = error_bounds(q, k, v, arithmetic="flash", key_block=16)
-    util = float((_err(o, ref) / b.o_det).max())
+    util = float((_err(o, ref) / b.o.det).max())
     floor = {"fp16": 0.2, "bf16": 0.2, "fp32": 0.005}[dtype]
     assert floor < util <= 1.0, util
 
@@ -125,18 +125,18 @@ def test_unknown_class_bound_is_the_loosest_known_bound(dtype):
     classes = ["naive", "flash", "flash-fa1"] + (["tf32"] if dtype == np.float32 else [])
     for cls in classes:
         b = error_bounds(q, k, v, arithmetic=cls, causal=True)
-        assert np.all(loose.o_det >= b.o_det) and np.all(loose.o_prob >= b.o_prob), cls
-        assert np.all(loose.lse_det >= b.lse_det), cls
+        assert np.all(loose.o.det >= b.o.det) and np.all(loose.o.prob >= b.o.prob), cls
+        assert np.all(loose.lse.det >= b.lse.det), cls
     # ...and it is one of them, elementwise: no bound of its own
-    each = [error_bounds(q, k, v, arithmetic=c, causal=True).o_det for c in classes]
-    assert np.array_equal(loose.o_det, np.maximum.reduce(each))
+    each = [error_bounds(q, k, v, arithmetic=c, causal=True).o.det for c in classes]
+    assert np.array_equal(loose.o.det, np.maximum.reduce(each))
 
 
 def test_masked_rows_have_zero_bound_and_rescales_counted():
     q = np.ones((1, 1, 3, 2), np.float32)
     k = np.arange(8, dtype=np.float32).reshape(1, 1, 4, 2)
     b = error_bounds(q, k, k, arithmetic="flash", causal=True, window=(0, 0))
-    assert b.o_det.shape == (1, 1, 3, 2)
+    assert b.o.det.shape == (1, 1, 3, 2)
     # increasing scores: every key after the first may raise the running max
     b2 = error_bounds(q[:, :, :1], k, k, arithmetic="flash")
     assert b2.rescales[0, 0, 0] == 3

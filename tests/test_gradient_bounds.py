@@ -194,7 +194,7 @@ def test_bounds_dominate_emulated_gradients(kind, dtype, monkeypatch):
             case.q, case.k, case.v, do, arithmetic=kind, **blocks, **case.options()
         )
         for name, g, e in zip(GRADS, got, exact, strict=True):
-            det, prob = getattr(bnd, f"{name}_det"), getattr(bnd, f"{name}_prob")
+            det, prob = bnd[name].det, bnd[name].prob
             assert det.shape == e.shape
             err = np.abs(g.astype(np.float64) - e)
             assert np.all(err <= det), (
@@ -238,7 +238,7 @@ def test_bounds_hold_when_rounding_closes_a_huge_logit_gap(kind, magnitude, monk
         bnd = gradient_bounds(case.q, case.k, case.v, do, arithmetic=kind, **blocks)
         for name, g, e in zip(GRADS, got, exact, strict=True):
             err = np.abs(g.astype(np.float64) - e)
-            det = getattr(bnd, f"{name}_det")
+            det = bnd[name].det
             assert np.all(err <= det), f"{name} {rec}: max error {err.max():.3g}"
 
 
@@ -261,7 +261,7 @@ def test_probabilistic_bound_is_tighter_for_long_sums():
     q, k, v, do = (rng.standard_normal((1, 1, 256, 32)).astype(np.float16) for _ in range(4))
     b = gradient_bounds(q, k, v, do, arithmetic="flash")
     for name in GRADS:
-        det, prob = getattr(b, f"{name}_det"), getattr(b, f"{name}_prob")
+        det, prob = b[name].det, b[name].prob
         assert np.all(prob <= det) and np.median(prob / det) < 0.9, name
 
 
@@ -278,9 +278,9 @@ def test_fully_masked_rows_and_unused_keys(dtype, monkeypatch):
     mask[:, :, :, 4] = False  # key 4 is kept by no row
     for kind in ("naive", "flash"):
         b = gradient_bounds(q, k, v, do, arithmetic=kind, mask=mask)
-        assert np.all(b.dq_det[:, :, 2] == 0) and np.all(b.dq_prob[:, :, 2] == 0)
-        assert np.all(b.dk_det[:, :, 4] == 0) and np.all(b.dv_det[:, :, 4] == 0)
-        assert np.all(b.dq_det[:, :, [0, 1, 3, 4, 5]] > 0)
+        assert np.all(b.dq.det[:, :, 2] == 0) and np.all(b.dq.prob[:, :, 2] == 0)
+        assert np.all(b.dk.det[:, :, 4] == 0) and np.all(b.dv.det[:, :, 4] == 0)
+        assert np.all(b.dq.det[:, :, [0, 1, 3, 4, 5]] > 0)
         if kind == "naive":
             dq, dk, dv = naive_numpy_backward(q, k, v, do, mask=mask)
         else:
@@ -291,7 +291,7 @@ def test_fully_masked_rows_and_unused_keys(dtype, monkeypatch):
             )
         assert np.all(dq[:, :, 2] == 0) and np.all(dk[:, :, 4] == 0) and np.all(dv[:, :, 4] == 0)
         ex = exact_gradients(q, k, v, do, mask=mask)
-        for g, e, bd in zip((dq, dk, dv), ex, (b.dq_det, b.dk_det, b.dv_det), strict=True):
+        for g, e, bd in zip((dq, dk, dv), ex, (b.dq.det, b.dk.det, b.dv.det), strict=True):
             assert np.all(np.abs(g.astype(np.float64) - e) <= bd)
 
 
@@ -303,18 +303,17 @@ def test_unknown_is_the_elementwise_max_of_every_class(dtype):
     loose = gradient_bounds(q, k, v, do, arithmetic="unknown", causal=True)
     classes = ["naive", "flash", "flash-fa1"] + (["tf32"] if dtype == "fp32" else [])
     assert loose.arithmetic == "unknown" and sorted(loose.parts) == sorted(classes)
-    for name in ("dq_det", "dq_prob", "dk_det", "dk_prob", "dv_det", "dv_prob"):
-        each = [
-            getattr(
-                gradient_bounds(q, k, v, do, arithmetic=c, causal=True, key_block=4, query_block=2),
-                name,
-            )
-            for c in classes
-        ]
-        for c, arr in zip(classes, each, strict=True):
-            assert np.all(getattr(loose, name) >= arr), (c, name)
-        part = [getattr(loose.parts[c], name) for c in classes]
-        assert np.array_equal(getattr(loose, name), np.maximum.reduce(part))
+    fixed = {
+        c: gradient_bounds(q, k, v, do, arithmetic=c, causal=True, key_block=4, query_block=2)
+        for c in classes
+    }
+    for name in ("dq", "dk", "dv"):
+        for kind in ("det", "prob"):
+            each = [getattr(fixed[c][name], kind) for c in classes]
+            for c, arr in zip(classes, each, strict=True):
+                assert np.all(getattr(loose[name], kind) >= arr), (c, name, kind)
+            part = [getattr(loose.parts[c][name], kind) for c in classes]
+            assert np.array_equal(getattr(loose[name], kind), np.maximum.reduce(part))
 
 
 def test_torch_inputs_and_naive_autograd_within_bound():
@@ -341,9 +340,9 @@ def test_torch_inputs_and_naive_autograd_within_bound():
         tdo = torch.from_numpy(do.astype(np.float32)).to(q.dtype)
         b = gradient_bounds(q, k, v, tdo, arithmetic="naive", **case.options())
         b_np = gradient_bounds(case.q, case.k, case.v, do, arithmetic="naive", **case.options())
-        assert np.array_equal(b.dq_det, b_np.dq_det)
+        assert np.array_equal(b.dq.det, b_np.dq.det)
         ex = exact_gradients(case.q, case.k, case.v, do, **case.options())
-        for t, e, bd in zip((q, k, v), ex, (b.dq_det, b.dk_det, b.dv_det), strict=True):
+        for t, e, bd in zip((q, k, v), ex, (b.dq.det, b.dk.det, b.dv.det), strict=True):
             err = np.abs(t.grad.float().numpy().astype(np.float64) - e)
             assert np.all(err <= bd), (dtype, float(np.max(err / bd)))
 

@@ -13,7 +13,7 @@ from cli_helpers import run_flashcheck
 import flashcheck
 from flashcheck.harness.cases.case import Case
 from flashcheck.harness.cases.store import load_case, save_case
-from flashcheck.harness.judging.replay import replay
+from flashcheck.harness.checks.replay import replay
 
 HERE = Path(__file__).parent / "user"
 
@@ -164,7 +164,7 @@ def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatc
     from flashcheck.harness.campaign import executor as ex
     from flashcheck.harness.campaign.render import load
     from flashcheck.harness.campaign.report import ReportOptions, run_report
-    from flashcheck.harness.judging import gradient_check
+    from flashcheck.harness.checks import accuracy as gradient_check
 
     computed = []
     real = ex.compute_gradient_reference

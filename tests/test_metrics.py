@@ -16,13 +16,13 @@ def test_correctly_rounded_output_scores_at_most_half_an_ulp():
     k = rng.standard_normal((1, 2, 16, 8)).astype(np.float16)
     v = rng.standard_normal((1, 2, 16, 8)).astype(np.float16)
     r = oracle(q, k, v)
-    e = floored_ulp_error(r.o_rounded, r.o_hi, r.o_lo, r.o_floor, FP16)
+    e = floored_ulp_error(r.o.rounded, r.o.hi, r.o.lo, r.o.floor, FP16)
     assert e.max() <= 0.5
-    assert ulp_error_int(r.o_rounded, r.o_rounded, FP16).max() == 0
+    assert ulp_error_int(r.o.rounded, r.o.rounded, FP16).max() == 0
     # one ulp off everywhere: integer distance 1 and floored error in (0.5, 1.5]
-    bumped = np.nextafter(r.o_rounded.astype(np.float16), np.float16(np.inf)).astype(np.float64)
-    assert ulp_error_int(bumped, r.o_rounded, FP16).max() == 1
-    s = summarize(bumped, r.o_hi, r.o_lo, r.o_floor, r.o_rounded, FP16)
+    bumped = np.nextafter(r.o.rounded.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+    assert ulp_error_int(bumped, r.o.rounded, FP16).max() == 1
+    s = summarize(bumped, r.o.hi, r.o.lo, r.o.floor, r.o.rounded, FP16)
     assert 0.5 < s.max_floored_ulp <= 1.5 and s.nonfinite_mismatches == 0 and s.max_ulp_int == 1
 
 

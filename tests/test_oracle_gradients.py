@@ -39,18 +39,16 @@ def test_fast_and_strict_gradients_agree_within_bounds(case, seed, big):
     f = oracle(q, k, v, causal=causal, do=do, **extra)
     s = oracle(q, k, v, causal=causal, do=do, mode="strict", **extra)
     for g in GRADS:
-        fh, fl, fe = (getattr(f, f"{g}_{x}") for x in ("hi", "lo", "err"))
-        sh, sl, se = (getattr(s, f"{g}_{x}") for x in ("hi", "lo", "err"))
+        fh, fl, fe = (getattr(f[g], x) for x in ("hi", "lo", "err"))
+        sh, sl, se = (getattr(s[g], x) for x in ("hi", "lo", "err"))
         fin = np.isfinite(sh)
         np.testing.assert_array_equal(fin, np.isfinite(fh))
         assert np.all(_dd_diff(fh, fl, sh, sl)[fin] <= (fe + se)[fin]), g
-        both = getattr(f, f"{g}_certified") & getattr(s, f"{g}_certified")
-        np.testing.assert_array_equal(
-            getattr(f, f"{g}_rounded")[both], getattr(s, f"{g}_rounded")[both]
-        )
+        both = f[g].certified & s[g].certified
+        np.testing.assert_array_equal(f[g].rounded[both], s[g].rounded[both])
         # the 100-bit contract on certified elements
-        cert = getattr(f, f"{g}_certified") & fin
-        tgt = np.maximum(np.ldexp(getattr(f, f"{g}_floor"), -100), f.fmt.min_subnormal * 2.0**-100)
+        cert = f[g].certified & fin
+        tgt = np.maximum(np.ldexp(f[g].floor, -100), f.fmt.min_subnormal * 2.0**-100)
         assert np.all(fe[cert] <= tgt[cert]), g
 
 
@@ -64,10 +62,10 @@ def test_one_key_gives_zero_dq_and_dv_equal_to_do():
     do = cast(rng.standard_normal((2, 4, 5, 3)), "fp16")
     for mode in ("fast", "strict"):
         r = oracle(q, k, v, do=do, mode=mode)
-        assert np.all(r.dq_rounded == 0) and np.all(r.dk_rounded == 0)
+        assert np.all(r.dq.rounded == 0) and np.all(r.dk.rounded == 0)
         want = do.astype(np.float64).reshape(2, 2, 10, 3).sum(axis=2, keepdims=True)
-        np.testing.assert_array_equal(r.dv_rounded, round_to_format(want, FP16))
-        assert r.dq_certified.all() and r.dk_certified.all() and r.dv_certified.all()
+        np.testing.assert_array_equal(r.dv.rounded, round_to_format(want, FP16))
+        assert r.dq.certified.all() and r.dk.certified.all() and r.dv.certified.all()
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
@@ -94,14 +92,14 @@ def test_uniform_scores_match_exact_rationals(name):
     for i in range(nq):
         for c in range(d):
             exact = half * sum(ds[i][j] * fr(kk[j, c]) for j in range(nk))
-            assert r.dq_rounded[0, 0, i, c] == _round_fraction(exact, fmt)
+            assert r.dq.rounded[0, 0, i, c] == _round_fraction(exact, fmt)
     for j in range(nk):
         for c in range(d):
             exact = half * sum(ds[i][j] * fr(q[0, 0, i, c]) for i in range(nq))
-            assert r.dk_rounded[0, 0, j, c] == _round_fraction(exact, fmt)
+            assert r.dk.rounded[0, 0, j, c] == _round_fraction(exact, fmt)
         for c in range(dv):
             exact = sum(p * fr(dd[i, c]) for i in range(nq))
-            assert r.dv_rounded[0, 0, j, c] == _round_fraction(exact, fmt)
+            assert r.dv.rounded[0, 0, j, c] == _round_fraction(exact, fmt)
 
 
 def _round_fraction(x: Fraction, fmt) -> float:
@@ -117,7 +115,7 @@ def _loss(q, k, v, do, **kw):
     with mpmath.workprec(200):
         total = mpmath.mpf(0)
         for hi, lo, g in zip(
-            r.o_hi.ravel(), r.o_lo.ravel(), do.astype(np.float64).ravel(), strict=True
+            r.o.hi.ravel(), r.o.lo.ravel(), do.astype(np.float64).ravel(), strict=True
         ):
             total += (mpmath.mpf(hi) + mpmath.mpf(lo)) * mpmath.mpf(g)
     return total
@@ -135,9 +133,9 @@ def test_finite_differences_of_the_forward_agree_with_the_gradients(causal):
     r = oracle(q, k, v, do=do, causal=causal)
     eps = 2.0**-20
     spots = {
-        "q": (q, r.dq_hi, [(0, 1, 2, 0), (0, 0, 3, 2)]),
-        "k": (k, r.dk_hi, [(0, 0, 1, 1), (0, 0, 4, 0)]),
-        "v": (v, r.dv_hi, [(0, 0, 0, 1), (0, 0, 3, 0)]),
+        "q": (q, r.dq.hi, [(0, 1, 2, 0), (0, 0, 3, 2)]),
+        "k": (k, r.dk.hi, [(0, 0, 1, 1), (0, 0, 4, 0)]),
+        "v": (v, r.dv.hi, [(0, 0, 0, 1), (0, 0, 3, 0)]),
     }
     for name, (x, grad, idxs) in spots.items():
         for idx in idxs:
@@ -164,9 +162,9 @@ def test_masked_rows_and_keys_get_zero_gradients_never_nan():
     for mode in ("fast", "strict"):
         r = oracle(q, k, v, do=do, mask=mask, mode=mode)
         for g in GRADS:
-            assert not np.isnan(getattr(r, f"{g}_rounded")).any()
-        assert np.all(r.dq_rounded[0, 0, 1] == 0)
-        assert np.all(r.dk_rounded[0, 0, 5] == 0) and np.all(r.dv_rounded[0, 0, 5] == 0)
+            assert not np.isnan(r[g].rounded).any()
+        assert np.all(r.dq.rounded[0, 0, 1] == 0)
+        assert np.all(r.dk.rounded[0, 0, 5] == 0) and np.all(r.dv.rounded[0, 0, 5] == 0)
 
 
 def test_gradient_nan_rule():
@@ -177,15 +175,15 @@ def test_gradient_nan_rule():
     do = cast(rng.standard_normal((1, 1, 4, 2)), "fp16")
     do[0, 0, 3, 1] = np.inf  # row 3 is poisoned: D_3 is infinite
     r = oracle(q, k, v, do=do, causal=True)
-    assert np.isnan(r.dq_rounded[0, 0, 3]).all()
-    assert not np.isnan(r.dq_rounded[0, 0, :3]).any()
+    assert np.isnan(r.dq.rounded[0, 0, 3]).all()
+    assert not np.isnan(r.dq.rounded[0, 0, :3]).any()
     # causal: row 3 keeps every key, so every dK, dV row is poisoned
-    assert np.isnan(r.dk_rounded).all() and np.isnan(r.dv_rounded).all()
+    assert np.isnan(r.dk.rounded).all() and np.isnan(r.dv.rounded).all()
     do[0, 0, 3, 1] = 0
     q[0, 0, 0, 0] = np.nan  # row 0 keeps key 0 only
     r = oracle(q, k, v, do=do, causal=True)
-    assert np.isnan(r.dq_rounded[0, 0, 0]).all() and not np.isnan(r.dq_rounded[0, 0, 1:]).any()
-    assert np.isnan(r.dk_rounded[0, 0, 0]).all() and not np.isnan(r.dk_rounded[0, 0, 1:]).any()
+    assert np.isnan(r.dq.rounded[0, 0, 0]).all() and not np.isnan(r.dq.rounded[0, 0, 1:]).any()
+    assert np.isnan(r.dk.rounded[0, 0, 0]).all() and not np.isnan(r.dk.rounded[0, 0, 1:]).any()
 
 
 def test_rows_and_keys_select_slices_of_the_full_result():
@@ -196,13 +194,13 @@ def test_rows_and_keys_select_slices_of_the_full_result():
     do = cast(rng.standard_normal((2, 4, 7, 4)), "fp16")
     full = oracle(q, k, v, do=do, window=(3, 1))
     part = oracle(q, k, v, do=do, window=(3, 1), rows=[6, 2], keys=[0, 8, 3])
-    np.testing.assert_array_equal(part.dq_rounded, full.dq_rounded[:, :, [6, 2]])
-    np.testing.assert_array_equal(part.dk_rounded, full.dk_rounded[:, :, [0, 8, 3]])
-    np.testing.assert_array_equal(part.dv_hi, full.dv_hi[:, :, [0, 8, 3]])
+    np.testing.assert_array_equal(part.dq.rounded, full.dq.rounded[:, :, [6, 2]])
+    np.testing.assert_array_equal(part.dk.rounded, full.dk.rounded[:, :, [0, 8, 3]])
+    np.testing.assert_array_equal(part.dv.hi, full.dv.hi[:, :, [0, 8, 3]])
     np.testing.assert_array_equal(part.keys, [0, 8, 3])
     plain = oracle(q, k, v, window=(3, 1))
-    assert plain.dq_hi is None and plain.keys is None
-    np.testing.assert_array_equal(plain.o_rounded, full.o_rounded)
+    assert plain.dq is None and plain.dk is None and plain.keys is None
+    np.testing.assert_array_equal(plain.o.rounded, full.o.rounded)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +229,7 @@ def test_gradients_of_a_longer_case_are_certified_quickly():
     do = cast(rng.standard_normal((1, 4, 128, 64)), "bf16")
     r = oracle(q, k, v, do=do, causal=True)
     for g in GRADS:
-        assert getattr(r, f"{g}_certified").all(), g
+        assert r[g].certified.all(), g
     assert r.stats["seconds"] < 30
 
 
@@ -251,5 +249,5 @@ def test_one_hot_rows_are_certified_by_the_fast_path():
     assert fast.stats["fallback_elements"] == 0, fast.stats
     strict = oracle(q, k, v, do=do, mode="strict")
     for g in ("dq", "dk"):
-        assert not np.any(getattr(fast, f"{g}_rounded")), g  # every element rounds to ±0
-        assert np.array_equal(getattr(fast, f"{g}_rounded"), getattr(strict, f"{g}_rounded"))
+        assert not np.any(fast[g].rounded), g  # every element rounds to ±0
+        assert np.array_equal(fast[g].rounded, strict[g].rounded)

@@ -52,13 +52,13 @@ def test_fp64_recurrence_matches_the_oracle(case, variant):
         q, k, v, policy=PrecisionPolicy.fp64(name), variant=variant, block_q=bq, block_k=bk, **opts
     )
     ref = oracle(q, k, v, **opts)
-    err = np.abs((o - ref.o_hi) - ref.o_lo)
-    assert np.all(err <= 1e-13 * np.maximum(ref.o_floor, 1e-300) + 1e-300)
-    masked = np.isneginf(ref.lse_hi)
+    err = np.abs((o - ref.o.hi) - ref.o.lo)
+    assert np.all(err <= 1e-13 * np.maximum(ref.o.floor, 1e-300) + 1e-300)
+    masked = np.isneginf(ref.lse.hi)
     np.testing.assert_array_equal(np.isneginf(lse), masked)
     assert np.all(o[masked] == 0)
     live = ~masked
-    assert np.all(np.abs(lse[live] - ref.lse_hi[live]) <= 1e-13 * (1 + np.abs(ref.lse_hi[live])))
+    assert np.all(np.abs(lse[live] - ref.lse.hi[live]) <= 1e-13 * (1 + np.abs(ref.lse.hi[live])))
 
 
 @given(case=cases())
@@ -68,10 +68,10 @@ def test_naive_fp64_matches_the_oracle(case):
     q, k, v = _inputs(seed, dt=dt, **shape)
     o, lse = naive_numpy(q, k, v, precision="fp64", **opts)
     ref = oracle(q, k, v, **opts)
-    assert np.all(np.abs(o - ref.o_hi) <= 1e-13 * ref.o_floor + 1e-300)
-    live = np.isfinite(ref.lse_hi)
+    assert np.all(np.abs(o - ref.o.hi) <= 1e-13 * ref.o.floor + 1e-300)
+    live = np.isfinite(ref.lse.hi)
     np.testing.assert_array_equal(np.isneginf(lse), ~live)
-    assert np.all(np.abs(lse[live] - ref.lse_hi[live]) <= 1e-13 * (1 + np.abs(ref.lse_hi[live])))
+    assert np.all(np.abs(lse[live] - ref.lse.hi[live]) <= 1e-13 * (1 + np.abs(ref.lse.hi[live])))
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
@@ -87,8 +87,8 @@ def test_flash_policy_within_twice_the_naive_error(name):
             q, k, v, policy=PrecisionPolicy.flash(name), block_k=8, causal=seed % 2 == 0
         )
         n, _ = naive_numpy(q, k, v, causal=seed % 2 == 0)
-        e_flash = floored_ulp_error(o.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, fmt)
-        e_naive = floored_ulp_error(n.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, fmt)
+        e_flash = floored_ulp_error(o.astype(np.float64), ref.o.hi, ref.o.lo, ref.o.floor, fmt)
+        e_naive = floored_ulp_error(n.astype(np.float64), ref.o.hi, ref.o.lo, ref.o.floor, fmt)
         assert e_flash.max() <= 2 * e_naive.max() + 1.0
         worst.append(e_flash.max())
     assert max(worst) > 0  # the check compared real rounding errors, not identical values
@@ -103,7 +103,7 @@ def test_recurrence_variants_and_blocks_agree_in_fp32():
         for bk in (1, 4, 29)
     ]
     for o in outs:
-        e = floored_ulp_error(o.astype(np.float64), ref.o_hi, ref.o_lo, ref.o_floor, FP32)
+        e = floored_ulp_error(o.astype(np.float64), ref.o.hi, ref.o.lo, ref.o.floor, FP32)
         assert e.max() < 16  # tens of ulps are legitimate for fp32 (error-bounds.md §6c)
 
 

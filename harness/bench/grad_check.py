@@ -33,12 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import Format, format_of
+from ..core.formats import Format, format_of, round_to_format
 from ..core.semantics import as_exact_array
+from ..core.status import Status
 from ..judging.gradient_bounds import gradient_bounds
-from ..judging.gradient_verdict import gradient_errors, judge_gradients
-from ..judging.verdict import ORDER
+from ..judging.roundoff import TensorBounds
+from ..judging.verdict import gradient_errors, judge_gradients
 from ..oracle.evaluate import oracle
+from ..oracle.tensor import CertifiedTensor
 from .check import sample_rows
 from .providers import PROVIDERS
 
@@ -79,16 +81,16 @@ def _host(x: Any) -> np.ndarray:
 @dataclass
 class Float64KeyGradients:
     """dK, dV of sampled keys in float64 with their floors, shaped like the oracle's
-    ``(1, 1, K, d)`` fields (``lo`` is zero: a plain float64 value)."""
+    ``(1, 1, K, d)`` tensors (``lo`` is zero: a plain float64 value; no certified error,
+    ``err = inf``; ``rounded`` is the float64 value rounded, ``certified`` False)."""
 
     fmt: Format
     keys: np.ndarray
-    dk_hi: np.ndarray
-    dk_lo: np.ndarray
-    dk_floor: np.ndarray
-    dv_hi: np.ndarray
-    dv_lo: np.ndarray
-    dv_floor: np.ndarray
+    dk: CertifiedTensor
+    dv: CertifiedTensor
+
+    def __getitem__(self, name: str) -> CertifiedTensor:
+        return {"dk": self.dk, "dv": self.dv}[name]
 
 
 def fp64_key_gradients(
@@ -134,9 +136,14 @@ def fp64_key_gradients(
         out["fk"] += tau * ((pk * (dp[:, idx].abs() + dsum.abs())).T @ qd[r0:r1].abs())
         out["fv"] += pk.T @ dod[r0:r1].abs()
     host = {n: t.cpu().numpy()[None, None] for n, t in out.items()}
-    zero = np.zeros_like(host["dk"]), np.zeros_like(host["dv"])
+
+    def tensor(hi: np.ndarray, floor: np.ndarray) -> CertifiedTensor:
+        zero = np.zeros_like(hi)
+        rounded = round_to_format(hi, fmt)
+        return CertifiedTensor(hi, zero, zero + np.inf, floor, rounded, np.zeros(hi.shape, bool))
+
     return Float64KeyGradients(
-        fmt, np.asarray(keys), host["dk"], zero[0], host["fk"], host["dv"], zero[1], host["fv"]
+        fmt, np.asarray(keys), tensor(host["dk"], host["fk"]), tensor(host["dv"], host["fv"])
     )
 
 
@@ -199,11 +206,11 @@ class GradReference:
         if arithmetic not in self._bounds:
             qs, ks, vs, dos, keep = self.dq_inputs
             bq = gradient_bounds(qs, ks, vs, dos, arithmetic=arithmetic, mask=keep)
-            out = {"dq": (bq.dq_det, bq.dq_prob)}
+            out = {"dq": (bq.dq.det, bq.dq.prob)}
             if self.kv_inputs is not None:
                 bk = gradient_bounds(*self.kv_inputs, arithmetic=arithmetic, causal=self.causal)
                 for g in ("dk", "dv"):
-                    det, prob = getattr(bk, f"{g}_det"), getattr(bk, f"{g}_prob")
+                    det, prob = bk[g].det, bk[g].prob
                     out[g] = (det[:, :, self.keys], prob[:, :, self.keys])
             self._bounds[arithmetic] = out
         return self._bounds[arithmetic]
@@ -277,9 +284,9 @@ def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: st
     for g in ("dq", "dk", "dv"):
         base = ref.dq_ref if g == "dq" else ref.kv_ref
         b = bounds.get(g)
-        shim = None if b is None else _Bounds({f"{g}_det": b[0], f"{g}_prob": b[1]})
+        shim = None if b is None else {g: TensorBounds(b[0], b[1])}
         per[g] = judge_gradients({g: grads[g]}, base, shim, naive={g: ref.naive[g]})[g]
-    verdict = max((x.verdict for x in per.values()), key=ORDER.__getitem__)
+    verdict = Status.worst(x.verdict for x in per.values())
     return {
         "verdict": verdict,
         "reasons": [r for x in per.values() for r in x.reasons],
@@ -290,10 +297,3 @@ def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: st
         "keys": int(ref.keys.size),
         "kv_mode": ref.kv_mode,
     }
-
-
-class _Bounds:
-    """The attribute view :func:`judge_gradients` reads (``<grad>_det``, ``<grad>_prob``)."""
-
-    def __init__(self, fields: dict[str, np.ndarray]) -> None:
-        self.__dict__.update(fields)

@@ -21,9 +21,8 @@ from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
 from ..cases.store import save_case
+from ..checks.accuracy import check_case, check_gradients_case
 from ..core.status import Status
-from ..judging.check import check_case
-from ..judging.gradient_check import check_gradients_case
 from .executor import Executor, GradientReference
 from .logrecords import (
     CaseFileRecord,

@@ -32,11 +32,10 @@ from ..adapters.probe import Runner
 from ..adapters.worker import KernelRef, KernelWorker
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
+from ..checks.accuracy import gradient_oracle, naive_gradient_reference, naive_reference
 from ..checks.registry import check_target
 from ..judging.bounds import Bounds, error_bounds
-from ..judging.check import naive_reference
 from ..judging.gradient_bounds import GradientBounds, gradient_bounds
-from ..judging.gradient_check import gradient_oracle, naive_gradient_reference
 from ..oracle.evaluate import OracleResult, oracle
 
 __all__ = [

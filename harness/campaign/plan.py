@@ -15,7 +15,7 @@ and stable words (CRC-32), so a plan is the same on every run and machine. The p
 - ``fa3``: FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001), fp16/bf16
   (the RMSE table);
 - ``structural``: per kernel and dtype, the structural properties of
-  :mod:`flashcheck.harness.judging.structural` (batch/head independence, padded buffers,
+  :mod:`flashcheck.harness.checks.structural` (batch/head independence, padded buffers,
   determinism, key permutation, the NaN rule, options applied) on a few cases each;
 - ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
   :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ..checks.accuracy import CheckResult
 from ..core.status import Status
 from ..judging.bounds import Bounds
-from ..judging.check import CheckResult
-from ..judging.gradient_verdict import GradientVerdict
-from ..judging.metrics import floored_ulp_error, ulp_histogram
+from ..judging.metrics import ulp_histogram
+from ..judging.tensor_verdict import TensorVerdict
 
 __all__ = [
     "class_utilization",
@@ -58,14 +58,14 @@ def class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None
     """Max |error| / deterministic bound of O against each known arithmetic class (``None``
     where the output is not finite where the oracle is)."""
     o, ref = res.output.o, res.ref
-    ok = np.isfinite(ref.o_hi) & np.isfinite(o)
-    if (np.isfinite(ref.o_hi) & ~np.isfinite(o)).any():
+    ok = np.isfinite(ref.o.hi) & np.isfinite(o)
+    if (np.isfinite(ref.o.hi) & ~np.isfinite(o)).any():
         return dict.fromkeys(every.parts)
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
+        err = np.where(ok, np.abs((o - ref.o.hi) - ref.o.lo), 0.0)
         out = {}
         for cls, b in every.parts.items():
-            u = np.where(b.o_det > 0, err / b.o_det, np.where(err > 0, np.inf, 0.0))
+            u = np.where(b.o.det > 0, err / b.o.det, np.where(err > 0, np.inf, 0.0))
             out[cls] = float(u.max()) if u.size else 0.0
     return out
 
@@ -78,12 +78,12 @@ def _missing(x: float) -> float | None:
 def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     v, s = res.verdict, res.verdict.summary
     ref = res.ref
-    e = floored_ulp_error(res.output.o, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
-    ok = np.isfinite(ref.o_hi) & np.isfinite(res.output.o)
+    e = v["o"].errors  # O's floored-ULP errors, as judged
+    ok = np.isfinite(ref.o.hi) & np.isfinite(res.output.o)
     with np.errstate(invalid="ignore"):
-        d = ((res.output.o - ref.o_hi) - ref.o_lo)[ok]
+        d = ((res.output.o - ref.o.hi) - ref.o.lo)[ok]
         # The error of the correctly rounded output: the floor no kernel can go below.
-        rn = ((ref.o_rounded.astype(np.float64) - ref.o_hi) - ref.o_lo)[ok]
+        rn = ((ref.o.rounded.astype(np.float64) - ref.o.hi) - ref.o.lo)[ok]
     return {
         "status": v.verdict,
         "reasons": v.reasons,
@@ -115,7 +115,7 @@ def result_fields(res: CheckResult, every: Bounds) -> dict[str, Any]:
     }
 
 
-def gradient_fields(verdicts: dict[str, GradientVerdict]) -> dict[str, Any]:
+def gradient_fields(verdicts: dict[str, TensorVerdict]) -> dict[str, Any]:
     """The fields of a gradient result record: the worst verdict of dQ, dK, dV, the reasons,
     a score (the failure margin of the worst gradient, as :func:`failure_margin`), and per
     gradient its verdict and numbers."""

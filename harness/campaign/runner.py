@@ -38,11 +38,11 @@ from ..adapters.outcome import Outcome
 from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
+from ..checks.accuracy import check_case
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog
 from ..core.status import Status
-from ..judging.check import check_case
-from ..judging.gradient_verdict import judge_gradients
+from ..judging.verdict import judge_gradients
 from . import search
 from .casefiles import CaseFiles, worst_results
 from .executor import Executor, GradientReference, Reference

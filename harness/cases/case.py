@@ -9,13 +9,15 @@ made from their bit patterns (:meth:`Case.to_torch`), never through a rounding c
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from ..core.formats import Format, format_of
+from ..core.semantics import AttentionProblem, make_problem
 
 __all__ = ["DTYPES", "Case"]
 
@@ -65,6 +67,26 @@ class Case:
                     f"do must be an array of O's shape {want} and the inputs' dtype "
                     f"{self.q.dtype}, got {self.do.dtype} {self.do.shape}"
                 )
+
+    @cached_property
+    def problem(self) -> AttentionProblem:
+        """The validated problem: the inputs as exact float64 arrays and the options, made once
+        per case and shared by the oracle, the bounds and the checks (the inputs are not
+        meant to change after the case is made)."""
+        return make_problem(self.q, self.k, self.v, **self.options())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The problem is derived from the fields: a pickled case (sent to a worker process)
+        # carries only its inputs, and the receiver rebuilds the problem when it needs one.
+        return {key: val for key, val in self.__dict__.items() if key != "problem"}
+
+    def with_grad_output(self, do: np.ndarray) -> Case:
+        """This case with the upstream gradient ``do`` (an array of O's shape in the inputs'
+        dtype), sharing its :attr:`problem`."""
+        out = replace(self, do=do)
+        if "problem" in self.__dict__:
+            out.__dict__["problem"] = self.problem
+        return out
 
     def grad_output(self) -> np.ndarray:
         """The upstream gradient ``dO`` of gradient checks: :attr:`do` if given, else standard
@@ -165,29 +187,26 @@ class Case:
         """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32, values
         taken exactly; ``mask`` a boolean array or tensor (True = keep), broadcastable to
         ``(B, Hq, Nq, Nk)``."""
-        from ..core.semantics import as_exact_array
-
-        arrays = []
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            x64, fmt = as_exact_array(x, name)
-            if x64.ndim != 4:
-                raise ValueError(
-                    f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {x64.shape}"
-                )
-            arrays.append(x64.astype(DTYPES[fmt.name]))  # exact: the values came from fmt
-        if mask is not None:
-            if type(mask).__module__.startswith("torch"):
-                mask = mask.detach().cpu().numpy()
-            mask = np.asarray(mask)
-            if mask.dtype != np.bool_:
-                raise ValueError(f"mask must be boolean (True = keep), got dtype {mask.dtype}")
-        return cls(
-            *arrays,
+        if mask is not None and type(mask).__module__.startswith("torch"):
+            mask = mask.detach().cpu().numpy()
+        if mask is not None and np.asarray(mask).dtype != np.bool_:
+            raise ValueError(
+                f"mask must be boolean (True = keep), got dtype {np.asarray(mask).dtype}"
+            )
+        # The one validation and float64 conversion of the inputs, kept as the case's problem.
+        problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+        dtype = DTYPES[problem.fmt.name]
+        case = cls(
+            problem.q.astype(dtype),  # exact: the values came from that format
+            problem.k.astype(dtype),
+            problem.v.astype(dtype),
             causal=bool(causal),
             window=window,
-            mask=mask,
+            mask=None if mask is None else np.asarray(mask),
             scale=None if scale is None else float(scale),
         )
+        case.__dict__["problem"] = problem
+        return case
 
     def to_torch(self, device: str = "cpu") -> tuple[Any, Any, Any]:
         """``(q, k, v)`` as torch tensors on ``device``, bit-exact."""

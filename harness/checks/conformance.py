@@ -25,11 +25,11 @@ import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
+from ..checks.accuracy import kernel_bounds
 from ..core.formats import FORMATS, round_to_format, ulp
 from ..core.semantics import make_problem
 from ..judging.bounds import RHO_EXP, U32, gamma
-from ..judging.check import kernel_bounds
-from ..judging.gradient_verdict import GRADIENT_LABELS
+from ..judging.verdict import GRADIENT_LABELS
 from .structural import ONE_BLOCK, StructuralResult
 
 __all__ = ["NO_LSE", "conformance", "gradient_conformance"]
@@ -86,7 +86,7 @@ def conformance(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     )
     emu = emu.astype(np.float64)
     fmt = FORMATS[dtype]
-    b32 = kernel_bounds(adapter, case, fp32_only=True).o_det
+    b32 = kernel_bounds(adapter, case, fp32_only=True).o.det
     tol = 2 * b32 + ulp(out.o, fmt) + _near_boundary_term(case, fmt)
     diff = np.abs(out.o - emu)
     if np.any(diff > tol):

@@ -30,12 +30,10 @@ import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
+from ..checks.accuracy import kernel_bounds, kernel_gradient_bounds
 from ..core.semantics import make_problem, nan_rows_and_cols
 from ..core.status import Status
-from ..judging.check import kernel_bounds
-from ..judging.gradient_check import kernel_gradient_bounds
-from ..judging.gradient_verdict import GRADIENT_LABELS
-from ..judging.verdict import CONVENTION
+from ..judging.verdict import CONVENTION, GRADIENT_LABELS
 from ..oracle.evaluate import oracle
 
 __all__ = [
@@ -129,7 +127,7 @@ def agree(a: np.ndarray, b: np.ndarray, tol: np.ndarray | None) -> bool:
 def _self_tolerance(adapter: Kernel, case: Case, promised: bool) -> np.ndarray | None:
     """``None`` (bitwise) when the kernel promises it, else twice the bound on O: two outputs
     each within the bound of the exact answer are within twice the bound of each other."""
-    return None if promised else 2 * kernel_bounds(adapter, case).o_det
+    return None if promised else 2 * kernel_bounds(adapter, case).o.det
 
 
 def batch_head_independence(adapter: Kernel, case: Case, device: str) -> StructuralResult:
@@ -206,7 +204,7 @@ def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None) 
         params=case.params,
     )
     a, b = adapter.run(case, device), adapter.run(moved, device)
-    tol = kernel_bounds(adapter, case).o_det + kernel_bounds(adapter, moved).o_det
+    tol = kernel_bounds(adapter, case).o.det + kernel_bounds(adapter, moved).o.det
     if not agree(a.o, b.o, tol):
         diff = np.abs(a.o - b.o)
         return StructuralResult.failed(
@@ -224,9 +222,9 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """Outputs of finite inputs stay finite; every output a NaN input is involved in is NaN."""
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
-    leak = np.isfinite(ref.o_hi) & ~np.isfinite(out.o)
+    leak = np.isfinite(ref.o.hi) & ~np.isfinite(out.o)
     if leak.any():
-        masked = np.isneginf(ref.lse_hi)[..., None] & np.ones_like(leak)
+        masked = np.isneginf(ref.lse.hi)[..., None] & np.ones_like(leak)
         if not (leak & ~masked).any():
             return StructuralResult.failed(
                 f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
@@ -235,7 +233,7 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return StructuralResult.failed(
             f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs of finite inputs "
-            f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o_hi[i]:.6g})"
+            f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o.hi[i]:.6g})"
         )
     p = make_problem(case.q, case.k, case.v, **case.options())
     b_n, hq, _, nq, *_ = p.shape
@@ -276,23 +274,23 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
         return StructuralResult.not_applicable("the case sets no option")
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
-    bound = kernel_bounds(adapter, case).o_det
+    bound = kernel_bounds(adapter, case).o.det
     tested = []
     for label, other in variants:
         ref2 = oracle(other.q, other.k, other.v, **other.options())
-        tol = bound + kernel_bounds(adapter, other).o_det
+        tol = bound + kernel_bounds(adapter, other).o.det
         with np.errstate(invalid="ignore"):
             moved = (
-                np.isfinite(ref.o_hi)
-                & np.isfinite(ref2.o_hi)
-                & (np.abs(ref.o_hi - ref2.o_hi) > tol)
+                np.isfinite(ref.o.hi)
+                & np.isfinite(ref2.o.hi)
+                & (np.abs(ref.o.hi - ref2.o.hi) > tol)
             )
         if not moved.any():
             continue
         tested.append(label)
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
-            change = float(np.max(np.abs(ref.o_hi - ref2.o_hi)[moved]))
+            change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))
             return StructuralResult.failed(
                 f"{label} did not change the output where it changes the exact answer (by up "
                 f"to {change:.3g}): the kernel ignores the option there, or computes those "
@@ -325,7 +323,7 @@ def gradient_determinism(adapter: Kernel, case: Case, device: str) -> Structural
             continue
         with np.errstate(invalid="ignore"):
             diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
-        over = diff > 2 * getattr(bounds, f"{name}_det")
+        over = diff > 2 * bounds[name].det
         if over.any():
             return StructuralResult.failed(
                 f"{label} of two runs differ by more than twice the bound in "

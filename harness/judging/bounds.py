@@ -45,67 +45,44 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import FP32, Format
-from ..core.semantics import make_problem
+from ..core.semantics import AttentionProblem, make_problem
+from .roundoff import (
+    FTZ,
+    HALF_SUB32,
+    LAMBDA,
+    RHO_EXP,
+    SAFETY,
+    TF32_SUB,
+    U32,
+    U_TF32,
+    UA,
+    TensorBounds,
+    finite,
+    gamma,
+    weight_growth,
+)
 
 __all__ = [
     "ARITHMETIC_CLASSES",
     "KNOWN_CLASSES",
     "LAMBDA",
     "Bounds",
+    "TensorBounds",
     "error_bounds",
     "gamma",
+    "problem_bounds",
     "weight_growth",
 ]
 
 ARITHMETIC_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
 KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
-LAMBDA = 6.0  # probabilistic bounds: each term fails with probability <= 2·exp(−18) ≈ 3e−8
-
-U32 = FP32.u
-# Tensor-core adders align and truncate (not IEEE round-to-nearest; Fasi et al. 2021), so an
-# fp32 accumulation step is charged 2·u32 (the chopping bound), not u32.
-UA = 2 * U32
-# exp2 in fp32: PTX ex2.approx is documented at 2 ulp (test-derived, not guaranteed); CPU
-# libraries are within 1 ulp. 2 ulp = 4·u32 relative.
-RHO_EXP = 4 * U32
-U_TF32 = 2.0**-10  # tf32 operands are truncated by the MMA unit: relative error < 2^-10
-# ...except below the normal range: a subnormal fp32 operand keeps only the top 10 of its 23
-# fraction bits, an absolute error < 2^-136 (measured on H100: a subnormal V lost 8.5 %).
-TF32_SUB = 2.0**-136
-FTZ = 2.0**-126  # fp32 values below the normal range may be flushed to zero (ex2.approx.ftz)
-HALF_SUB32 = 2.0**-150  # half the spacing of fp32's subnormals: rounding error below 2^-126
-SAFETY = 8  # the bound is multiplied by 1 + SAFETY·u_F: covers second-order cross terms
 _CHUNK = 1 << 22  # elements of the (rows, keys, dv) work tensor per chunk
-
-
-def gamma(n: Any, u: float) -> np.ndarray:
-    """Higham's ``γ_n = n·u / (1 − n·u)`` (``inf`` once ``n·u ≥ 1``)."""
-    nu = np.asarray(n, dtype=np.float64) * u
-    with np.errstate(divide="ignore"):
-        return np.where(nu < 1, nu / np.maximum(1 - nu, 1e-300), np.inf)
-
-
-def weight_growth(p: np.ndarray, log_p: np.ndarray, x: Any) -> np.ndarray:
-    """``p·(e^x − 1)`` for weights ``p = e^log_p`` and perturbations ``x ≥ 0`` (nats).
-
-    A weight far below float64's range (``p = 0`` after ``exp``, say ``s − m = −1100`` when two
-    huge logits differ by a tenth of a percent) can still grow to order one when the kernel's
-    rounding of the logits is large enough to close the gap (a bf16 score of 3.7e5 has a
-    spacing of 2048). The product is therefore also formed in the log domain, and the larger of
-    the two forms is returned (they agree to rounding where both are representable).
-    """
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        direct = p * np.expm1(x)
-        # log(e^x − 1) without overflow: x + log(1 − e^−x) for large x
-        log_grown = np.where(x > 30.0, x + np.log1p(-np.exp(-x)), np.log(np.expm1(x)))
-        logged = np.exp(log_p + log_grown)
-    return np.nan_to_num(np.fmax(direct, logged), nan=0.0, posinf=np.inf)
 
 
 @dataclass
 class Bounds:
-    """Absolute error bounds for the requested rows: ``(B, Hq, R, dv)`` and ``(B, Hq, R)``.
+    """Absolute error bounds for the requested rows: ``o`` ``(B, Hq, R, dv)`` and ``lse``
+    ``(B, Hq, R)``, each a :class:`TensorBounds` (``bounds["o"].det``, ``bounds.lse.prob``).
 
     Rows that keep no key have bound 0 (the result must be exactly ``O = 0``, ``LSE = −inf``).
     ``rescales`` is the number of running-max increases the bound allowed for, per row.
@@ -116,12 +93,20 @@ class Bounds:
     fmt: Format
     lam: float
     key_block: int | None
-    o_det: np.ndarray
-    o_prob: np.ndarray
-    lse_det: np.ndarray
-    lse_prob: np.ndarray
+    tensors: dict[str, TensorBounds]
     rescales: np.ndarray
     parts: dict[str, Bounds] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> TensorBounds:
+        return self.tensors[name]
+
+    @property
+    def o(self) -> TensorBounds:
+        return self.tensors["o"]
+
+    @property
+    def lse(self) -> TensorBounds:
+        return self.tensors["lse"]
 
 
 def error_bounds(
@@ -139,7 +124,7 @@ def error_bounds(
     lam: float = LAMBDA,
     fp32_only: bool = False,
 ) -> Bounds:
-    """Deterministic and probabilistic bounds on ``|Ô − O|`` and ``|LSÊ − LSE|``.
+    """Deterministic and probabilistic bounds on ``|Ô − O|`` and ``|LSÊ − LSE|``: a :class:`Bounds`.
 
     Args:
         q, k, v, causal, window, mask, scale: the attention problem, as for
@@ -154,48 +139,49 @@ def error_bounds(
         fp32_only: bound only the fp32 part of a flash kernel's error: leave out the rounding
             of P and of the output into the input format (for comparing two implementations
             of the same arithmetic, which share those roundings).
-
-    Returns:
-        :class:`Bounds`.
     """
+    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    return problem_bounds(
+        problem,
+        arithmetic=arithmetic,
+        rows=rows,
+        key_block=key_block,
+        lam=lam,
+        fp32_only=fp32_only,
+    )
+
+
+def problem_bounds(
+    problem: AttentionProblem,
+    *,
+    arithmetic: str,
+    rows: Any = None,
+    key_block: int | None = None,
+    lam: float = LAMBDA,
+    fp32_only: bool = False,
+) -> Bounds:
+    """:func:`error_bounds` of a validated problem (a case's ``problem``): the same arrays,
+    without converting the inputs again."""
     if arithmetic not in ARITHMETIC_CLASSES:
         raise ValueError(f"arithmetic must be one of {ARITHMETIC_CLASSES}, got {arithmetic!r}")
     if not (isinstance(lam, int | float) and lam > 0):
         raise ValueError(f"lam must be a positive number, got {lam!r}")
     if key_block is not None and (not isinstance(key_block, int) or key_block < 1):
         raise ValueError(f"key_block must be a positive int or None, got {key_block!r}")
-    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    fmt = problem.fmt
     if arithmetic == "unknown":
-        known = [c for c in KNOWN_CLASSES if c != "tf32" or problem.fmt.name == "fp32"]
-        each = [
-            error_bounds(
-                q,
-                k,
-                v,
-                arithmetic=c,
-                causal=causal,
-                window=window,
-                mask=mask,
-                scale=scale,
-                rows=rows,
-                lam=lam,
-                fp32_only=fp32_only,
-            )
-            for c in known
-        ]
-        top = {
-            name: np.maximum.reduce([getattr(b, name) for b in each])
-            for name in ("o_det", "o_prob", "lse_det", "lse_prob", "rescales")
-        }
+        known = [c for c in KNOWN_CLASSES if c != "tf32" or fmt.name == "fp32"]
+        opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only}
+        each = [problem_bounds(problem, arithmetic=c, **opts) for c in known]
         return Bounds(
             "unknown",
-            problem.fmt,
+            fmt,
             float(lam),
             None,
-            **top,
+            {n: TensorBounds.loosest([b[n] for b in each]) for n in ("o", "lse")},
+            np.maximum.reduce([b.rescales for b in each]),
             parts=dict(zip(known, each, strict=True)),
         )
-    fmt = problem.fmt
     if arithmetic == "tf32" and fmt.name != "fp32":
         raise ValueError("the tf32 class applies to fp32 inputs only")
     bsz, hq, _, nq, nk, d, dv = problem.shape
@@ -213,9 +199,9 @@ def error_bounds(
         for h in range(hq):
             kvh = problem.kv_head(h)
             keep = problem.keep(b, h, row_idx)
-            kk = _finite(problem.k[b, kvh])
-            vv = _finite(problem.v[b, kvh])
-            qr = _finite(problem.q[b, h][row_idx])
+            kk = finite(problem.k[b, kvh])
+            vv = finite(problem.v[b, kvh])
+            qr = finite(problem.q[b, h][row_idx])
             step = max(1, _CHUNK // max(1, nk * dv))
             for r0 in range(0, row_idx.size, step):
                 sl = slice(r0, r0 + step)
@@ -224,13 +210,8 @@ def error_bounds(
                 )
                 for name, val in res.items():
                     out[name][b, h, sl] = val
-    return Bounds(arithmetic, fmt, float(lam), key_block, **out)
-
-
-def _finite(x: np.ndarray) -> np.ndarray:
-    # Non-finite inputs make the oracle's answer NaN; their bound is irrelevant but must not
-    # spill into other rows through 0·inf.
-    return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    tensors = {n: TensorBounds(out[f"{n}_det"], out[f"{n}_prob"]) for n in ("o", "lse")}
+    return Bounds(arithmetic, fmt, float(lam), key_block, tensors, out["rescales"])
 
 
 def _records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
@@ -243,7 +224,8 @@ def _records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
 
 
 def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only=False):
-    """Bounds for a chunk of rows of one (batch, head); every array is float64."""
+    """Bounds for a chunk of rows of one (batch, head), all float64 (over 80 lines: the terms of
+    docs/error-bounds.md in order, each reusing the arrays before it)."""
     r_n, nk = keep.shape
     d = q.shape[1]
     up = fmt.u
@@ -360,6 +342,8 @@ def _o_bounds(
     lam,
     fp32_only=False,
 ):
+    """O's two bounds from the logit perturbations (over 80 lines: the O bound's terms of
+    docs/error-bounds.md in order, so that each reads against its line there)."""
     up = fmt.u
     store_u, store_sub = up, fmt.min_subnormal / 2
     naive = arith == "naive"

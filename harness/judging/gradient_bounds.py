@@ -47,34 +47,30 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import FP32, Format
-from ..core.semantics import as_exact_array, make_problem
-from .bounds import (
-    FTZ,
-    HALF_SUB32,
-    LAMBDA,
-    RHO_EXP,
-    SAFETY,
-    TF32_SUB,
-    U32,
-    U_TF32,
-    UA,
-    error_bounds,
-    gamma,
-    weight_growth,
-)
+from ..core.formats import Format
+from ..core.semantics import AttentionProblem, as_exact_array, make_problem
+from .bounds import problem_bounds
+from .gradient_terms import Context, Sums, chunk_bounds, finish_sums
+from .roundoff import LAMBDA, TensorBounds, finite
 
-__all__ = ["GRADIENT_CLASSES", "GradientBounds", "gradient_bounds"]
+__all__ = [
+    "GRADIENTS",
+    "GRADIENT_CLASSES",
+    "GradientBounds",
+    "gradient_bounds",
+    "problem_gradient_bounds",
+]
 
 GRADIENT_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
+GRADIENTS = ("dq", "dk", "dv")
 _KNOWN = GRADIENT_CLASSES[:-1]
 _CHUNK = 1 << 19  # elements of one (rows, keys) work matrix per chunk
 
 
 @dataclass
 class GradientBounds:
-    """Absolute error bounds: ``dq_*`` ``(B, Hq, Nq, d)``, ``dk_*`` ``(B, Hk, Nk, d)``,
-    ``dv_*`` ``(B, Hk, Nk, dv)``.
+    """Absolute error bounds, a :class:`TensorBounds` per gradient: ``dq`` ``(B, Hq, Nq, d)``,
+    ``dk`` ``(B, Hk, Nk, d)``, ``dv`` ``(B, Hk, Nk, dv)`` (``bounds["dq"].det``).
 
     A query row that keeps no key has dQ bound 0 (the exact result is 0 and every class returns
     exactly 0); a key that no query row of its group keeps has dK, dV bound 0.
@@ -84,13 +80,23 @@ class GradientBounds:
     arithmetic: str
     fmt: Format
     lam: float
-    dq_det: np.ndarray
-    dq_prob: np.ndarray
-    dk_det: np.ndarray
-    dk_prob: np.ndarray
-    dv_det: np.ndarray
-    dv_prob: np.ndarray
+    tensors: dict[str, TensorBounds]
     parts: dict[str, GradientBounds] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> TensorBounds:
+        return self.tensors[name]
+
+    @property
+    def dq(self) -> TensorBounds:
+        return self.tensors["dq"]
+
+    @property
+    def dk(self) -> TensorBounds:
+        return self.tensors["dk"]
+
+    @property
+    def dv(self) -> TensorBounds:
+        return self.tensors["dv"]
 
 
 def gradient_bounds(
@@ -123,6 +129,29 @@ def gradient_bounds(
     Returns:
         :class:`GradientBounds`.
     """
+    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    return problem_gradient_bounds(
+        problem,
+        do,
+        arithmetic=arithmetic,
+        key_block=key_block,
+        query_block=query_block,
+        lam=lam,
+    )
+
+
+def problem_gradient_bounds(
+    problem: AttentionProblem,
+    do: Any,
+    *,
+    arithmetic: str,
+    key_block: int | None = None,
+    query_block: int | None = None,
+    lam: float = LAMBDA,
+) -> GradientBounds:
+    """:func:`gradient_bounds` of an already validated problem (a case's
+    :attr:`~flashcheck.harness.cases.case.Case.problem`): the same arrays, without converting
+    ``q``, ``k``, ``v`` again."""
     if arithmetic not in GRADIENT_CLASSES:
         raise ValueError(f"arithmetic must be one of {GRADIENT_CLASSES}, got {arithmetic!r}")
     if not (isinstance(lam, int | float) and lam > 0):
@@ -130,24 +159,21 @@ def gradient_bounds(
     for name, blk in (("key_block", key_block), ("query_block", query_block)):
         if blk is not None and (not isinstance(blk, int) or blk < 1):
             raise ValueError(f"{name} must be a positive int or None, got {blk!r}")
-    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
     fmt = problem.fmt
     dout, fdo = as_exact_array(do, "do")
-    bsz, hq, hk, nq, nk, d, dv = problem.shape
+    bsz, hq, _, nq, _, _, dv = problem.shape
     if fdo != fmt:
         raise TypeError(f"do must be in the inputs' format {fmt.name}, got {fdo.name}")
     if dout.shape != (bsz, hq, nq, dv):
         raise ValueError(
             f"do must have shape (B, Hq, Nq, dv) = {(bsz, hq, nq, dv)}, got {dout.shape}"
         )
-    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale, "lam": lam}
     if arithmetic == "unknown":
         known = [c for c in _KNOWN if c != "tf32" or fmt.name == "fp32"]
-        each = [gradient_bounds(q, k, v, do, arithmetic=c, **opts) for c in known]
-        names = ("dq_det", "dq_prob", "dk_det", "dk_prob", "dv_det", "dv_prob")
-        top = {n: np.maximum.reduce([getattr(b, n) for b in each]) for n in names}
+        each = [problem_gradient_bounds(problem, do, arithmetic=c, lam=lam) for c in known]
+        top = {n: TensorBounds.loosest([b[n] for b in each]) for n in GRADIENTS}
         return GradientBounds(
-            "unknown", fmt, float(lam), **top, parts=dict(zip(known, each, strict=True))
+            "unknown", fmt, float(lam), top, parts=dict(zip(known, each, strict=True))
         )
     if arithmetic == "tf32" and fmt.name != "fp32":
         raise ValueError("the tf32 class applies to fp32 inputs only")
@@ -157,19 +183,17 @@ def gradient_bounds(
         # The forward that produced O and LSE, with any key blocking (its own block size is
         # not the backward's).
         with np.errstate(over="ignore", invalid="ignore"):  # inf bounds for huge logits
-            fwd = error_bounds(
-                q,
-                k,
-                v,
-                arithmetic=arithmetic,
-                causal=causal,
-                window=window,
-                mask=mask,
-                scale=scale,
-                lam=lam,
-            )
+            fwd = problem_bounds(problem, arithmetic=arithmetic, lam=lam)
+    return _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam)
+
+
+def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> GradientBounds:
+    """The bounds of one known class, kv head by kv head, in chunks of query rows."""
+    fmt = problem.fmt
+    bsz, hq, hk, nq, nk, d, dv = problem.shape
+    naive = arithmetic == "naive"
     tau = 1.0 / math.sqrt(d) if problem.scale is None else problem.scale
-    ctx = _Context(
+    ctx = Context(
         fmt,
         arithmetic,
         tau,
@@ -192,377 +216,37 @@ def gradient_bounds(
     rows = np.arange(nq)
     for b in range(bsz):
         for g in range(hk):
-            kk = _finite(problem.k[b, g])
-            vv = _finite(problem.v[b, g])
-            sums_k: list[_Sums] = []  # per query head (naive) or one for the group (flash)
-            sums_v: list[_Sums] = []
+            kk = finite(problem.k[b, g])
+            vv = finite(problem.v[b, g])
+            sums_k: list[Sums] = []  # per query head (naive) or one for the group (flash)
+            sums_v: list[Sums] = []
             for h in range(g * group, (g + 1) * group):
                 if naive or not sums_k:
-                    sums_k.append(_Sums(nk, d))
-                    sums_v.append(_Sums(nk, dv))
+                    sums_k.append(Sums(nk, d))
+                    sums_v.append(Sums(nk, dv))
                 keep_all = problem.keep(b, h, rows)
-                qh = _finite(problem.q[b, h])
-                doh = _finite(dout[b, h])
+                qh = finite(problem.q[b, h])
+                doh = finite(dout[b, h])
                 for r0 in range(0, nq, step):
                     sl = slice(r0, r0 + step)
                     fw = None
                     if fwd is not None:
+                        o, lse = fwd.o, fwd.lse
                         fw = (
-                            fwd.o_det[b, h, sl],
-                            fwd.o_prob[b, h, sl],
-                            fwd.lse_det[b, h, sl],
-                            fwd.lse_prob[b, h, sl],
+                            o.det[b, h, sl],
+                            o.prob[b, h, sl],
+                            lse.det[b, h, sl],
+                            lse.prob[b, h, sl],
                         )
                     with np.errstate(over="ignore", invalid="ignore"):
-                        dq = _chunk(
+                        dq = chunk_bounds(
                             ctx, qh[sl], kk, vv, doh[sl], keep_all[sl], fw, sums_k[-1], sums_v[-1]
                         )
                     out["dq_det"][b, h, sl], out["dq_prob"][b, h, sl] = dq
             n_heads = group if not naive else 1
             for sums, key, mult in ((sums_k, "dk", tau), (sums_v, "dv", 1.0)):
                 with np.errstate(over="ignore", invalid="ignore"):
-                    det, prob = _finish(ctx, sums, mult if not naive else 1.0, n_heads, nq)
+                    det, prob = finish_sums(ctx, sums, mult if not naive else 1.0, n_heads, nq)
                 out[f"{key}_det"][b, g], out[f"{key}_prob"][b, g] = det, prob
-    return GradientBounds(arithmetic, fmt, float(lam), **out)
-
-
-def _finite(x: np.ndarray) -> np.ndarray:
-    # Non-finite inputs make the exact gradients NaN; their bound is irrelevant but must not
-    # spill into other elements through 0·inf.
-    return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-@dataclass
-class _Context:
-    fmt: Format
-    arith: str
-    tau: float
-    lam: float
-    key_block: int | None
-    query_block: int | None
-    d: int
-    dv: int
-
-    @property
-    def naive(self) -> bool:
-        return self.arith == "naive"
-
-    @property
-    def tf32(self) -> bool:
-        return self.arith == "tf32"
-
-    @property
-    def rounds(self) -> bool:
-        """Whether ``fl_F`` changes fp32 values (False for F = fp32)."""
-        return self.fmt.p < FP32.p
-
-    @property
-    def u_f(self) -> float:
-        return self.fmt.u if self.rounds else 0.0
-
-    @property
-    def sub_f(self) -> float:
-        return self.fmt.min_subnormal / 2 if self.rounds else 0.0
-
-    @property
-    def prod(self) -> int:
-        """Extra rounding of a product in an fp32 dot: fp16/bf16 products are exact in fp32."""
-        return 1 if 2 * self.fmt.p > FP32.p else 0
-
-    def acc(self, n: Any, det: bool, u: float = UA) -> np.ndarray:
-        """Accumulation constant for sums of depth ``n``: ``γ_n(u)`` or ``min(γ_n, λ√n·u)``."""
-        g = gamma(n, u)
-        if det:
-            return g
-        return np.minimum(self.lam * np.sqrt(np.asarray(n, dtype=np.float64)) * u, g)
-
-
-class _Sums:
-    """Sums over query rows (and heads) of one kv head's dK or dV terms, per key and column:
-    ``lin_*`` the weight errors, ``rnd_*`` the rounding of P or dS into F (deterministic; the
-    same with the probabilistic magnitudes as the Hoeffding cap; ``rnd_sq`` the sum of squares
-    for Hoeffding), ``mag_*`` the summands' magnitudes (for the accumulation constant),
-    ``exact`` the exact sum and ``count`` the nonzero summands per key."""
-
-    def __init__(self, nk: int, width: int) -> None:
-        self.lin_det, self.lin_prob, self.rnd_det, self.rnd_cap, self.rnd_sq = (
-            np.zeros((nk, width)) for _ in range(5)
-        )
-        self.mag_det, self.mag_prob, self.exact = (np.zeros((nk, width)) for _ in range(3))
-        self.count = np.zeros(nk)
-
-
-def _depth(ctx: _Context, n: np.ndarray, block: int | None, n_total: int, heads: int):
-    """Rounding depth of an fp32 sum of ``n`` nonzero terms out of ``heads·n_total``, in blocks
-    of ``block``: in any order each term meets at most ``n − 1`` additions; blocked, at most
-    ``block − 1`` inside its block plus one per block; plus the product's own rounding."""
-    n = np.asarray(n, dtype=np.float64)
-    depth = n
-    if block is not None:
-        depth = np.minimum(n, np.minimum(n, block) + heads * math.ceil(n_total / block))
-    return depth + ctx.prod
-
-
-def _dot_terms(ctx: _Context, absprod: np.ndarray, n: int, det: bool, row_abs, col_abs):
-    """Error of an fp32-accumulated dot of length ``n`` with ``|x|·|y|`` = ``absprod``; tf32
-    truncates both operands (relative 2^-10, absolute 2^-136 below the normal range)."""
-    err = ctx.acc(n + ctx.prod, det) * absprod + n * HALF_SUB32
-    if ctx.tf32:
-        err = err + 2 * U_TF32 * absprod + TF32_SUB * (row_abs[:, None] + col_abs[None, :]) * 1.01
-    return err
-
-
-def _chunk(ctx: _Context, q, k, v, do, keep, fw, sums_k: _Sums, sums_v: _Sums):
-    """Bounds for the dQ rows of one chunk; adds the chunk's dK, dV terms to the sums."""
-    fmt, tau, naive = ctx.fmt, ctx.tau, ctx.naive
-    u_f, sub_f = ctx.u_f, ctx.sub_f
-    r_n, nk = keep.shape
-    d, dv = ctx.d, ctx.dv
-    has = keep.any(axis=1)
-    n_keep = keep.sum(axis=1).astype(np.float64)
-    kf = keep.astype(np.float64)
-
-    # --- exact quantities (float64) -----------------------------------------------------
-    s = np.where(keep, tau * (q @ k.T), -np.inf)
-    a = abs(tau) * (np.abs(q) @ np.abs(k).T)
-    m = np.where(has, s.max(axis=1, initial=-np.inf), 0.0)
-    e = np.where(keep, np.exp(s - m[:, None]), 0.0)
-    ell = np.where(has, e.sum(axis=1), 1.0)
-    p = e / ell[:, None]
-    lse = m + np.log(ell)
-    log_p = np.where(keep, s - lse[:, None], -np.inf)  # for weights below float64's range
-    s0 = np.where(keep, s, 0.0)
-    dp = do @ v.T
-    big_a = np.abs(do) @ np.abs(v).T  # Σ_c |dO_ic||v_jc|
-    o = p @ v
-    dd = (p * dp).sum(axis=1)  # D_i
-    x = dp - dd[:, None]
-    ds = p * x
-    dq0 = ds @ k  # unscaled Σ_j dS_ij k_jc
-    abs_k = np.abs(k)
-    q_abs_rows = np.abs(q).sum(axis=1)
-    k_abs_rows = abs_k.sum(axis=1)
-    do_abs_rows = np.abs(do).sum(axis=1)
-    v_abs_rows = np.abs(v).sum(axis=1)
-
-    # the kernel's multiplier of dS in the dK GEMM, and its error: q (flash) or fl_F(τ·q)
-    q_sub = sub_f if ctx.rounds else HALF_SUB32  # fl_F(τ·q) below F's normal range
-    if naive:
-        qm = tau * q
-        q_err = (u_f + 2 * U32) * np.abs(qm) + q_sub
-    else:
-        qm = q
-        q_err = np.zeros_like(q)
-
-    dq_out = []
-    for det in (True, False):
-        # --- per-key logit perturbation δ (nats) and the error of the kernel's P ----------
-        dot_s = _dot_terms(
-            ctx,
-            a * (1 + (u_f + 2 * U32 if naive else 0.0)),
-            d,
-            det,
-            abs(tau) * q_abs_rows,
-            k_abs_rows,
-        )
-        if naive:
-            delta = (
-                dot_s
-                + (u_f + 2 * U32) * a
-                + q_sub * k_abs_rows[None, :]
-                + u_f * np.abs(s0)
-                + sub_f
-                + U32 * (m[:, None] - s0)
-                + RHO_EXP
-            )
-            delta_raw = np.where(keep, delta, 0.0)
-            delta = np.minimum(delta_raw, 700.0)
-            dbar_raw = (p * delta_raw).sum(axis=1)
-            # P'/P = e^{Δ_j}/Σ p e^{Δ} lies in [e^{−δ_j−Λ}, e^{δ_j+δ̄}], Λ = log Σ p e^{δ} ≥ δ̄
-            dmax = delta.max(axis=1, initial=0.0)
-            big_l = dmax + np.log(np.maximum((p * np.exp(delta - dmax[:, None])).sum(1), 1e-300))
-            # uncapped: a weight that underflows float64 may still grow to order one
-            up = np.minimum(weight_growth(p, log_p, delta_raw + dbar_raw[:, None]), 1 - p)
-            down = -p * np.expm1(-delta - big_l[:, None])
-            pi = np.where(keep, np.maximum(up, down), 0.0)  # |P' − P|, P' = softmax(Ŝ)
-            nu0 = gamma(n_keep + 1, U32) + 2 * U32  # fp32 sum and division: uncentred
-            err_p = np.where(keep, pi + nu0[:, None] * (p + pi) + FTZ, 0.0)
-            err_pk = err_p
-            p_plus = p + err_p
-            pk_plus = p_plus
-            dc = np.zeros(r_n)
-        else:
-            bo = fw[0] if det else fw[1]
-            lse_err = fw[2] if det else fw[3]
-            bo = _finite(bo)
-            ell_abs = np.abs(np.where(has, lse, 0.0))
-            # row-common: the forward's LSE error and lse2 = fl(lse·log2 e)
-            dc = np.where(has, np.nan_to_num(lse_err, nan=np.inf) + 2 * U32 * ell_abs, 0.0)
-            dc_raw = dc
-            dc = np.minimum(dc, 700.0)
-            # per key: the score dot, c = fl(scale·log2 e), t = fl(S·c), t − lse2, exp2
-            dk_ = dot_s + 2 * U32 * np.abs(s0) + U32 * np.abs(lse[:, None] - s0) + RHO_EXP
-            dk_raw = np.where(keep, dk_, 0.0)
-            err_pk = np.where(
-                keep, weight_growth(p, log_p, dk_raw) + FTZ * np.exp(dc)[:, None], 0.0
-            )
-            grow = weight_growth(p, log_p, dk_raw + dc_raw[:, None])
-            err_p = np.where(keep, grow + FTZ, 0.0)
-            p_plus = p + err_p
-            pk_plus = p + err_pk
-
-        # --- dP, D, and dS ------------------------------------------------------------------
-        e_dp = _dot_terms(ctx, big_a, dv, det, do_abs_rows, v_abs_rows)
-        if naive:
-            e_dp = e_dp * (1 + u_f) + u_f * np.abs(dp) + sub_f  # dP stored in F
-            e_dp = np.where(keep, e_dp, 0.0)
-            dp_plus = np.abs(dp) + e_dp
-            # Σ_j (P' − P)(dP̂_j − D) is centred (both sum to 1); the fp32 softmax's own
-            # normalisation error ν and the dP errors are not.
-            e_d = (
-                (pi * (np.abs(x) + e_dp)).sum(1)
-                + ((nu0[:, None] * p_plus + FTZ * kf) * dp_plus).sum(1)
-                + (p * e_dp).sum(1)
-                + ctx.acc(n_keep + 1, det, U32) * (p_plus * dp_plus).sum(1)
-                + n_keep * HALF_SUB32
-            )
-        else:
-            e_dp = np.where(keep, e_dp, 0.0)
-            dp_plus = np.abs(dp) + e_dp
-            # D = Σ_c fl(dO·Ô) from the forward's rounded output Ô = O ± B_O
-            ndv = dv + ctx.prod
-            e_d = (
-                (np.abs(do) * bo).sum(1)
-                + ctx.acc(ndv, det) * (np.abs(do) * (np.abs(o) + bo)).sum(1)
-                + dv * HALF_SUB32
-            )
-        e_d = np.where(has, e_d, 0.0)
-        d_plus = np.abs(dd) + e_d
-        x_plus = np.where(keep, np.abs(x) + e_dp + e_d[:, None], 0.0)
-        # dS32 = fl(P̂·fl(dP̂ − D̂)) (or fl(fl(P̂·dP̂) − fl(P̂·D̂))), less the term −P·e_D, which
-        # is common to the row; flash: also less the row-common factor e^{θc}.
-        e_ds = np.where(
-            keep,
-            err_pk * x_plus
-            + p * e_dp
-            + U32 * pk_plus * (dp_plus + d_plus[:, None] + x_plus)
-            + 2 * HALF_SUB32
-            + sub_f,
-            0.0,
-        )
-        mag32 = np.where(keep, pk_plus * x_plus * (1 + U32), 0.0)  # |dŜ32|·e^{−θc}
-        rnd = u_f * mag32  # dS rounded into F (relative part)
-        ec = np.expm1(dc)
-        mag_f = np.where(keep, (p_plus * x_plus * (1 + U32) + HALF_SUB32) * (1 + u_f) + sub_f, 0.0)
-
-        # --- dQ ------------------------------------------------------------------------------
-        dep_q = _depth(ctx, n_keep, ctx.key_block, nk, 1)
-        acc_q = ctx.acc(dep_q, det)[:, None] * (mag_f @ abs_k) + dep_q[:, None] * HALF_SUB32
-        if ctx.tf32:
-            acc_q = (
-                acc_q
-                + 2 * U_TF32 * (mag_f @ abs_k)
-                + TF32_SUB * (mag_f.sum(1)[:, None] + kf @ abs_k) * 1.01
-            )
-        if det:
-            rq = rnd @ abs_k
-        else:
-            rq = np.minimum(ctx.lam * np.sqrt((rnd * rnd) @ (k * k)), rnd @ abs_k)
-        lin_q = e_ds @ abs_k + rq + e_d[:, None] * np.abs(p @ k)
-        err_q = np.exp(dc)[:, None] * lin_q + ec[:, None] * np.abs(dq0) + acc_q
-        if naive:  # dQs = fl_F(acc), then dq = fl_F(dQs·τ) (τ rounded to fp32, fp32 product)
-            err_q = err_q + u_f * (np.abs(dq0) + err_q) + sub_f
-        big = np.abs(dq0) + err_q
-        err_q = abs(tau) * err_q + abs(tau) * big * (2 * U32 + u_f * (1 + 2 * U32)) + sub_f
-        err_q = err_q + HALF_SUB32
-        err_q = np.where(has[:, None], err_q * (1 + SAFETY * ctx.fmt.u), 0.0)
-        dq_out.append(np.nan_to_num(err_q, nan=np.inf))
-
-        # --- dK terms: Σ_i dS_F,ij·qm_ic -------------------------------------------------
-        ef = np.exp(dc)[:, None]
-        e_full = ef * (e_ds + p * e_d[:, None]) + ec[:, None] * np.abs(ds)
-        r_full = ef * rnd
-        qm_plus = np.abs(qm) + q_err
-        _add(
-            sums_k,
-            det,
-            ctx,
-            lin=e_full.T @ np.abs(qm) + mag_f.T @ q_err,
-            rnd=r_full.T @ np.abs(qm),
-            sq=(r_full * r_full).T @ (qm * qm),
-            mag=mag_f.T @ qm_plus,
-            tf=(mag_f.sum(0)[:, None] + kf.T @ qm_plus) if ctx.tf32 else None,
-            exact=ds.T @ qm,
-            count=kf.sum(0),
-        )
-
-        # --- dV terms: Σ_i P_F,ij·dO_ic --------------------------------------------------
-        sub_p = np.where(keep & (p - err_p < fmt.min_normal), sub_f, 0.0)
-        rnd_p = u_f * p_plus
-        pf_plus = np.where(keep, p_plus * (1 + u_f) + sub_f, 0.0)
-        _add(
-            sums_v,
-            det,
-            ctx,
-            lin=(err_p + sub_p).T @ np.abs(do),
-            rnd=rnd_p.T @ np.abs(do),
-            sq=(rnd_p * rnd_p).T @ (do * do),
-            mag=pf_plus.T @ np.abs(do),
-            tf=(pf_plus.sum(0)[:, None] + kf.T @ np.abs(do)) if ctx.tf32 else None,
-            exact=p.T @ do,
-            count=kf.sum(0),
-        )
-    return dq_out
-
-
-def _add(sums: _Sums, det: bool, ctx: _Context, *, lin, rnd, sq, mag, tf, exact, count):
-    if tf is not None:  # tf32 operands of the dK / dV GEMM: 2·2^-10·Σ|x||y| + absolute terms
-        lin = lin + 2 * U_TF32 * mag + TF32_SUB * tf * 1.01
-    if det:
-        sums.lin_det += lin
-        sums.rnd_det += rnd
-        sums.mag_det += mag
-        sums.exact += exact
-        sums.count += count
-    else:
-        sums.lin_prob += lin
-        sums.rnd_cap += rnd
-        sums.rnd_sq += sq
-        sums.mag_prob += mag
-
-
-def _finish(ctx: _Context, sums: list[_Sums], mult: float, heads: int, nq: int):
-    """dK or dV bounds of one kv head from the sums: accumulation, scale (dK), store in F;
-    naive: per-head stores, then the group's sum in F."""
-    u_f, sub_f = ctx.u_f, ctx.sub_f
-    outs = []
-    for det in (True, False):
-        total_err = 0.0
-        total_mag = 0.0
-        for sm in sums:
-            dep = _depth(ctx, sm.count, ctx.query_block, nq, heads)[:, None]
-            if det:
-                lin = sm.lin_det + sm.rnd_det
-                mag = sm.mag_det
-            else:
-                lin = sm.lin_prob + np.minimum(ctx.lam * np.sqrt(sm.rnd_sq), sm.rnd_cap)
-                mag = sm.mag_prob
-            err = lin + ctx.acc(dep, det) * mag + dep * HALF_SUB32
-            big = np.abs(sm.exact) + err
-            if ctx.naive:
-                err = err + u_f * big + sub_f  # the per-head store in F
-            else:  # fl_F(fl32(acc·fl32(scale))) for dK; fl_F(acc) for dV
-                scale_u = 2 * U32 if mult != 1.0 else 0.0  # fl32(scale) and the product
-                err = abs(mult) * (err + big * (scale_u + u_f * (1 + 2 * U32)))
-                err = err + sub_f + HALF_SUB32
-            err = np.where(sm.count[:, None] > 0, err, 0.0)
-            total_err = total_err + err
-            total_mag = total_mag + np.abs(sm.exact) * abs(mult) + err
-        if len(sums) > 1:  # naive GQA: per-head results added in F, one rounding per add
-            live = sum(sm.count for sm in sums)[:, None] > 0
-            extra = gamma(len(sums) - 1, ctx.fmt.u) * total_mag + (len(sums) - 1) * (
-                ctx.fmt.min_subnormal / 2
-            )
-            total_err = total_err + np.where(live, extra, 0.0)
-        outs.append(np.nan_to_num(total_err * (1 + SAFETY * ctx.fmt.u), nan=np.inf))
-    return outs
+    tensors = {n: TensorBounds(out[f"{n}_det"], out[f"{n}_prob"]) for n in GRADIENTS}
+    return GradientBounds(arithmetic, fmt, float(lam), tensors)

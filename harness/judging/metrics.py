@@ -25,6 +25,7 @@ __all__ = [
     "ULP_EDGES",
     "ErrorSummary",
     "floored_ulp_error",
+    "floored_ulp_scale",
     "nonfinite_mismatch",
     "summarize",
     "ulp_error_int",
@@ -61,12 +62,20 @@ def floored_ulp_error(y_hat: Any, y_hi: Any, y_lo: Any, floor: Any, fmt: Format)
     ``ŷ − (hi + lo)`` is formed as ``(ŷ − hi) − lo``: ``ŷ − hi`` is exact whenever the two are
     within a factor of two (Sterbenz), which covers every error that matters here.
     """
-    a, hi, lo, w = _host(y_hat), _host(y_hi), _host(y_lo), _host(floor)
+    a, hi, lo = _host(y_hat), _host(y_hi), _host(y_lo)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs((a - hi) - lo)
-        den = np.maximum(ulp(hi, fmt, lo), ulp(w, fmt))
-        e = diff / den
+        e = diff / floored_ulp_scale(hi, lo, floor, fmt)
     return np.where(np.isfinite(a) & np.isfinite(hi), e, np.nan)
+
+
+def floored_ulp_scale(y_hi: Any, y_lo: Any, floor: Any, fmt: Format) -> np.ndarray:
+    """The floored ulp ``max(ulp_F(y), ulp_F(W))`` of each element: the unit of
+    :func:`floored_ulp_error` (positive everywhere: ``ulp_F`` is at least the smallest
+    subnormal of ``F``)."""
+    hi, lo, w = _host(y_hi), _host(y_lo), _host(floor)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.maximum(ulp(hi, fmt, lo), ulp(w, fmt))
 
 
 def ulp_error_int(y_hat: Any, y_rounded: Any, fmt: Format) -> np.ndarray:
@@ -92,12 +101,25 @@ class ErrorSummary:
     count: int
 
 
-def summarize(y_hat: Any, oracle_hi: Any, oracle_lo: Any, floor: Any, rounded: Any, fmt: Format):
-    """All SPEC 3.3 metrics for one output; finite pairs only, mismatches counted apart."""
+def summarize(
+    y_hat: Any,
+    oracle_hi: Any,
+    oracle_lo: Any,
+    floor: Any,
+    rounded: Any,
+    fmt: Format,
+    *,
+    floored: np.ndarray | None = None,
+) -> ErrorSummary:
+    """All the metrics above for one output; finite pairs only, mismatches counted apart.
+    ``floored``: the elementwise :func:`floored_ulp_error` if already computed (its values at
+    pairs that are not both finite are ignored)."""
     a, hi, lo = _host(y_hat), _host(oracle_hi), _host(oracle_lo)
     mism = nonfinite_mismatch(a, hi)
     fin = np.isfinite(a) & np.isfinite(hi)
-    e = floored_ulp_error(a, hi, lo, floor, fmt)[fin]
+    if floored is None:
+        floored = floored_ulp_error(a, hi, lo, floor, fmt)
+    e = floored[fin]
     ints = ulp_error_int(np.where(fin, a, 0.0), np.where(fin, rounded, 0.0), fmt)[fin]
     with np.errstate(invalid="ignore"):  # inf − inf in pairs that `fin` drops
         d = ((a - hi) - lo)[fin]

@@ -1,251 +1,353 @@
-"""Judging one kernel output against the oracle, the bounds and the naive baseline (SPEC 3.4).
+"""One judge: a kernel's output tensor against the oracle's certified tensor, its bounds and the
+naive baseline.
 
-Per case:
+:func:`judge_tensor` decides every tensor, forward (``o``, ``lse``) and backward (``dq``,
+``dk``, ``dv``), by one table:
 
-- **FAIL-HARD** when any output element exceeds its deterministic bound, when the kernel returns
-  NaN/Inf where the oracle is finite, or when a row that keeps no key is not exactly ``O = 0``,
-  ``LSE = −inf``;
-- **FAIL** when an element's floored-ULP error exceeds
-  ``max(2·E_naive + 1, probabilistic bound)``, where ``E_naive`` is the largest floored-ULP
-  error of the same-precision naive baseline on the same case (FlashAttention's "at most twice
-  the baseline's error" rule, with a floor of one floored ulp) and the probabilistic bound is
-  expressed in the same floored ulps;
+- **FAIL-HARD** when an element exceeds its deterministic bound (class ``unknown``: the
+  loosest bound of every known class, :func:`flashcheck.harness.judging.bounds.error_bounds`),
+  or is NaN/Inf where the oracle is finite;
+- **FAIL** when an element's error exceeds ``max(2·E_naive + floor, probabilistic bound)``,
+  ``E_naive`` being the largest error of the same-precision naive baseline on the same case
+  (FlashAttention's "at most twice the baseline's error" rule, with a floor); without a naive
+  baseline, when it exceeds the probabilistic bound;
 - **PASS** otherwise.
 
-The same rules apply to LSE (absolute errors; floor: one fp32 ulp of |LSE|). Kernels of
-arithmetic ``"unknown"`` are judged against the loosest bound of every known class
-(:func:`flashcheck.harness.judging.bounds.error_bounds`).
+Errors are floored-ULP errors (:mod:`flashcheck.harness.judging.metrics`) with a floor of one
+floored ulp, except for LSE, whose rules are these explicit parts of the same table:
+
+- LSE's errors are absolute and its floor is one fp32 ulp of ``|LSE|`` (LSE is an fp32 output
+  whatever the input format); the probabilistic bound applies to it only beside a naive
+  baseline;
+- a row that keeps no key must give exactly ``O = 0`` and ``LSE = −inf`` (flashcheck's
+  contract, as FlashAttention's): any other O is FAIL-HARD, a NaN row with the reason
+  :data:`CONVENTION` (PyTorch's SDPA gives NaN there), and any other LSE is FAIL-HARD.
+
+A case's verdict (:class:`Verdict`) is the worst (:meth:`Status.worst`) of its tensors'.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..core.formats import FP32, Format, ulp
+from ..core.status import Status
 from ..oracle.evaluate import OracleResult
-from .bounds import Bounds
-from .metrics import ErrorSummary, floored_ulp_error, summarize
+from ..oracle.tensor import CertifiedTensor
+from .metrics import floored_ulp_error, floored_ulp_scale, summarize
+from .roundoff import TensorBounds
+from .tensor_verdict import LABELS, TensorVerdict, Verdict
 
-__all__ = ["CONVENTION", "EMPIRICAL_FACTOR", "EMPIRICAL_FLOOR", "Verdict", "judge", "naive_error"]
+__all__ = [
+    "CONVENTION",
+    "EMPIRICAL_FACTOR",
+    "EMPIRICAL_FLOOR",
+    "GRADIENT_LABELS",
+    "LABELS",
+    "TensorVerdict",
+    "Verdict",
+    "baseline_error",
+    "gradient_errors",
+    "judge",
+    "judge_gradients",
+    "judge_tensor",
+    "naive_error",
+]
 
 # Reasons that start with this are a departure from flashcheck's conventions rather than a
 # numerical error; reports label them so.
 CONVENTION = "convention difference: "
 EMPIRICAL_FACTOR = 2.0
-EMPIRICAL_FLOOR = 1.0  # floored ulps: anything within one ulp of W_c is never a FAIL
-ORDER = {"PASS": 0, "FAIL": 1, "FAIL-HARD": 2}
+EMPIRICAL_FLOOR = 1.0  # floored ulps: anything within one ulp of the floor is never a FAIL
+GRADIENT_LABELS = {name: LABELS[name] for name in ("dq", "dk", "dv")}
+# The worst-element rows name the floor as the reports show it: W_c for O.
+_FLOOR_KEY = {"o": "floor_W"}
 
 
-@dataclass
-class Verdict:
-    """The outcome for one case, with the numbers behind it."""
-
-    verdict: str
-    reasons: list[str]
-    summary: ErrorSummary
-    max_ulp: float  # max floored-ULP error of O where the oracle is finite (NaN/inf: the kernel
-    # returned NaN/±Inf there)
-    det_util: float  # max |err| / deterministic bound (nan without bounds)
-    prob_util: float
-    naive_ulp: float  # E_naive (nan if no naive reference)
-    naive_ratio: float  # max_ulp / E_naive
-    lse_err: float  # max |LSE error| (nan without LSE)
-    lse_det_util: float
-    worst: list[dict[str, Any]] = field(default_factory=list)
-
-    def line(self) -> str:
-        return (
-            f"{self.verdict}: max {self.max_ulp:.3g} floored ulp, det-bound utilization "
-            f"{self.det_util:.3g}, prob-bound utilization {self.prob_util:.3g}, naive "
-            f"{self.naive_ulp:.3g} ulp (ratio {self.naive_ratio:.3g}), LSE err {self.lse_err:.3g}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "summary"}
-        out["summary"] = dict(self.summary.__dict__)
-        return _jsonable(out)
+def _ratio(num: np.ndarray, den: Any) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(den > 0, num / den, np.where(num > 0, np.inf, 0.0))
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return repr(x)
-    return x
-
-
-def _nonfinite_error(value: float) -> float:
-    """The error of a NaN (NaN) or ±Inf (inf) output where the exact result is finite."""
-    return math.nan if math.isnan(value) else math.inf
-
-
-def naive_error(o_naive: np.ndarray, ref: OracleResult) -> float:
-    """``E_naive``: the naive baseline's largest floored-ULP error where both are finite."""
-    e = floored_ulp_error(o_naive, ref.o_hi, ref.o_lo, ref.o_floor, ref.fmt)
-    e = e[np.isfinite(e)]
+def baseline_error(name: str, y: Any, ref: CertifiedTensor, fmt: Format) -> float:
+    """The largest error of a baseline's tensor ``y`` where it and the oracle are finite, in the
+    unit :func:`judge_tensor` uses for ``name`` (``E_naive`` for the naive baseline)."""
+    y = np.asarray(y, dtype=np.float64)
+    if name == "lse":
+        fin = np.isfinite(ref.hi) & np.isfinite(y)
+        with np.errstate(invalid="ignore"):  # −inf − (−inf) in masked rows, dropped by `fin`
+            e = np.abs((y - ref.hi) - ref.lo)[fin]
+    else:
+        e = floored_ulp_error(y, ref.hi, ref.lo, ref.floor, fmt)
+        e = e[np.isfinite(e)]
     return float(e.max()) if e.size else 0.0
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(den > 0, num / den, np.where(num > 0, np.inf, 0.0))
-    return r
+def naive_error(o_naive: np.ndarray, ref: OracleResult) -> float:
+    """``E_naive`` of O: the naive baseline's largest floored-ULP error where both are finite."""
+    return baseline_error("o", o_naive, ref.o, ref.fmt)
+
+
+def gradient_errors(grads: dict[str, np.ndarray], ref: Any) -> dict[str, float]:
+    """The largest floored-ULP error of each gradient (``E_naive`` when ``grads`` are the naive
+    backward's); ``ref`` holds the gradients' certified tensors (``ref["dq"]``)."""
+    return {name: baseline_error(name, y, ref[name], ref.fmt) for name, y in grads.items()}
+
+
+def judge_tensor(
+    name: str,
+    y: Any,
+    ref: CertifiedTensor,
+    bounds: TensorBounds | None,
+    *,
+    fmt: Format,
+    naive: float | None,
+    empty_rows: np.ndarray | None = None,
+    summary: bool = False,
+    worst: int = 5,
+) -> TensorVerdict:
+    """The verdict of the kernel's tensor ``y`` (any float array, compared exactly) against the
+    oracle's ``ref`` by the table of the module docstring.
+
+    ``name``: ``"o"``, ``"lse"``, ``"dq"``, ``"dk"`` or ``"dv"``; ``bounds``: the tensor's
+    bounds, or ``None``; ``fmt``: the kernel's output format; ``naive``: ``E_naive``
+    (:func:`baseline_error`), or ``None``; ``empty_rows``: for ``o`` and ``lse``, the rows that
+    keep no key (``(B, H, R)``; for ``lse`` by default where the oracle's LSE is ``−inf``);
+    ``summary``: also every metric of :func:`~flashcheck.harness.judging.metrics.summarize`;
+    ``worst``: how many worst elements to list.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if name not in LABELS:
+        raise ValueError(f"name must be one of {sorted(LABELS)}, got {name!r}")
+    if y.shape != ref.shape:
+        raise ValueError(f"{LABELS[name]} has shape {y.shape}, the oracle's is {ref.shape}")
+    absolute = name == "lse"
+    if absolute and empty_rows is None:
+        empty_rows = np.isneginf(ref.hi)
+    flags = _Flags()
+    fin_ref = np.isfinite(ref.hi)
+    bad = fin_ref & ~np.isfinite(y)
+    if absolute:
+        bad = bad | (empty_rows & ~np.isneginf(y))
+    _exactness(flags, name, y, bad, empty_rows)
+    ok = fin_ref & np.isfinite(y)
+    err, e, den, slack, worst_err = _errors(name, y, ref, fmt, ok, bad)
+    stats = None
+    if summary:
+        stats = summarize(y, ref.hi, ref.lo, ref.floor, ref.rounded, fmt, floored=e)
+    det_util = prob_util = math.nan
+    rank = e
+    if bounds is not None:
+        u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
+        u_prob = np.where(ok, _ratio(err, bounds.prob), 0.0)
+        det_util = float(u_det.max()) if u_det.size else 0.0
+        prob_util = float(u_prob.max()) if u_prob.size else 0.0
+        rank = np.where(bad, np.inf, u_det)
+        if (u_det > 1).any():
+            flags.det(name, int((u_det > 1).sum()), det_util)
+    ratio = math.nan
+    if naive is not None:
+        ratio = worst_err / naive if naive > 0 else (0.0 if worst_err == 0 else math.inf)
+        limit = EMPIRICAL_FACTOR * naive + slack
+        if bounds is not None:
+            limit = np.maximum(limit, _ratio(bounds.prob, den) if not absolute else bounds.prob)
+        over = e > limit
+        if over.any():
+            flags.empirical(name, int(over.sum()), worst_err, naive)
+    elif bounds is not None and not absolute:
+        over = err > bounds.prob
+        if over.any():
+            flags.add(
+                Status.FAIL,
+                f"{int(over.sum())} {LABELS[name]} elements above the probabilistic bound",
+            )
+    return TensorVerdict(
+        name=name,
+        verdict=flags.level,
+        reasons=flags.reasons,
+        max_err=worst_err,
+        det_util=det_util,
+        prob_util=prob_util,
+        naive_ulp=math.nan if naive is None else float(naive),
+        naive_ratio=ratio,
+        worst=[] if absolute else _worst(name, y, ref, err, e, bad, rank, bounds, worst),
+        summary=stats,
+        errors=e,
+    )
+
+
+def _errors(name: str, y, ref: CertifiedTensor, fmt: Format, ok, bad):
+    """Each element's absolute error ``err`` and its error ``e`` in the tensor's unit, computed
+    once (0 where either value is not finite; ``e`` = inf where ``bad``), that unit ``den``, the
+    empirical rule's floor ``slack``, and the largest error (NaN/inf where ``bad``)."""
+    with np.errstate(invalid="ignore"):
+        err = np.where(ok, np.abs((y - ref.hi) - ref.lo), 0.0)
+    if name == "lse":
+        # LSE: absolute errors, floor one fp32 ulp of |LSE| (LSE is an fp32 output).
+        worst_err = float(err.max()) if err.size else 0.0
+        if bad.any():  # a wrong −inf/NaN/inf has no finite error: never shown as a small one
+            worst_err = math.inf
+        return err, err, 1.0, ulp(np.where(ok, ref.hi, 0.0), FP32), worst_err
+    den = floored_ulp_scale(ref.hi, ref.lo, ref.floor, fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(ok, err / den, 0.0)
+    worst_err = float(e.max()) if e.size else 0.0
+    if bad.any():
+        # NaN or ±Inf where the exact result is finite has no finite error: never report it as
+        # a small one (tables, figures and replay show NaN, and list it first).
+        worst_err = math.nan if np.isnan(y[bad]).any() else math.inf
+        e = np.where(bad, np.inf, e)
+    return err, e, den, EMPIRICAL_FLOOR, worst_err
+
+
+class _Flags:
+    """The reasons found so far and the most severe status among them."""
+
+    def __init__(self) -> None:
+        self.level = Status.PASS
+        self.reasons: list[str] = []
+
+    def add(self, status: Status, why: str) -> None:
+        self.reasons.append(f"{status}: {why}")
+        self.level = Status.worst((self.level, status))
+
+    def det(self, name: str, count: int, util: float) -> None:
+        if name == "lse":
+            why = f"LSE exceeds its deterministic bound (max util {util:.3g})"
+        else:
+            why = (
+                f"{count} {LABELS[name]} elements exceed the deterministic bound "
+                f"(max utilization {util:.3g})"
+            )
+        self.add(Status.FAIL_HARD, why)
+
+    def empirical(self, name: str, count: int, worst: float, naive: float) -> None:
+        if name == "lse":
+            why = f"LSE error {worst:.3g} above max(2·naive + ulp, prob bound)"
+        else:
+            why = (
+                f"{count} {LABELS[name]} elements above max(2·naive + 1 ulp, probabilistic "
+                f"bound) (max {worst:.3g} ulp vs naive {naive:.3g})"
+            )
+        self.add(Status.FAIL, why)
+
+
+def _exactness(flags: _Flags, name: str, y, bad, empty_rows) -> None:
+    """FAIL-HARD for values that must be exact: finite where the oracle is, and the rows that
+    keep no key exactly ``O = 0`` (NaN there: the convention reason), ``LSE = −inf``."""
+    label = LABELS[name]
+    if name == "lse":
+        if bad.any():
+            flags.add(
+                Status.FAIL_HARD,
+                f"{int(bad.sum())} LSE values wrong in finiteness (masked rows "
+                "must give -inf, others finite)",
+            )
+        return
+    if empty_rows is None:
+        if bad.any():
+            flags.add(
+                Status.FAIL_HARD,
+                f"{int(bad.sum())} {label} elements NaN/Inf where the oracle is finite",
+            )
+        return
+    # O of a row that keeps no key: the exact 0 is finite, but a NaN there is reported as the
+    # convention difference it is, not counted among the NaN/Inf elements.
+    in_empty = empty_rows[..., None] & np.ones_like(bad)
+    if (bad & ~in_empty).any():
+        n_bad = int((bad & ~in_empty).sum())
+        flags.add(Status.FAIL_HARD, f"{n_bad} {label} elements NaN/Inf where the oracle is finite")
+    nan_rows = empty_rows & np.isnan(y).all(axis=-1)
+    if nan_rows.any():
+        flags.add(
+            Status.FAIL_HARD,
+            f"{CONVENTION}{int(nan_rows.sum())} fully masked rows give NaN, not "
+            "O = 0 (flashcheck's contract, as FlashAttention)",
+        )
+    nonzero = empty_rows & (y != 0).any(axis=-1) & ~nan_rows
+    if nonzero.any():
+        flags.add(Status.FAIL_HARD, f"{int(nonzero.sum())} fully masked rows with O != 0")
+
+
+def _worst(name, y, ref, err, e, bad, rank, bounds, n) -> list[dict[str, Any]]:
+    """The ``n`` elements of highest ``rank``, each beside the oracle and its bounds."""
+    rows = []
+    for flat in np.argsort(-rank, axis=None, kind="stable")[:n]:
+        idx = np.unravel_index(flat, e.shape)
+        nonfinite = math.nan if np.isnan(y[idx]) else math.inf
+        row = {
+            "index": [int(i) for i in idx],
+            "kernel": float(y[idx]),
+            "oracle": float(ref.hi[idx]),
+            "oracle_lo": float(ref.lo[idx]),
+            _FLOOR_KEY.get(name, "floor"): float(ref.floor[idx]),
+            "abs_err": float(err[idx]) if not bad[idx] else nonfinite,
+            "floored_ulp": float(e[idx]) if not bad[idx] else nonfinite,
+        }
+        if bounds is not None:
+            row["det_bound"] = float(bounds.det[idx])
+            row["prob_bound"] = float(bounds.prob[idx])
+        rows.append(row)
+    return rows
 
 
 def judge(
     o: np.ndarray,
     lse: np.ndarray | None,
     ref: OracleResult,
-    bounds: Bounds | None,
+    bounds: Any | None,
     *,
     naive_ulp: float | None,
     naive_lse_err: float | None = None,
     worst: int = 5,
 ) -> Verdict:
-    """Verdict for kernel outputs ``o`` (float64 copy) and ``lse`` against the oracle ``ref``."""
-    fmt: Format = ref.fmt
-    reasons: list[str] = []
-    level = "PASS"
-
-    def flag(new: str, why: str) -> None:
-        nonlocal level
-        reasons.append(f"{new}: {why}")
-        if ORDER[new] > ORDER[level]:
-            level = new
-
-    summary = summarize(o, ref.o_hi, ref.o_lo, ref.o_floor, ref.o_rounded, fmt)
-    fin_ref = np.isfinite(ref.o_hi)
-    bad = fin_ref & ~np.isfinite(o)
-    masked_rows = np.isneginf(ref.lse_hi)
-    in_masked = masked_rows[..., None] & np.ones_like(bad)
-    if (bad & ~in_masked).any():
-        n_bad = int((bad & ~in_masked).sum())
-        flag("FAIL-HARD", f"{n_bad} O elements NaN/Inf where the oracle is finite")
-    nan_rows = masked_rows & np.isnan(o).all(axis=-1)
-    if nan_rows.any():
-        # PyTorch's SDPA gives NaN here; SPEC 3.1 asks for O = 0, LSE = -inf.
-        flag(
-            "FAIL-HARD",
-            f"{CONVENTION}{int(nan_rows.sum())} fully masked rows give NaN, not "
-            "O = 0 (flashcheck's contract, as FlashAttention)",
+    """The forward verdict of a kernel's ``o`` and ``lse`` (``None`` if it returns none)
+    against the oracle ``ref``, the forward bounds (:class:`~.bounds.Bounds`, or ``None``) and
+    the naive baseline's errors (``E_naive`` of O and the naive LSE's absolute error)."""
+    empty = np.isneginf(ref.lse.hi)
+    kw = {"fmt": ref.fmt, "empty_rows": empty, "worst": worst}
+    tensors = {
+        "o": judge_tensor(
+            "o",
+            o,
+            ref.o,
+            None if bounds is None else bounds["o"],
+            naive=naive_ulp,
+            summary=True,
+            **kw,
         )
-    nz = masked_rows & (o != 0).any(axis=-1) & ~nan_rows
-    if nz.any():
-        flag("FAIL-HARD", f"{int(nz.sum())} fully masked rows with O != 0")
-
-    e = floored_ulp_error(o, ref.o_hi, ref.o_lo, ref.o_floor, fmt)
-    ok = fin_ref & np.isfinite(o)
-    with np.errstate(invalid="ignore"):
-        err = np.where(ok, np.abs((o - ref.o_hi) - ref.o_lo), 0.0)
-    den = np.maximum(ulp(ref.o_hi, fmt, ref.o_lo), ulp(ref.o_floor, fmt))
-    e = np.where(ok, e, 0.0)
-    max_ulp = float(e.max()) if e.size else 0.0
-    if bad.any():
-        # A NaN or ±Inf where the exact result is finite has no finite error: never report it
-        # as a small one (tables, figures and replay show NaN, and list these elements first).
-        max_ulp = math.nan if np.isnan(o[bad]).any() else math.inf
-        e = np.where(bad, np.inf, e)
-
-    det_util = prob_util = float("nan")
-    util = np.zeros_like(e)
-    if bounds is not None:
-        u_det = np.where(ok, _ratio(err, bounds.o_det), 0.0)
-        u_prob = np.where(ok, _ratio(err, bounds.o_prob), 0.0)
-        det_util = float(u_det.max()) if u_det.size else 0.0
-        prob_util = float(u_prob.max()) if u_prob.size else 0.0
-        util = u_det
-        over = u_det > 1
-        if over.any():
-            flag(
-                "FAIL-HARD",
-                f"{int(over.sum())} O elements exceed the deterministic bound "
-                f"(max utilization {det_util:.3g})",
-            )
-    n_ulp = float("nan") if naive_ulp is None else float(naive_ulp)
-    ratio = float("nan")
-    if naive_ulp is not None:
-        ratio = max_ulp / naive_ulp if naive_ulp > 0 else (0.0 if max_ulp == 0 else np.inf)
-        limit = EMPIRICAL_FACTOR * naive_ulp + EMPIRICAL_FLOOR
-        if bounds is not None:
-            limit = np.maximum(limit, _ratio(bounds.o_prob, den))
-        over = e > limit
-        if over.any():
-            flag(
-                "FAIL",
-                f"{int(over.sum())} O elements above max(2·naive + 1 ulp, probabilistic bound) "
-                f"(max {max_ulp:.3g} ulp vs naive {naive_ulp:.3g})",
-            )
-    elif bounds is not None:
-        over = err > bounds.o_prob
-        if over.any():
-            flag("FAIL", f"{int(over.sum())} O elements above the probabilistic bound")
-
-    lse_err = lse_util = float("nan")
+    }
     if lse is not None:
-        lse = np.asarray(lse, dtype=np.float64)
-        fin_l = np.isfinite(ref.lse_hi)
-        bad_l = (fin_l & ~np.isfinite(lse)) | (masked_rows & ~np.isneginf(lse))
-        if bad_l.any():
-            flag(
-                "FAIL-HARD",
-                f"{int(bad_l.sum())} LSE values wrong in finiteness (masked rows "
-                "must give -inf, others finite)",
-            )
-        okl = fin_l & np.isfinite(lse)
-        with np.errstate(invalid="ignore"):
-            lerr = np.where(okl, np.abs((lse - ref.lse_hi) - ref.lse_lo), 0.0)
-        lse_err = float(lerr.max()) if lerr.size else 0.0
-        if bad_l.any():  # a wrong -inf/NaN/inf has no finite error: never shown as a small one
-            lse_err = math.inf
-        floor = ulp(np.where(okl, ref.lse_hi, 0.0), FP32)
-        if bounds is not None:
-            lu = np.where(okl, _ratio(lerr, bounds.lse_det), 0.0)
-            lse_util = float(lu.max()) if lu.size else 0.0
-            if (lu > 1).any():
-                flag("FAIL-HARD", f"LSE exceeds its deterministic bound (max util {lse_util:.3g})")
-        if naive_lse_err is not None:
-            lim = EMPIRICAL_FACTOR * naive_lse_err + floor
-            if bounds is not None:
-                lim = np.maximum(lim, bounds.lse_prob)
-            if (lerr > lim).any():
-                flag("FAIL", f"LSE error {lse_err:.3g} above max(2·naive + ulp, prob bound)")
+        lse_bounds = None if bounds is None else bounds["lse"]
+        tensors["lse"] = judge_tensor("lse", lse, ref.lse, lse_bounds, naive=naive_lse_err, **kw)
+    return Verdict(tensors)
 
-    rank = np.where(bad, np.inf, util if bounds is not None else e)
-    order = np.argsort(-rank, axis=None, kind="stable")[:worst]
-    worst_list = []
-    for flat in order:
-        idx = np.unravel_index(flat, e.shape)
-        row = {
-            "index": [int(i) for i in idx],
-            "kernel": float(o[idx]),
-            "oracle": float(ref.o_hi[idx]),
-            "oracle_lo": float(ref.o_lo[idx]),
-            "floor_W": float(ref.o_floor[idx]),
-            "abs_err": float(err[idx]) if not bad[idx] else _nonfinite_error(o[idx]),
-            "floored_ulp": float(e[idx]) if not bad[idx] else _nonfinite_error(o[idx]),
-        }
-        if bounds is not None:
-            row["det_bound"] = float(bounds.o_det[idx])
-            row["prob_bound"] = float(bounds.o_prob[idx])
-        worst_list.append(row)
-    return Verdict(
-        verdict=level,
-        reasons=reasons,
-        summary=summary,
-        max_ulp=max_ulp,
-        det_util=det_util,
-        prob_util=prob_util,
-        naive_ulp=n_ulp,
-        naive_ratio=ratio,
-        lse_err=lse_err,
-        lse_det_util=lse_util,
-        worst=worst_list,
-    )
+
+def judge_gradients(
+    grads: dict[str, np.ndarray],
+    ref: Any,
+    bounds: Any | None,
+    *,
+    naive: dict[str, float] | None,
+    worst: int = 5,
+) -> dict[str, TensorVerdict]:
+    """Verdicts of the kernel gradients ``grads`` (``{"dq": ..., "dk": ..., "dv": ...}``)
+    against the oracle ``ref`` (computed with ``do=``), the gradient bounds (a
+    :class:`~.gradient_bounds.GradientBounds` or any mapping of names to
+    :class:`TensorBounds`; or ``None``) and the naive backward's errors
+    (:func:`gradient_errors`, or ``None``)."""
+    return {
+        name: judge_tensor(
+            name,
+            y,
+            ref[name],
+            None if bounds is None else bounds[name],
+            fmt=ref.fmt,
+            naive=None if naive is None else naive[name],
+            worst=worst,
+        )
+        for name, y in grads.items()
+    }

@@ -54,67 +54,71 @@ from .backward_strict import strict_group
 from .common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
 from .fast import fast_rows
 from .strict import strict_fill
+from .tensor import FIELDS, CertifiedTensor
 
-__all__ = ["ACCURACY_BITS", "OracleResult", "oracle"]
+__all__ = [
+    "ACCURACY_BITS",
+    "TENSORS",
+    "CertifiedTensor",
+    "OracleResult",
+    "oracle",
+    "problem_oracle",
+]
 
 
-_FIELDS = ("hi", "lo", "err", "floor", "rounded", "certified")
+TENSORS = ("o", "lse", "dq", "dk", "dv")
 
 
 @dataclass
 class OracleResult:
-    """Oracle values for the requested rows; arrays are ``(B, Hq, R, dv)`` or ``(B, Hq, R)``.
+    """The oracle's answer: one :class:`CertifiedTensor` per output, for the requested rows.
 
-    With ``do`` given, also the gradients, each with the fields O has (``_hi``, ``_lo``,
-    ``_err``, ``_floor``, ``_rounded``, ``_certified``): ``dq_*`` ``(B, Hq, R, d)`` for the
-    requested rows, ``dk_*`` ``(B, Hk, K, d)`` and ``dv_*`` ``(B, Hk, K, dv)`` for the
-    requested keys ``keys``. Without ``do`` they are ``None``.
+    ``o`` ``(B, Hq, R, dv)`` and ``lse`` ``(B, Hq, R)`` for the rows ``rows``; with ``do``
+    given, also the gradients ``dq`` ``(B, Hq, R, d)`` for the same rows, ``dk``
+    ``(B, Hk, K, d)`` and ``dv`` ``(B, Hk, K, dv)`` for the keys ``keys`` (without ``do`` they
+    are ``None``). ``tensors`` maps each computed output's name to its tensor; ``fmt`` is the
+    format ``rounded`` is in.
     """
 
     fmt: Format
     rows: np.ndarray
     mode: str
-    o_hi: np.ndarray
-    o_lo: np.ndarray
-    o_err: np.ndarray
-    o_floor: np.ndarray
-    o_rounded: np.ndarray
-    o_certified: np.ndarray
-    lse_hi: np.ndarray
-    lse_lo: np.ndarray
-    lse_err: np.ndarray
-    lse_floor: np.ndarray
-    lse_rounded: np.ndarray
-    lse_certified: np.ndarray
+    tensors: dict[str, CertifiedTensor]
     stats: dict[str, Any] = field(default_factory=dict)
     keys: np.ndarray | None = None
-    dq_hi: np.ndarray | None = None
-    dq_lo: np.ndarray | None = None
-    dq_err: np.ndarray | None = None
-    dq_floor: np.ndarray | None = None
-    dq_rounded: np.ndarray | None = None
-    dq_certified: np.ndarray | None = None
-    dk_hi: np.ndarray | None = None
-    dk_lo: np.ndarray | None = None
-    dk_err: np.ndarray | None = None
-    dk_floor: np.ndarray | None = None
-    dk_rounded: np.ndarray | None = None
-    dk_certified: np.ndarray | None = None
-    dv_hi: np.ndarray | None = None
-    dv_lo: np.ndarray | None = None
-    dv_err: np.ndarray | None = None
-    dv_floor: np.ndarray | None = None
-    dv_rounded: np.ndarray | None = None
-    dv_certified: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.tensors) - set(TENSORS)
+        if unknown or not {"o", "lse"} <= set(self.tensors):
+            raise ValueError(
+                f"an OracleResult holds o, lse and maybe dq, dk, dv, not {sorted(self.tensors)}"
+            )
+
+    def __getitem__(self, name: str) -> CertifiedTensor:
+        """The tensor ``name`` (``"o"``, ``"lse"``, ``"dq"``, ``"dk"`` or ``"dv"``)."""
+        if name not in self.tensors:
+            raise KeyError(f"{name!r} was not computed; the oracle holds {sorted(self.tensors)}")
+        return self.tensors[name]
 
     @property
-    def o(self) -> np.ndarray:
-        """The output rounded to float64 (``hi`` is the nearest double of ``hi + lo``)."""
-        return self.o_hi
+    def o(self) -> CertifiedTensor:
+        return self.tensors["o"]
 
     @property
-    def lse(self) -> np.ndarray:
-        return self.lse_hi
+    def lse(self) -> CertifiedTensor:
+        return self.tensors["lse"]
+
+    @property
+    def dq(self) -> CertifiedTensor | None:
+        return self.tensors.get("dq")
+
+    @property
+    def dk(self) -> CertifiedTensor | None:
+        return self.tensors.get("dk")
+
+    @property
+    def dv(self) -> CertifiedTensor | None:
+        return self.tensors.get("dv")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +191,25 @@ def oracle(
         and with ``do`` the gradients (see :class:`OracleResult`).
     """
     problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    return problem_oracle(
+        problem, fmt=fmt, rows=rows, mode=mode, prec=prec, max_prec=max_prec, do=do, keys=keys
+    )
+
+
+def problem_oracle(
+    problem: AttentionProblem,
+    *,
+    fmt: Any = None,
+    rows: Any = None,
+    mode: str = "fast",
+    prec: int = 128,
+    max_prec: int = 4096,
+    do: Any = None,
+    keys: Any = None,
+) -> OracleResult:
+    """:func:`oracle` of an already validated problem (a case's
+    :attr:`~flashcheck.harness.cases.case.Case.problem`): the same answer, without converting
+    the inputs again."""
     if mode not in ("fast", "strict"):
         raise ValueError(f"mode must be 'fast' or 'strict', got {mode!r}")
     if not isinstance(prec, int) or prec < MIN_PREC:
@@ -206,11 +229,140 @@ def oracle(
         row_idx = np.asarray(rows, dtype=np.int64).reshape(-1)
         if row_idx.size and (row_idx.min() < 0 or row_idx.max() >= nq):
             raise ValueError(f"rows must lie in [0, {nq}), got {rows!r}")
-    r_n = row_idx.size
     sc = scale_of(problem)
     t0 = time.perf_counter()
     stats = {"strict_evaluations": 0, "max_prec_used": 0, "fallback_elements": 0}
+    tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
+    key_idx = None
+    if do is not None:
+        do_arr, do_fmt = as_exact_array(do, "do")
+        if do_fmt != problem.fmt:
+            raise TypeError(
+                f"do has dtype {do_fmt.name} but q, k, v are {problem.fmt.name}: pass the "
+                "upstream gradient in the inputs' format (a kernel's dO has O's dtype)"
+            )
+        if do_arr.shape != (bsz, hq, nq, dv):
+            raise ValueError(f"do must have O's shape {(bsz, hq, nq, dv)}, got {do_arr.shape}")
+        nk = problem.k.shape[2]
+        key_idx = np.arange(nk) if keys is None else np.asarray(keys, np.int64).reshape(-1)
+        if key_idx.size and (key_idx.min() < 0 or key_idx.max() >= nk):
+            raise ValueError(f"keys must lie in [0, {nk}), got {keys!r}")
+        grads = _gradients(
+            problem, do_arr, sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats
+        )
+        tensors.update({n: CertifiedTensor.from_fields(grads, f"{n}_") for n in GRADIENTS})
+    elif keys is not None:
+        raise ValueError("keys selects dK/dV rows: pass the upstream gradient do= as well")
 
+    stats["seconds"] = time.perf_counter() - t0
+    return OracleResult(
+        fmt=target_fmt, rows=row_idx, mode=mode, tensors=tensors, stats=stats, keys=key_idx
+    )
+
+
+def _gradient_nan(q, k, v, do, keep):
+    """Which gradients a NaN or ±inf input poisons, for one group (``(G, Nq)`` rows of dQ,
+    ``(Nk,)`` rows of dK and dV). A row that keeps a key involves all of ``q_i``, ``dO_i``
+    (through ``D_i``, which every ``dS_ij`` uses) and every kept ``k_j``, ``v_j``: any
+    non-finite value among them poisons the whole row, its dQ and the dK, dV of every key it
+    keeps. Rows that keep no key contribute nothing."""
+    has = keep.any(axis=2)
+    bad_k = ~np.isfinite(k).all(axis=1) | ~np.isfinite(v).all(axis=1)
+    bad_row = ~np.isfinite(q).all(axis=2) | ~np.isfinite(do).all(axis=2)
+    bad_row = has & (bad_row | (keep & bad_k[None, None, :]).any(axis=2))
+    bad_key = (keep & bad_row[:, :, None]).any(axis=(0, 1))
+    return bad_row, bad_key
+
+
+def _gradients(
+    problem: AttentionProblem,
+    do: np.ndarray,
+    sc: Scale,
+    fmt: Format,
+    rows: np.ndarray,
+    keys: np.ndarray,
+    mode: str,
+    prec: int,
+    max_prec: int,
+    stats: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """dQ, dK, dV for the requested rows and keys: the fast path, certified or recomputed
+    strictly, or the strict path throughout (docs/oracle.md §7)."""
+    bsz, hq, hk, nq, nk, d, dv = problem.shape
+    group = hq // hk
+    widths = {"dq": d, "dk": d, "dv": dv}
+    lead = {"dq": (bsz, hq, rows.size), "dk": (bsz, hk, keys.size), "dv": (bsz, hk, keys.size)}
+    res = {}
+    for name in GRADIENTS:
+        shape = (*lead[name], widths[name])
+        res.update({f"{name}_{f}": np.zeros(shape) for f in FIELDS[:-1]})
+        res[f"{name}_certified"] = np.ones(shape, dtype=bool)
+    fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
+    all_rows = np.arange(nq)
+    for b in range(bsz):
+        for kvh in range(hk):
+            heads = range(kvh * group, (kvh + 1) * group)
+            q = problem.q[b, heads[0] : heads[-1] + 1]
+            dog = do[b, heads[0] : heads[-1] + 1]
+            k, v = problem.k[b, kvh], problem.v[b, kvh]
+            keep = np.stack([problem.keep(b, h, all_rows) for h in heads]) if group else None
+            bad_row, bad_key = _gradient_nan(q, k, v, dog, keep)
+            args = (fin(q), fin(k), fin(v), fin(dog), keep)
+            full = {
+                name: np.zeros((group, nq, d)) if name == "dq" else np.zeros((nk, widths[name]))
+                for name in GRADIENTS
+            }
+            todo = {name: np.zeros(arr.shape, dtype=bool) for name, arr in full.items()}
+            todo["dq"][:, rows] = ~bad_row[:, rows, None]
+            todo["dk"][keys] = ~bad_key[keys, None]
+            todo["dv"][keys] = ~bad_key[keys, None]
+            work = {f"{n}_{f}": np.zeros(full[n].shape) for n in GRADIENTS for f in FIELDS[:-1]}
+            work.update({f"{n}_certified": np.ones(full[n].shape, bool) for n in GRADIENTS})
+            start = prec
+            if mode == "fast":
+                for name, val in fast_group(*args, sc).items():
+                    work[name][...] = val
+                for name in GRADIENTS:
+                    hi, lo, err = (work[f"{name}_{f}"] for f in ("hi", "lo", "err"))
+                    rounded, decided = _decide(hi, lo, err, fmt)
+                    work[f"{name}_rounded"][...] = rounded
+                    ok = decided & (err <= target(work[f"{name}_floor"], fmt))
+                    work[f"{name}_certified"][...] = ok
+                    todo[name] &= ~ok
+                    stats["fallback_elements"] += int(todo[name].sum())
+                start = max(prec, 2 * MIN_PREC)
+            if any(t.any() for t in todo.values()):
+                strict_group(*args, sc, fmt, problem.fmt, todo, work, start, max_prec, stats)
+            # NaN rule last: it overrides what was computed from sanitised inputs.
+            for name, bad in (("dq", bad_row), ("dk", bad_key), ("dv", bad_key)):
+                for f in ("hi", "rounded"):
+                    work[f"{name}_{f}"][bad] = np.nan
+                for f in ("lo", "err", "floor"):
+                    work[f"{name}_{f}"][bad] = 0.0
+                work[f"{name}_certified"][bad] = True
+            for f in FIELDS:
+                res[f"dq_{f}"][b, heads[0] : heads[-1] + 1] = work[f"dq_{f}"][:, rows]
+                res[f"dk_{f}"][b, kvh] = work[f"dk_{f}"][keys]
+                res[f"dv_{f}"][b, kvh] = work[f"dv_{f}"][keys]
+    return res
+
+
+def _forward(
+    problem: AttentionProblem,
+    sc: Scale,
+    target_fmt: Format,
+    row_idx: np.ndarray,
+    mode: str,
+    prec: int,
+    max_prec: int,
+    stats: dict[str, Any],
+) -> dict[str, CertifiedTensor]:
+    """O and LSE of the requested rows, head by head: the fast path, certified or recomputed
+    strictly (Ziv), or the strict path throughout; then the NaN rule of
+    :func:`~flashcheck.harness.core.semantics.nan_rows_and_cols`. Longer than 80 lines: one
+    loop whose branches share every array view; split, they would pass a dozen arguments."""
+    bsz, hq, _, _, _, _, dv = problem.shape
+    r_n = row_idx.size
     arrays = {
         name: np.zeros((bsz, hq, r_n, dv))
         for name in ("o_hi", "o_lo", "o_err", "o_floor", "o_rounded")
@@ -290,122 +442,7 @@ def oracle(
             view["lse_certified"][row_nan | ~has] = True
             view["lse_rounded"][~has & ~row_nan] = -np.inf
 
-    grads: dict[str, Any] = {}
-    if do is not None:
-        do_arr, do_fmt = as_exact_array(do, "do")
-        if do_fmt != problem.fmt:
-            raise TypeError(
-                f"do has dtype {do_fmt.name} but q, k, v are {problem.fmt.name}: pass the "
-                "upstream gradient in the inputs' format (a kernel's dO has O's dtype)"
-            )
-        if do_arr.shape != (bsz, hq, nq, dv):
-            raise ValueError(f"do must have O's shape {(bsz, hq, nq, dv)}, got {do_arr.shape}")
-        nk = problem.k.shape[2]
-        key_idx = np.arange(nk) if keys is None else np.asarray(keys, np.int64).reshape(-1)
-        if key_idx.size and (key_idx.min() < 0 or key_idx.max() >= nk):
-            raise ValueError(f"keys must lie in [0, {nk}), got {keys!r}")
-        grads = _gradients(
-            problem, do_arr, sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats
-        )
-        grads["keys"] = key_idx
-    elif keys is not None:
-        raise ValueError("keys selects dK/dV rows: pass the upstream gradient do= as well")
-
-    stats["seconds"] = time.perf_counter() - t0
-    return OracleResult(
-        fmt=target_fmt,
-        rows=row_idx,
-        mode=mode,
-        o_certified=o_cert,
-        lse_certified=lse_cert,
-        stats=stats,
-        **arrays,
-        **grads,
-    )
-
-
-def _gradient_nan(q, k, v, do, keep):
-    """Which gradients a NaN or ±inf input poisons, for one group (``(G, Nq)`` rows of dQ,
-    ``(Nk,)`` rows of dK and dV). A row that keeps a key involves all of ``q_i``, ``dO_i``
-    (through ``D_i``, which every ``dS_ij`` uses) and every kept ``k_j``, ``v_j``: any
-    non-finite value among them poisons the whole row, its dQ and the dK, dV of every key it
-    keeps. Rows that keep no key contribute nothing."""
-    has = keep.any(axis=2)
-    bad_k = ~np.isfinite(k).all(axis=1) | ~np.isfinite(v).all(axis=1)
-    bad_row = ~np.isfinite(q).all(axis=2) | ~np.isfinite(do).all(axis=2)
-    bad_row = has & (bad_row | (keep & bad_k[None, None, :]).any(axis=2))
-    bad_key = (keep & bad_row[:, :, None]).any(axis=(0, 1))
-    return bad_row, bad_key
-
-
-def _gradients(
-    problem: AttentionProblem,
-    do: np.ndarray,
-    sc: Scale,
-    fmt: Format,
-    rows: np.ndarray,
-    keys: np.ndarray,
-    mode: str,
-    prec: int,
-    max_prec: int,
-    stats: dict[str, Any],
-) -> dict[str, np.ndarray]:
-    """dQ, dK, dV for the requested rows and keys: the fast path, certified or recomputed
-    strictly, or the strict path throughout (docs/oracle.md §7)."""
-    bsz, hq, hk, nq, nk, d, dv = problem.shape
-    group = hq // hk
-    widths = {"dq": d, "dk": d, "dv": dv}
-    lead = {"dq": (bsz, hq, rows.size), "dk": (bsz, hk, keys.size), "dv": (bsz, hk, keys.size)}
-    res = {}
-    for name in GRADIENTS:
-        shape = (*lead[name], widths[name])
-        res.update({f"{name}_{f}": np.zeros(shape) for f in _FIELDS[:-1]})
-        res[f"{name}_certified"] = np.ones(shape, dtype=bool)
-    fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
-    all_rows = np.arange(nq)
-    for b in range(bsz):
-        for kvh in range(hk):
-            heads = range(kvh * group, (kvh + 1) * group)
-            q = problem.q[b, heads[0] : heads[-1] + 1]
-            dog = do[b, heads[0] : heads[-1] + 1]
-            k, v = problem.k[b, kvh], problem.v[b, kvh]
-            keep = np.stack([problem.keep(b, h, all_rows) for h in heads]) if group else None
-            bad_row, bad_key = _gradient_nan(q, k, v, dog, keep)
-            args = (fin(q), fin(k), fin(v), fin(dog), keep)
-            full = {
-                name: np.zeros((group, nq, d)) if name == "dq" else np.zeros((nk, widths[name]))
-                for name in GRADIENTS
-            }
-            todo = {name: np.zeros(arr.shape, dtype=bool) for name, arr in full.items()}
-            todo["dq"][:, rows] = ~bad_row[:, rows, None]
-            todo["dk"][keys] = ~bad_key[keys, None]
-            todo["dv"][keys] = ~bad_key[keys, None]
-            work = {f"{n}_{f}": np.zeros(full[n].shape) for n in GRADIENTS for f in _FIELDS[:-1]}
-            work.update({f"{n}_certified": np.ones(full[n].shape, bool) for n in GRADIENTS})
-            start = prec
-            if mode == "fast":
-                for name, val in fast_group(*args, sc).items():
-                    work[name][...] = val
-                for name in GRADIENTS:
-                    hi, lo, err = (work[f"{name}_{f}"] for f in ("hi", "lo", "err"))
-                    rounded, decided = _decide(hi, lo, err, fmt)
-                    work[f"{name}_rounded"][...] = rounded
-                    ok = decided & (err <= target(work[f"{name}_floor"], fmt))
-                    work[f"{name}_certified"][...] = ok
-                    todo[name] &= ~ok
-                    stats["fallback_elements"] += int(todo[name].sum())
-                start = max(prec, 2 * MIN_PREC)
-            if any(t.any() for t in todo.values()):
-                strict_group(*args, sc, fmt, problem.fmt, todo, work, start, max_prec, stats)
-            # NaN rule last: it overrides what was computed from sanitised inputs.
-            for name, bad in (("dq", bad_row), ("dk", bad_key), ("dv", bad_key)):
-                for f in ("hi", "rounded"):
-                    work[f"{name}_{f}"][bad] = np.nan
-                for f in ("lo", "err", "floor"):
-                    work[f"{name}_{f}"][bad] = 0.0
-                work[f"{name}_certified"][bad] = True
-            for f in _FIELDS:
-                res[f"dq_{f}"][b, heads[0] : heads[-1] + 1] = work[f"dq_{f}"][:, rows]
-                res[f"dk_{f}"][b, kvh] = work[f"dk_{f}"][keys]
-                res[f"dv_{f}"][b, kvh] = work[f"dv_{f}"][keys]
-    return res
+    arrays["o_certified"] = o_cert
+    arrays["lse_certified"] = lse_cert
+    tensors = {name: CertifiedTensor.from_fields(arrays, f"{name}_") for name in ("o", "lse")}
+    return tensors

@@ -29,7 +29,10 @@ def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
     """Double-double evaluation with certified bounds; see docs/oracle.md §3. With
     ``weights``, also the unnormalised weights ``e`` (dd ``e_hi + e_lo`` within
     ``e_rel·e_hi + e_abs`` of the exact ``exp``), ``1/l`` as a dd and ``rel_l`` (the relative
-    bound on the computed ``l``): what the gradient oracle needs to form ``P``."""
+    bound on the computed ``l``): what the gradient oracle needs to form ``P``.
+
+    Longer than 80 lines: the double-double steps and their error bounds follow
+    docs/oracle.md §3 in order, each bound built from the previous steps' arrays."""
     r_n, _d = q.shape
     nk, dv = prep["shape"]
     has = keep.any(axis=1)

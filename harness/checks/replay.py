@@ -2,7 +2,7 @@
 
 A replay needs only the case's two files and the kernel: it rebuilds the inputs from their bit
 patterns, resolves the kernel by the name or ``module:function`` spec stored in the record, and
-runs the same :func:`flashcheck.harness.judging.check.check_case` as the failing test did.
+runs the same :func:`flashcheck.harness.checks.accuracy.check_case` as the failing test did.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 from ..adapters.adapter import Kernel
 from ..adapters.registry import as_kernel
 from ..cases.store import load_case
-from ..checks.registry import CHECKS, GRADIENT_CHECKS
-from .check import CheckResult, check_case, format_check
-from .gradient_check import check_gradients_case, format_gradient_check
+from .accuracy import CheckResult, check_case, check_gradients_case
+from .registry import CHECKS, GRADIENT_CHECKS
+from .text import format_check, format_gradient_check
 
 __all__ = ["default_device", "replay"]
 

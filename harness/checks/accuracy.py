@@ -1,0 +1,392 @@
+"""The accuracy check of one kernel on one case, forward and gradients: kernel → oracle → bounds →
+naive baseline → one judge per tensor (:mod:`flashcheck.harness.judging.verdict`).
+
+:func:`check_case` and :func:`check_gradients_case` are the single code paths behind the
+property suite, ``flashcheck replay`` and the report campaign, so a replay recomputes exactly
+what the failing test computed; :func:`check` and :func:`check_gradients` are their public forms
+(``flashcheck.check``, ``flashcheck.check_gradients``), taking arrays and saving a failing case.
+
+Both share one preparation: the inputs are validated and converted to exact float64 once, into
+the case's :attr:`~flashcheck.harness.cases.case.Case.problem`, which the oracle and the bounds
+reuse; the naive baseline (``naive-numpy``) is built once per process. The gradients' upstream
+gradient is the case's :meth:`~flashcheck.harness.cases.case.Case.grad_output` (a ``dO`` given
+with the case, or one drawn from a hash of its inputs, so a replay recomputes the same one).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..adapters.adapter import Kernel, KernelGradients, KernelOutput
+from ..adapters.builtin import project_kernels
+from ..adapters.probe import default_probe_device
+from ..adapters.registry import as_kernel
+from ..cases.case import Case
+from ..cases.store import save_case
+from ..core.semantics import as_exact_array
+from ..core.status import Status
+from ..judging.bounds import Bounds, problem_bounds
+from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
+from ..judging.metrics import ErrorSummary
+from ..judging.tensor_verdict import TensorVerdict, Verdict
+from ..judging.verdict import baseline_error, gradient_errors, judge, judge_gradients
+from ..oracle.evaluate import OracleResult, problem_oracle
+from .text import format_check, format_gradient_check
+
+__all__ = [
+    "CheckResult",
+    "GradientCheckResult",
+    "case_oracle",
+    "check",
+    "check_case",
+    "check_gradients",
+    "check_gradients_case",
+    "format_check",
+    "format_gradient_check",
+    "gradient_oracle",
+    "kernel_bounds",
+    "kernel_gradient_bounds",
+    "naive_baseline",
+    "naive_gradient_reference",
+    "naive_reference",
+]
+
+
+class _Replayable:
+    """A result that may have been saved as a case file (``case_id`` in ``case_dir``)."""
+
+    case_id: str | None
+    case_dir: str | None
+
+    @property
+    def replay(self) -> str | None:
+        """The command that re-runs the saved case (``None`` if none was saved)."""
+        if self.case_id is None:
+            return None
+        where = "" if self.case_dir is None else f" --dir {self.case_dir}"
+        return f"flashcheck replay {self.case_id}{where}"
+
+
+@dataclass
+class CheckResult(_Replayable):
+    """One kernel's forward judged on one case.
+
+    ``verdict``: the :class:`~flashcheck.harness.judging.tensor_verdict.Verdict` (``.verdict``
+    is ``PASS``, ``FAIL`` or ``FAIL-HARD``, ``.reasons`` says why, ``verdict["o"]`` is O's own);
+    ``ref``: the oracle's answer; ``bounds``: the a-priori error bounds applied; ``output``: the
+    kernel's O (and LSE) as exact float64; ``case_id``: the saved case file's id, if one was.
+    """
+
+    kernel: str
+    device: str
+    case: Case
+    output: KernelOutput
+    ref: OracleResult
+    bounds: Bounds | None
+    verdict: Verdict
+    case_id: str | None = None
+    case_dir: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.verdict == Status.PASS
+
+    @property
+    def metrics(self) -> ErrorSummary:
+        """Floored-ULP, integer-ULP, normwise, RMSE and max-abs errors, NaN/Inf mismatches."""
+        return self.verdict.summary
+
+    def __str__(self) -> str:
+        text = format_check(self)
+        return text + (f"\nreplay: {self.replay}" if self.replay else "")
+
+
+@dataclass
+class GradientCheckResult(_Replayable):
+    """One kernel's gradients judged on one case.
+
+    ``verdicts``: a :class:`~flashcheck.harness.judging.tensor_verdict.TensorVerdict` per
+    gradient (``"dq"``, ``"dk"``, ``"dv"``); ``verdict``: the worst of them; ``grads``: the
+    kernel's gradients as exact float64; ``ref``: the oracle (with ``ref.dq``, ``ref.dk``,
+    ``ref.dv``); ``bounds``: the gradient bounds applied.
+    """
+
+    kernel: str
+    device: str
+    case: Case
+    grads: KernelGradients
+    ref: OracleResult
+    bounds: GradientBounds | None
+    verdicts: dict[str, TensorVerdict]
+    case_id: str | None = None
+    case_dir: str | None = None
+
+    @property
+    def verdict(self) -> Status:
+        return Status.worst(v.verdict for v in self.verdicts.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Status.PASS
+
+    @property
+    def reasons(self) -> list[str]:
+        return [r for v in self.verdicts.values() for r in v.reasons]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": str(self.verdict),
+            "reasons": self.reasons,
+            "gradients": {n: v.as_dict() for n, v in self.verdicts.items()},
+        }
+
+    def __str__(self) -> str:
+        text = format_gradient_check(self)
+        return text + (f"\nreplay: {self.replay}" if self.replay else "")
+
+
+@cache
+def naive_baseline() -> Kernel:
+    """The same-precision naive kernel (``naive-numpy``) whose errors set ``E_naive``, built
+    once per process."""
+    return project_kernels()["naive-numpy"]
+
+
+def case_oracle(case: Case) -> OracleResult:
+    """The oracle's O and LSE for ``case`` (from its validated problem)."""
+    return problem_oracle(case.problem)
+
+
+def gradient_oracle(case: Case) -> OracleResult:
+    """The oracle's O, LSE and gradients for ``case`` and its upstream gradient."""
+    return problem_oracle(case.problem, do=case.grad_output())
+
+
+def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float | None]:
+    """``E_naive`` (floored ulps) and the naive LSE's absolute error, or ``None`` outside the
+    naive kernel's domain."""
+    naive = naive_baseline()
+    if naive.supports(case, "cpu") is not None:
+        return None, None
+    out = naive.run(case)
+    lse_err = None if out.lse is None else baseline_error("lse", out.lse, ref.lse, ref.fmt)
+    return baseline_error("o", out.o, ref.o, ref.fmt), lse_err
+
+
+def naive_gradient_reference(case: Case, ref: OracleResult) -> dict[str, float] | None:
+    """``E_naive`` per gradient: the errors of the same-precision naive backward (the numpy
+    emulation of torch autograd through the naive forward), or ``None`` outside its domain."""
+    naive = naive_baseline()
+    if naive.supports(case, "cpu") is not None:
+        return None
+    g = naive.run_backward(case)
+    return gradient_errors({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref)
+
+
+def kernel_bounds(adapter: Kernel, case: Case, **kw: Any) -> Bounds:
+    """The a-priori bounds of ``adapter``'s arithmetic class on ``case`` (for class
+    ``unknown``: the loosest of every known class); ``kw`` as for
+    :func:`~flashcheck.harness.judging.bounds.problem_bounds`."""
+    return problem_bounds(
+        case.problem, arithmetic=adapter.arithmetic, key_block=adapter.key_block, **kw
+    )
+
+
+def kernel_gradient_bounds(adapter: Kernel, case: Case) -> GradientBounds:
+    """The gradient bounds of ``adapter``'s backward class on ``case``."""
+    return problem_gradient_bounds(
+        case.problem,
+        case.grad_output(),
+        arithmetic=adapter.backward_arithmetic,
+        key_block=adapter.key_block,
+    )
+
+
+def check_case(
+    adapter: Kernel,
+    case: Case,
+    *,
+    device: str = "cpu",
+    output: KernelOutput | None = None,
+    ref: OracleResult | None = None,
+    naive: tuple[float | None, float | None] | None = None,
+    bounds_cache: dict | None = None,
+) -> CheckResult:
+    """Judge ``adapter``'s forward on ``case``.
+
+    ``output``, ``ref`` and ``naive`` (the result of :func:`naive_reference`) reuse values
+    already computed for the same case: a campaign runs many kernels on one case.
+    ``bounds_cache`` (a dict kept per case) shares the bounds between kernels of one
+    arithmetic class and key block.
+    """
+    out = adapter.run(case, device) if output is None else output
+    ref = case_oracle(case) if ref is None else ref
+    key = (adapter.arithmetic, adapter.key_block)
+    if bounds_cache is not None and key in bounds_cache:
+        bounds = bounds_cache[key]
+    else:
+        bounds = kernel_bounds(adapter, case)
+        if bounds_cache is not None:
+            bounds_cache[key] = bounds
+    n_ulp, n_lse = naive_reference(case, ref) if naive is None else naive
+    verdict = judge(out.o, out.lse, ref, bounds, naive_ulp=n_ulp, naive_lse_err=n_lse)
+    return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
+
+
+def check_gradients_case(
+    adapter: Kernel,
+    case: Case,
+    *,
+    device: str = "cpu",
+    grads: KernelGradients | None = None,
+    ref: OracleResult | None = None,
+    naive: dict[str, float] | None = None,
+    bounds: GradientBounds | None = None,
+) -> GradientCheckResult:
+    """Judge ``adapter``'s gradients on ``case`` (values already computed may be passed in)."""
+    g = adapter.run_backward(case, device) if grads is None else grads
+    ref = gradient_oracle(case) if ref is None else ref
+    bounds = kernel_gradient_bounds(adapter, case) if bounds is None else bounds
+    naive = naive_gradient_reference(case, ref) if naive is None else naive
+    verdicts = judge_gradients({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref, bounds, naive=naive)
+    return GradientCheckResult(adapter.name, device, case, g, ref, bounds, verdicts)
+
+
+def _prepare(api: str, kernel: Any, q: Any, k: Any, v: Any, options: dict, save: str):
+    """The kernel, the case (validated and converted once) and the checks every public entry
+    point makes before running the kernel."""
+    if save not in ("failure", "always", "never"):
+        raise ValueError(f"save must be 'failure', 'always' or 'never', got {save!r}")
+    adapter = as_kernel(kernel)
+    if isinstance(q, Case):
+        if k is not None or v is not None:
+            raise ValueError("pass either a Case as q, or the arrays q, k, v; not both")
+        case = q
+    else:
+        if k is None or v is None:
+            raise ValueError(f"{api}(kernel, q, k, v): k and v are required with array inputs")
+        case = Case.from_arrays(q, k, v, **options)
+    _ = case.problem  # the shapes, GQA grouping and masks checked, with clear messages
+    return adapter, case
+
+
+def _device(adapter: Kernel, q: Any, device: str | None) -> str:
+    if device is not None:
+        return device
+    tensor_dev = getattr(getattr(q, "device", None), "type", None)
+    return tensor_dev if tensor_dev in ("cpu", "cuda") else default_probe_device(adapter)
+
+
+def _save(res: Any, case: Case, adapter: Kernel, device: str, save: str, case_dir, **kw):
+    if save == "always" or (save == "failure" and not res.passed):
+        res.case_id = save_case(case, kernel=adapter.name, device=device, directory=case_dir, **kw)
+        res.case_dir = None if case_dir is None else os.fspath(case_dir)
+
+
+def check(
+    kernel: Any,
+    q: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: Any = None,
+    scale: float | None = None,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> CheckResult:
+    """Judge ``kernel`` on one input against the oracle and the error bounds.
+
+    ``kernel``: a function ``fn(q, k, v, **options) -> O or (O, LSE)``, a
+    :func:`flashcheck.kernel` declaration, or a spec string (a built-in name or
+    ``"package.module:function"``). ``q (B, Hq, Nq, d)``, ``k (B, Hk, Nk, d)``,
+    ``v (B, Hk, Nk, dv)``: numpy arrays or torch tensors of one dtype among fp16, bf16 and
+    fp32, their values taken as exact; or pass a :class:`~flashcheck.harness.cases.case.Case`
+    as ``q`` alone. The options are those of ``softmax(scale·QKᵀ + mask)·V``.
+
+    The verdict is FAIL-HARD when an error exceeds the deterministic bound of the kernel's
+    arithmetic class (class ``unknown``: the loosest bound of every known class), or a finite
+    output is NaN/Inf; FAIL when it exceeds both twice the same-precision naive error plus one
+    floored ulp and the probabilistic bound; PASS otherwise.
+
+    ``device``: where the kernel runs (default: the tensors' device, else CUDA if available).
+    ``save``: ``"failure"`` (default) writes the case to ``case_dir`` (default
+    ``$FLASHCHECK_CASE_DIR`` or ``reports/cases``) when the verdict is not PASS, ``"always"``
+    every time, ``"never"`` not at all; the result's ``replay`` is the command that re-runs it.
+    """
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    adapter, case = _prepare("check", kernel, q, k, v, opts, save)
+    device = _device(adapter, q, device)
+    outside = adapter.options is not None and _missing_options(case, adapter.options)
+    if outside:
+        raise ValueError(
+            f"the input needs {outside} but {adapter.name} takes no keyword of that name: add "
+            "it to the function's signature, or leave the option out"
+        )
+    res = check_case(adapter, case, device=device)
+    context = {"property": "accuracy", "api": "check"}
+    _save(
+        res, case, adapter, device, save, case_dir, verdict=res.verdict.as_dict(), context=context
+    )
+    return res
+
+
+def check_gradients(
+    kernel: Any,
+    q: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    do: Any = None,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: Any = None,
+    scale: float | None = None,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> GradientCheckResult:
+    """Judge ``kernel``'s gradients ``dQ``, ``dK``, ``dV`` on one input.
+
+    ``kernel`` and the inputs as for :func:`flashcheck.check`; the kernel needs a backward
+    (torch autograd through its output, or a backward function: ``flashcheck.kernel(fn,
+    backward=...)``). ``do``: the upstream gradient (O's shape, the inputs' dtype); default a
+    standard normal one drawn from a hash of the inputs. The exact gradients of ``Σ dO ∘ O``
+    come from the oracle; each gradient is FAIL-HARD above its deterministic bound (the
+    kernel's ``backward_arithmetic``; ``unknown``: the loosest class) or NaN/Inf where the
+    exact value is finite, FAIL above both twice the naive backward's error plus one floored ulp
+    and the probabilistic bound, PASS otherwise. ``save`` and ``case_dir`` as for ``check``.
+    """
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    adapter, case = _prepare("check_gradients", kernel, q, k, v, opts, save)
+    if adapter.backward is None:
+        raise ValueError(
+            f"{adapter.name} has no backward: declare one with flashcheck.kernel(fn, "
+            "backward='autograd') for a torch function differentiable by autograd, or "
+            "backward=bwd for a function bwd(q, k, v, do, **options) -> (dQ, dK, dV)"
+        )
+    if do is not None:
+        do64, fmt = as_exact_array(do, "do")
+        if fmt.name != case.dtype:
+            raise ValueError(f"do must have the inputs' dtype ({case.dtype}), got {fmt.name}")
+        case = case.with_grad_output(do64.astype(case.q.dtype))
+    device = _device(adapter, q, device)
+    res = check_gradients_case(adapter, case, device=device)
+    context = {"property": "gradients", "api": "check_gradients"}
+    _save(res, case, adapter, device, save, case_dir, verdict=res.as_dict(), context=context)
+    return res
+
+
+def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
+    need = {
+        "causal": case.causal,
+        "window": case.window is not None,
+        "mask": case.mask is not None,
+        "scale": case.scale is not None,
+    }
+    return [name for name, used in need.items() if used and name not in options]

@@ -1,0 +1,110 @@
+"""Kernel and oracle side by side, as text: the worst elements of an accuracy check
+(:mod:`flashcheck.harness.checks.accuracy`), forward or gradients."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..cases.case import DTYPES
+from ..judging.verdict import GRADIENT_LABELS
+
+__all__ = ["format_check", "format_gradient_check"]
+
+
+def _number(x: float) -> str:
+    """``x`` to 4 digits; NaN and ±Inf spelled so (never as a small number)."""
+    return f"{x:.4g}" if math.isfinite(x) else ("NaN" if math.isnan(x) else "∞")
+
+
+def _bits_hex(x: float, dtype: str) -> str:
+    arr = np.array([x]).astype(DTYPES[dtype])
+    width = arr.dtype.itemsize * 2
+    return "0x" + format(int(arr.view(f"u{arr.dtype.itemsize}")[0]), f"0{width}x")
+
+
+def format_check(res: Any, *, worst: int = 5) -> str:
+    """A human-readable side-by-side of kernel and oracle for the worst elements of a
+    :class:`~flashcheck.harness.checks.accuracy.CheckResult`."""
+    v = res.verdict
+    lines = [
+        f"kernel {res.kernel} on {res.device}: {res.case.describe()}",
+        f"verdict {v.verdict}",
+    ]
+    lines += [f"  - {r}" for r in v.reasons]
+    worst_text = (
+        f"{v.max_ulp:.4g}"
+        if math.isfinite(v.max_ulp)
+        else (
+            f"{'NaN' if math.isnan(v.max_ulp) else '∞'} (the kernel returned NaN/Inf where the "
+            "exact result is finite; those elements are listed first)"
+        )
+    )
+    lse = "LSE not returned"
+    if res.output.lse is not None:
+        lse = f"LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"
+    lines.append(
+        f"max floored-ULP error {worst_text}; naive same-precision {v.naive_ulp:.4g} "
+        f"(ratio {v.naive_ratio:.3g}); bound utilization det {v.det_util:.3g}, prob "
+        f"{v.prob_util:.3g}; {lse}"
+    )
+    s = v.summary
+    lines.append(
+        f"normwise rel {s.normwise_rel:.3g}, RMSE {s.rmse:.3g}, max abs {s.max_abs:.3g}, "
+        f"NaN/Inf mismatches {s.nonfinite_mismatches} of {s.count}"
+    )
+    lines += ["", f"worst elements, by {'bound utilization' if res.bounds else 'floored ulp'}:"]
+    head = "| (b, h, i, c) | kernel | bits | oracle (hi) | W_c | abs err | floored ulp |"
+    sep = "|---|---|---|---|---|---|---|"
+    if res.bounds is not None:
+        head += " det bound | prob bound |"
+        sep += "---|---|"
+    lines += [head, sep]
+    for row in v.worst[:worst]:
+        val = row["kernel"]
+        bits = _bits_hex(val, res.output.o_dtype) if math.isfinite(val) else "-"
+        cells = [
+            str(tuple(row["index"])),
+            f"{val:.9g}",
+            bits,
+            f"{row['oracle']:.17g}",
+            f"{row['floor_W']:.4g}",
+            _number(row["abs_err"]),
+            _number(row["floored_ulp"]),
+        ]
+        if res.bounds is not None:
+            cells += [f"{row['det_bound']:.4g}", f"{row['prob_bound']:.4g}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_gradient_check(res: Any, *, worst: int = 3) -> str:
+    """Verdict per gradient and, for each, the worst elements beside the oracle, of a
+    :class:`~flashcheck.harness.checks.accuracy.GradientCheckResult`."""
+    lines = [
+        f"kernel {res.kernel} on {res.device} (gradients): {res.case.describe()}",
+        f"verdict {res.verdict}",
+    ]
+    lines += [f"  - {r}" for r in res.reasons]
+    for name, v in res.verdicts.items():
+        label = GRADIENT_LABELS[name]
+        lines += [
+            "",
+            v.line(),
+            f"| {label} index | kernel | oracle (hi) | floor | abs err | floored ulp | det bound |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in v.worst[:worst]:
+            cells = [
+                str(tuple(row["index"])),
+                f"{row['kernel']:.9g}",
+                f"{row['oracle']:.17g}",
+                f"{row['floor']:.4g}",
+                _number(row["abs_err"]),
+                _number(row["floored_ulp"]),
+                _number(row.get("det_bound", math.nan)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
