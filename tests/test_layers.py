@@ -1,6 +1,6 @@
-"""The import structure stays clean (SPEC 2): no import cycles (imports inside functions
-count), kernels/ imports nothing else of the project, and no module imports another's private
-name. The installed wheel holds one top-level package, flashcheck, with the data the suite
+"""The import structure stays clean: the layers import only downward, no import cycles
+(imports inside functions count), kernels/ imports nothing else of the project, and no module
+imports another's private name. The installed wheel holds one top-level package, flashcheck, with the data the suite
 needs."""
 
 from __future__ import annotations
@@ -112,6 +112,81 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# The layers, from the bottom: a module imports only from its own layer or the layers before it.
+# Semantics and formats; the oracle and the cases built on them; the numerics that judge an
+# output (metrics, bounds, verdict); kernel contracts (registry, probing, the kernel worker); the
+# checks of one kernel on one case; the campaign and the bench that run many checks; the CLI,
+# the pytest plugin and the public API on top. kernels/ stands alone below all of them.
+LAYERS = (
+    ("flashcheck.kernels",),
+    ("flashcheck.harness.core",),
+    ("flashcheck.harness.oracle", "flashcheck.harness.cases", "flashcheck.harness.iomodel"),
+    ("flashcheck.harness.judging",),
+    ("flashcheck.harness.adapters",),
+    ("flashcheck.harness.checks",),
+    ("flashcheck.harness.campaign", "flashcheck.harness.bench"),
+    ("flashcheck.harness.cli", "flashcheck.properties"),
+    ("flashcheck", "flashcheck.strategies"),  # the public API (api/): these modules exactly
+)
+API = LAYERS[-1]
+# harness/__init__.py only names the package; it imports nothing and sits at the bottom.
+PACKAGE_ROOTS = {"flashcheck.harness": 1}
+
+
+def _layer(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module`` (the longest matching prefix), or ``None`` for
+    modules outside the package (tests, benchmarks)."""
+    if module in API:
+        return len(LAYERS) - 1
+    if module in PACKAGE_ROOTS:
+        return PACKAGE_ROOTS[module]
+    best = None
+    for i, prefixes in enumerate(LAYERS[:-1]):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > len(best[1]):
+                    best = (i, prefix)
+    return None if best is None else best[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a layer above its own."""
+    out = []
+    for mod, targets in sorted(graph.items()):
+        low = _layer(mod)
+        if low is None:
+            continue
+        for dest in sorted(targets):
+            high = _layer(dest)
+            if high is not None and high > low:
+                out.append(f"{mod} (layer {low}) imports {dest} (layer {high})")
+    return out
+
+
+def test_every_package_module_has_a_layer():
+    graph, _ = _graph()
+    package = [m for m in _modules() if m.startswith("flashcheck")]
+    assert [m for m in package if _layer(m) is None] == []
+    assert graph  # the graph is not empty: the test sees the imports
+
+
+def test_layers_import_only_downward():
+    graph, _ = _graph()
+    assert _upward(graph) == []
+
+
+def test_layer_check_finds_a_planted_upward_import():
+    planted = {
+        "flashcheck.harness.judging.verdict": {"flashcheck.harness.adapters.registry"},
+        "flashcheck.harness.checks.accuracy": {"flashcheck.harness.judging.verdict"},
+        "tests.test_x": {"flashcheck.harness.cli"},
+    }
+    assert _upward(planted) == [
+        "flashcheck.harness.judging.verdict (layer 3) imports "
+        "flashcheck.harness.adapters.registry (layer 4)"
+    ]
+
+
 def test_no_import_cycles():
     graph, _ = _graph()
     assert _cycles(graph) == []
@@ -153,7 +228,7 @@ def test_wheel_holds_one_top_level_package_with_its_data(tmp_path):
     needed = (
         "__init__.py",
         "strategies.py",
-        "harness/cli.py",
+        "harness/cli/__init__.py",
         "kernels/triton_flash.py",
         "properties/plugin.py",
         "properties/suite.ini",

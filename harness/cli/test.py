@@ -18,7 +18,7 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
 
     import pytest
 
-    from .adapters.registry import resolve
+    from ..adapters.registry import resolve
 
     if args.spec != "builtin":
         try:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cliargs import positive, positive_float
+from .args import positive, positive_float
 
 __all__ = ["add_campaign_commands"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .campaign.report import ReportOptions, run_report
-    from .core.resultlog import ResultLogError
+    from ..campaign.report import ReportOptions, run_report
+    from ..core.resultlog import ResultLogError
 
     opts = ReportOptions(
         name=args.name,
@@ -44,8 +44,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from .campaign.render import render_report
-    from .core.resultlog import ResultLogError
+    from ..campaign.render import render_report
+    from ..core.resultlog import ResultLogError
 
     try:
         path = render_report(args.results, args.out, figures=not args.no_figures)
@@ -57,7 +57,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    from .adapters.registry import builtin_kernels, entry_point_kernels, resolve
+    from ..adapters.registry import builtin_kernels, entry_point_kernels, resolve
 
     table = dict(builtin_kernels())
     for name in entry_point_kernels():
@@ -107,7 +107,7 @@ def add_campaign_commands(sub) -> None:
 def _add_report(sub) -> argparse.ArgumentParser:
     """The ``report`` parser with what chooses the campaign: name, preset, seed, kernels,
     dtypes, device."""
-    from .campaign.runner import PRESETS
+    from ..campaign.runner import PRESETS
 
     p = sub.add_parser(
         "report",
@@ -158,7 +158,7 @@ def _add_report(sub) -> argparse.ArgumentParser:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     """Where results go, time limits, resuming, rendering and the gate."""
-    from .campaign.report import GATES
+    from ..campaign.report import GATES
 
     p.add_argument("--out", default="reports", help="parent directory (default reports)")
     p.add_argument(
@@ -192,7 +192,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _add_execution_options(p: argparse.ArgumentParser) -> None:
     """Arithmetic class, workers, executor, streaks and parts."""
-    from .campaign.plan import PARTS
+    from ..campaign.plan import PARTS
 
     p.add_argument(
         "--arithmetic",

@@ -11,9 +11,9 @@ __all__ = ["add_bench"]
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench.render import render_bench, summary_text
-    from .bench.suite import PARTS, BenchOptions, run_bench
-    from .core.resultlog import ResultLogError
+    from ..bench.render import render_bench, summary_text
+    from ..bench.suite import PARTS, BenchOptions, run_bench
+    from ..core.resultlog import ResultLogError
 
     def chosen(values):
         return tuple(dict.fromkeys(values)) if values else None
@@ -107,9 +107,9 @@ def add_bench(sub) -> None:
 
 def _add_selection(b: argparse.ArgumentParser) -> None:
     """What runs: parts, providers, passes, shapes, and the backward's oracle limit."""
-    from .bench.grad_check import ORACLE_MAX_N
-    from .bench.providers import PROVIDERS
-    from .bench.suite import PARTS, PASSES
+    from ..bench.grad_check import ORACLE_MAX_N
+    from ..bench.providers import PROVIDERS
+    from ..bench.suite import PARTS, PASSES
 
     b.add_argument(
         "--part",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_bench import add_bench
-from .cli_campaign import add_campaign_commands
-from .cli_test import add_test
-from .cliargs import positive
-from .core.environment import __version__, environment
-from .core.formats import FORMATS
-from .core.status import Status
+from ..core.environment import __version__, environment
+from ..core.formats import FORMATS
+from ..core.status import Status
+from .args import positive
+from .bench import add_bench
+from .campaign import add_campaign_commands
+from .test import add_test
 
 
 def _cmd_env(_args: argparse.Namespace) -> int:
@@ -32,8 +32,8 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from .cases.store import CaseFileError
-    from .checks.replay import replay
+    from ..cases.store import CaseFileError
+    from ..checks.replay import replay
 
     try:
         _, verdict, _ = replay(
@@ -46,7 +46,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_iomodel(args: argparse.Namespace) -> int:
-    from .iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+    from ..iomodel import GPUSpec, Profiler, flash_attention, standard_attention
 
     presets = {
         "v100": GPUSpec.sim_v100,
@@ -140,7 +140,3 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
