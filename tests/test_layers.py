@@ -1,7 +1,7 @@
 """The import structure stays clean: the layers import only downward, no import cycles
 (imports inside functions count), kernels/ imports nothing else of the project, and no module
-imports another's private name. The installed wheel holds one top-level package, flashcheck, with the data the suite
-needs."""
+imports another's private name. The installed wheel holds one top-level package, flashcheck,
+with the data the suite needs."""
 
 from __future__ import annotations
 
