@@ -7,7 +7,7 @@ and ``flashcheck.properties`` is internal and may change.
   certified error bounds and correctly rounded values in the input format (and, given an
   upstream gradient ``do=``, the exact dQ, dK, dV likewise);
 - :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
-- :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV (SPEC 3.7);
+- :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV;
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
 - :func:`kernel`: declare a function's contract (arithmetic class, dtypes, head dims, masks, GQA,
   ``Nq != Nk``, sequence-length multiple, ...); undeclared parts are probed;

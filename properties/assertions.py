@@ -1,6 +1,6 @@
 """Assertions for tests: judge a kernel; on failure save the case, then raise with its replay.
 
-The case file is written *before* the ``AssertionError`` propagates (SPEC 5). Inside a
+The case file is written *before* the ``AssertionError`` propagates. Inside a
 Hypothesis test only the final, shrunk example is saved (see
 :func:`flashcheck.properties.plugin.final_example`); every intermediate failure during shrinking
 would otherwise leave a file.

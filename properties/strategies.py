@@ -1,5 +1,5 @@
-"""Hypothesis strategies for adversarial attention inputs (SPEC 4), drawn inside a kernel's
-contract.
+"""Hypothesis strategies for adversarial attention inputs (docs/properties.md, Inputs), drawn
+inside a kernel's contract.
 
 Hypothesis draws a small :class:`Recipe` (family, shapes, masks, scale, an RNG seed and a few
 family parameters); :func:`make_case` turns it into arrays with numpy's seeded generator and
@@ -182,8 +182,9 @@ def attention_cases(
     max_work: int = 1 << 16,
     min_slices: int = 1,
 ) -> st.SearchStrategy[Case]:
-    """Adversarial attention inputs (SPEC 4) as :class:`~flashcheck.harness.cases.case.Case`
-    objects, inside ``kernel``'s contract when one is given.
+    """Adversarial attention inputs (docs/properties.md) as
+    :class:`~flashcheck.harness.cases.case.Case` objects, inside ``kernel``'s contract when one is
+    given.
 
     ``kernel``: a function, a :func:`flashcheck.kernel` declaration or a spec string; its
     contract (declared, or probed on first draw) decides the dtypes, head dims, masks, GQA,

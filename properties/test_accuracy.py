@@ -1,4 +1,4 @@
-"""Accuracy of the kernel under test against the oracle and its bounds (SPEC 3.4).
+"""Accuracy of the kernel under test against the oracle and its bounds (docs/error-bounds.md §8).
 
 One property covers, per case: error ≤ deterministic bound (else FAIL-HARD); error ≤
 max(2 × same-precision naive error + 1 floored ulp, probabilistic bound) (else FAIL); no NaN/Inf

@@ -1,7 +1,7 @@
 """The kernel under test runs inside its own contract.
 
 A kernel whose contract was not declared is probed on tiny inputs; one that raised on every
-probe cannot be judged at all, which is a failure of the kernel (SPEC 10), not a reason to skip
+probe cannot be judged at all, which is a failure of the kernel, not a reason to skip
 the suite.
 """
 

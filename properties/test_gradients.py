@@ -1,4 +1,4 @@
-"""Gradients of the kernel under test, for kernels that declare a backward (SPEC 3.7).
+"""Gradients of the kernel under test, for kernels that declare a backward (docs/properties.md).
 
 - accuracy of dQ, dK and dV against the oracle's exact gradients: each within its
   deterministic bound (else FAIL-HARD), within max(2 × the naive backward's error + 1 floored

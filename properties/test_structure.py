@@ -99,8 +99,9 @@ def test_key_permutation_changes_output_only_within_bounds(
 def test_nan_inputs_propagate_and_stay_contained(
     flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
 ):
-    # SPEC 3.1: an output whose exact computation involves a NaN input is NaN; outputs that
-    # involve only finite inputs stay finite (no leak across rows, heads or batches).
+    # The NaN rule (docs/oracle.md §1): an output whose exact computation involves a NaN input
+    # is NaN; outputs that involve only finite inputs stay finite (no leak across rows, heads
+    # or batches).
     why = family_outside_contract(
         flashcheck_kernel, flashcheck_dtype, flashcheck_device, "nonfinite"
     )

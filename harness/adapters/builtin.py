@@ -1,4 +1,4 @@
-"""The project's own kernels with their declared contracts (SPEC 3.5).
+"""The project's own kernels with their declared contracts (docs/kernels.md).
 
 ``recurrence-fa2`` / ``recurrence-fa1``: the numpy online-softmax recurrence (flash arithmetic,
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input

@@ -11,7 +11,7 @@
 How each is called, and why:
 
 - Masks. SDPA's ``is_causal`` is top-left aligned when ``Nq != Nk``; flashcheck's contract
-  (SPEC 3.1) is bottom-right. The backends that take a boolean ``attn_mask`` (math, efficient)
+  (docs/api.md) is bottom-right. The backends that take a boolean ``attn_mask`` (math, efficient)
   get the exact keep-mask of the case; flash and cuDNN take no mask, so they are only given
   causal cases with ``Nq == Nk``, where the two alignments agree. FlexAttention gets a
   ``mask_mod`` that implements the contract, flash-attn its own bottom-right ``causal`` and

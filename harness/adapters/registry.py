@@ -122,7 +122,7 @@ def kernel(
     ``@kernel(...)``.
 
     The function computes ``O = softmax(scale·Q·Kᵀ + mask)·V`` per (batch, head) on inputs of
-    shape ``(B, H, N, d)`` (SPEC 3.1; ``scale`` defaults to ``1/sqrt(d)``). It receives only the
+    shape ``(B, H, N, d)`` (``scale`` defaults to ``1/sqrt(d)``). It receives only the
     options its signature names. Every argument left ``None`` is discovered on first use by
     running ``fn`` on tiny inputs (an exception marks that input class unsupported); what is
     declared is trusted.

@@ -34,7 +34,8 @@ class Case:
     """Inputs ``q (B, Hq, Nq, d)``, ``k (B, Hk, Nk, d)``, ``v (B, Hk, Nk, dv)`` and options.
 
     ``family``, ``seed`` and ``params`` record where the case came from (the input family of
-    SPEC 4 and the RNG seed that filled its tensors); they do not affect the computation.
+    docs/properties.md and the RNG seed that filled its tensors); they do not affect the
+    computation.
     ``do``: the upstream gradient ``dO`` ``(B, Hq, Nq, dv)`` for gradient checks, in the
     inputs' dtype; ``None`` means the default one of :meth:`grad_output`.
     """

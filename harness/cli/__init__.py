@@ -114,15 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.set_defaults(func=_cmd_replay)
     p_io = sub.add_parser(
         "iomodel",
-        help="standard vs flash attention in the seeds' memory-hierarchy simulator",
+        help="standard vs flash attention in a memory-hierarchy simulator",
         description="Trace one head of standard and flash attention through the simulated GPU "
-        "of seed 000 (additive HBM + compute cycle model) and print both reports and the savings.",
+        "(additive HBM + compute cycle model, docs/iomodel.md) and print both reports and the "
+        "savings.",
     )
     p_io.add_argument(
         "--gpu",
         choices=("v100", "a100", "h100", "h100-real", "h200-real"),
         default="a100",
-        help="seed 000's simulated preset, or datasheet figures of a real part (default a100)",
+        help="a simulated preset (V100, A100, H100 classes), or datasheet figures of a real "
+        "part (default a100)",
     )
     p_io.add_argument("-n", type=positive, default=4096, help="sequence length (default 4096)")
     p_io.add_argument("-d", type=positive, default=64, help="head dimension (default 64)")

@@ -1,4 +1,5 @@
-"""The attention problem every implementation and the oracle agree on (SPEC 3.1).
+"""The attention problem every implementation and the oracle agree on (docs/api.md, "Attention,
+as flashcheck defines it").
 
 Per batch ``b`` and query head ``h`` (key/value head ``h // (Hq/Hk)``, which covers MHA, GQA and
 MQA)::

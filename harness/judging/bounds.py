@@ -1,4 +1,4 @@
-"""A-priori forward-error bounds for attention kernels, per output element (SPEC 3.4).
+"""A-priori forward-error bounds for attention kernels, per output element (docs/error-bounds.md).
 
 Given the inputs (taken as exact), an arithmetic class and the kernel's key-block size,
 :func:`error_bounds` returns for every output ``O[b, h, i, c]`` and ``LSE[b, h, i]``:
@@ -33,7 +33,7 @@ Arithmetic classes (what a kernel declares):
     Third-party kernels of unknown arithmetic: the elementwise largest bound of every class
     above that applies to the input format (``naive``, ``flash``, ``flash-fa1`` with any
     blocking, and ``tf32`` for fp32 inputs). No kernel of a known class can exceed it, so an
-    error above it is a bug whatever the kernel's arithmetic (SPEC 10).
+    error above it is a bug whatever the kernel's arithmetic.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A-priori error bounds for the gradients dQ, dK, dV of attention kernels (SPEC 3.7, 3.4).
+"""A-priori error bounds for the gradients dQ, dK, dV of attention kernels
+(docs/error-bounds.md §11).
 
 Given exact inputs ``q, k, v, dO`` and an arithmetic class, :func:`gradient_bounds` returns for
 every element of ``dQ (B, Hq, Nq, d)``, ``dK (B, Hk, Nk, d)`` and ``dV (B, Hk, Nk, dv)`` an

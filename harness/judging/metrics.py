@@ -1,4 +1,4 @@
-"""Error metrics of a kernel's output against the oracle (SPEC 3.3).
+"""Error metrics of a kernel's output against the oracle (docs/error-bounds.md §1).
 
 All metrics take the kernel's output ``ŷ`` (any float array; its values are compared exactly)
 and the oracle's exact value ``y`` (a double-double ``hi + lo``):

@@ -9,7 +9,7 @@ For the query heads ``g`` of one kv head, given the upstream gradient ``dO``:
 (slice products), ``dP − D`` is formed from the weights so that a weight's own error cancels
 (:func:`_score_grad_gap`), and the three products are slice
 products of dd matrices, every step with a certified absolute bound. The floor scales (the
-natural size of each element's rounding errors, SPEC 3.7) are
+natural size of each element's rounding errors, docs/oracle.md §7) are
 
     dV_jc: Σ_i P_ij |dO_ic|      dQ_ic: |τ| Σ_j F_ij |K_jc|      dK_jc: |τ| Σ_i F_ij |Q_ic|
 

@@ -181,7 +181,7 @@ def oracle(
         prec: starting working precision of the strict path, in bits (≥ 110).
         max_prec: the precision at which Ziv escalation stops.
         do: the upstream gradient ``dO`` ``(B, Hq, Nq, dv)`` in the inputs' format: also return
-            the exact ``dQ``, ``dK``, ``dV`` of ``Σ dO ∘ O`` (SPEC 3.7; LSE has no upstream
+            the exact ``dQ``, ``dK``, ``dV`` of ``Σ dO ∘ O`` (LSE has no upstream
             gradient). ``dQ`` rows are independent (``rows`` applies); every ``dK``/``dV``
             element needs every query row, but key rows are independent: ``keys`` selects them.
         keys: key rows whose ``dK``, ``dV`` are wanted (default all ``Nk``; needs ``do``).
