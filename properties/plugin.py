@@ -182,6 +182,9 @@ def kernel_device(kernel: Any, preferred: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flashcheck: a test of the flashcheck property suite")
+    # The suite marks its oracle-heavy properties; registered here too, so that a project whose
+    # pytest runs with --strict-markers can collect the suite by --pyargs.
+    config.addinivalue_line("markers", "slow: the oracle-heavy properties (-m 'not slow' skips)")
     specs = _specs(config)
     profile = (
         config.getoption("flashcheck_profile")

@@ -9,6 +9,7 @@ bounds. Kernels of unknown arithmetic are held to the loosest bound of every kno
 
 import math
 
+import pytest
 from hypothesis import assume, given, target
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from flashcheck.properties.assertions import fail
 from flashcheck.properties.support import case_strategy, run_or_fail, slow_ok
 
 
+@pytest.mark.slow
 @slow_ok()
 @given(data=st.data())
 def test_error_within_bounds_and_policy(

@@ -28,6 +28,9 @@ from flashcheck.properties.assertions import fail
 from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import case_strategy, fewer, no_target_phase_in_ci, run_or_fail
 
+# Every example calls the gradient oracle (10-30 s per kernel and dtype under the ci profile).
+pytestmark = pytest.mark.slow
+
 FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 
 

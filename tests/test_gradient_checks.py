@@ -117,6 +117,7 @@ def user_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_report_on_a_backward_bug_exits_1_and_names_the_gradients(user_dir):
     args = [
         "report",
@@ -136,6 +137,7 @@ def test_report_on_a_backward_bug_exits_1_and_names_the_gradients(user_dir):
     assert "gradients FAIL-HARD: user_backward:no_dq_scale fp16" in text, text
 
 
+@pytest.mark.slow
 def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
     args = [
         "report",

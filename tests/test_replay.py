@@ -43,6 +43,7 @@ def _cli(args, cwd, env_extra=None):
     )
 
 
+@pytest.mark.slow
 def test_planted_bug_is_saved_and_replays_with_the_same_verdict(tmp_path, monkeypatch):
     (tmp_path / "planted_kernel.py").write_text(PLANTED)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -118,6 +118,7 @@ def _numbers(results):
 SMOKE = ["report", "--preset", "smoke", "--dtype", "fp16"]
 
 
+@pytest.mark.slow
 def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
     out = _cli(
         [
@@ -168,6 +169,7 @@ def test_wrong_third_party_kernel_fails_with_a_replayable_worst_case(user_dir):
     assert good.returncode == 0, good.stdout + good.stderr
 
 
+@pytest.mark.slow
 def test_hanging_and_wrong_shape_kernels_are_recorded_and_the_campaign_goes_on(user_dir):
     args = [
         "--name",
@@ -196,6 +198,7 @@ def test_hanging_and_wrong_shape_kernels_are_recorded_and_the_campaign_goes_on(u
     assert "TIMEOUT: no result within 5 s" in report
 
 
+@pytest.mark.slow
 def test_killed_campaign_resumes_without_recomputing(user_dir):
     args = [*SMOKE, "--name", "k", "--kernel", "userkern:slow", "--kernel", "naive-numpy"]
     env = dict(
@@ -237,6 +240,7 @@ def test_killed_campaign_resumes_without_recomputing(user_dir):
     assert _numbers(final) == _numbers(_results(user_dir / "reports/k2/results.jsonl"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_and_render_reads_only_the_jsonl(tmp_path, capsys):
     def run(name, seed=0):
         opts = ReportOptions(
@@ -338,6 +342,7 @@ def test_gate_exit_codes():
     assert gate_findings([_res("NOT-APPLICABLE", part="structural")], "fail") == []
 
 
+@pytest.mark.slow
 def test_report_usage_errors(tmp_path):
     out = _cli(["report", "--kernel", "no_such_module:fn", "--out", str(tmp_path)], tmp_path)
     assert out.returncode == 2 and "cannot import 'no_such_module'" in out.stderr
@@ -413,6 +418,7 @@ def test_results_file_survives_a_torn_write(tmp_path):
     assert json.loads(path.read_text().splitlines()[0])["schema"] == "flashcheck-results/1"
 
 
+@pytest.mark.slow
 def test_results_are_bitwise_identical_whatever_the_number_of_workers(user_dir):
     # One reference process and one kernel worker, against two of each (on 2 cores that is
     # every core): the same records, bit for bit, in the same order. A user kernel and a
@@ -432,6 +438,7 @@ def test_results_are_bitwise_identical_whatever_the_number_of_workers(user_dir):
     assert {r["part"] for r in a} >= {"grid", "structural", "search"}
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_same_results(user_dir):
     pytest.importorskip(
         "ray", reason="the ray extra is not installed (pip install 'flashcheck[ray]')"

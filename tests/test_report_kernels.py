@@ -13,6 +13,9 @@ from cli_helpers import run_flashcheck
 
 from flashcheck.harness.core.resultlog import read_records
 
+# Each test runs a campaign of its own in a subprocess: seconds to tens of seconds.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent / "user"
 
 # kernel, dtype, what the terminal summary must say (the bug, in the harness's words)

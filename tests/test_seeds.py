@@ -27,6 +27,7 @@ def _falsifying(result) -> str:
     return m.group(1)
 
 
+@pytest.mark.slow
 def test_same_seed_same_failing_example(pytester):
     pytester.makepyfile(test_planted=FAILING)
     env = {"FLASHCHECK_PROFILE": "dev"}

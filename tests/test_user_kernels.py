@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs `flashcheck test` or a campaign in a subprocess: tens of seconds to minutes.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent / "user"
 # Each run must stay well inside the CI budget (the issue asks for < 5 min on 2 cores).
 LIMIT_S = 300
