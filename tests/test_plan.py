@@ -233,9 +233,13 @@ def test_structural_items():
     seeds = [it.recipe.seed for it in structural_items(CPU, "fp16", 4)]
     assert seeds != [it.recipe.seed for it in items]  # each dtype draws its own cases
     # block-aligned lengths first, then ragged ones
-    first = [it.recipe for it in items if it.tag.endswith("/0")]
-    assert all(r.nq == r.nk == 32 for r in first)
+    first = [it for it in items if it.tag.endswith("/0")]
+    assert all(it.recipe.nq == 32 for it in first)
+    assert all(it.recipe.nk == 32 for it in first if not it.tag.startswith("conformance"))
     assert all(it.recipe.nq == 33 for it in items if it.tag.endswith("/1"))
+    # conformance compares with the emulation inside one key block: 16 keys, then 9
+    conf = [it.recipe.nk for it in items if it.tag.startswith("conformance/")]
+    assert conf == [16, 9][: CPU.structural_cases]
 
 
 def test_gradient_items():

@@ -260,7 +260,11 @@ STRUCTURAL = {
     "key-permutation": "randn",
     "nan-rule": "nonfinite",
     "options-applied": "randn",
+    # Flash-class kernels against the emulated arithmetic of their class, within one key block
+    # (Nk <= 16); NOT-APPLICABLE (recorded as SKIP) for every other class.
+    "conformance": "randn",
 }
+CONFORMANCE_KEYS = (16, 9)  # one key block, aligned and ragged
 
 
 def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
@@ -277,6 +281,8 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
             # then ragged ones.
             n = {"smoke": 16, "cpu": 32}.get(preset.name, 64) + (i % 2)
             nk = int(rng.choice([n, n - 1, (n + 1) // 2])) if i % 2 else n
+            if name == "conformance":
+                nk = CONFORMANCE_KEYS[i % 2]
             opts: dict[str, Any] = {}
             if name == "options-applied":
                 # Every option at once; the check takes each away in turn (those a kernel does
