@@ -181,17 +181,7 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
             m = n0
         out["seq_multiple"] = m
     if "head_dims" in todo:
-        found, rejected, why0 = [], [], ""
-        for x in HEAD_DIMS:
-            try:
-                why = "" if x == d0 else p.attempt(dt0, nq=m, nk=m, d=x)
-            except (_Hung, _Ran):
-                why = ""
-            (rejected if why else found).append(x)
-            why0 = why0 or why
-        if rejected:
-            notes.append((f"head dims {rejected}", why0))
-        out["head_dims"] = tuple(found) if rejected else None
+        out["head_dims"] = _probe_head_dims(p, dt0, d0, m, notes)
     dims_ok = out.get("head_dims", kernel.head_dims) or HEAD_DIMS
     if "distinct_dv" in todo:
         other = next((x for x in sorted(dims_ok, key=lambda x: abs(x - d0)) if x != d0), None)
@@ -205,23 +195,45 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
     if "batched" in todo:
         out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=m, nk=m, d=d0)
     if "masks" in todo or "options" in todo:
-        offered = (
-            kernel.options
-            if kernel.options is not None
-            else frozenset({"causal", "window", "mask", "scale"})
-        )
-        rng = np.random.default_rng(0)
-        keep = rng.random((1, 1, m, m)) < 0.7
-        keep[..., 0] = True
-        trials = {
-            "causal": {"causal": True},
-            "window": {"window": (min(4, m), 0)},
-            "mask": {"mask": keep},
-            "scale": {"scale": 0.5},
-        }
-        ok = {opt for opt in offered if check(opt, nq=m, nk=m, d=d0, **trials[opt])}
+        ok = _probe_options(kernel, check, m, d0)
         if "masks" in todo:
             out["masks"] = frozenset(ok - {"scale"})
         if "options" in todo:
             out["options"] = frozenset(ok)
     return replace(kernel, **out, unsupported=tuple(notes), pending=frozenset())
+
+
+def _probe_head_dims(p: _Prober, dt0: str, d0: int, m: int, notes: list) -> tuple | None:
+    """The head dims of :data:`HEAD_DIMS` the kernel runs (``None``: all of them); the first
+    rejection's reason goes to ``notes``."""
+    found, rejected, why0 = [], [], ""
+    for x in HEAD_DIMS:
+        try:
+            why = "" if x == d0 else p.attempt(dt0, nq=m, nk=m, d=x)
+        except (_Hung, _Ran):
+            why = ""
+        (rejected if why else found).append(x)
+        why0 = why0 or why
+    if rejected:
+        notes.append((f"head dims {rejected}", why0))
+    return tuple(found) if rejected else None
+
+
+def _probe_options(kernel: Kernel, check: Callable[..., bool], m: int, d0: int) -> set[str]:
+    """The options among those the signature offers that the kernel runs with: each tried
+    alone on an ``m × m`` case (an explicit mask keeps about 70 % of the keys and key 0)."""
+    offered = (
+        kernel.options
+        if kernel.options is not None
+        else frozenset({"causal", "window", "mask", "scale"})
+    )
+    rng = np.random.default_rng(0)
+    keep = rng.random((1, 1, m, m)) < 0.7
+    keep[..., 0] = True
+    trials = {
+        "causal": {"causal": True},
+        "window": {"window": (min(4, m), 0)},
+        "mask": {"mask": keep},
+        "scale": {"scale": 0.5},
+    }
+    return {opt for opt in offered if check(opt, nq=m, nk=m, d=d0, **trials[opt])}

@@ -151,6 +151,9 @@ def kernel(
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
+
+    Longer than 80 lines: the signature and this docstring name every contract field; the
+    body checks each argument, with a message that says how to fix the call.
     """
     if fn is None:
         given = {key: val for key, val in locals().items() if key != "fn"}

@@ -32,11 +32,16 @@ from ..adapters.probe import Runner
 from ..adapters.worker import KernelRef, KernelWorker
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
-from ..checks.accuracy import gradient_oracle, naive_gradient_reference, naive_reference
+from ..checks.accuracy import (
+    case_oracle,
+    gradient_oracle,
+    naive_gradient_reference,
+    naive_reference,
+)
 from ..checks.registry import check_target
-from ..judging.bounds import Bounds, error_bounds
-from ..judging.gradient_bounds import GradientBounds, gradient_bounds
-from ..oracle.evaluate import OracleResult, oracle
+from ..judging.bounds import Bounds, problem_bounds
+from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
+from ..oracle.evaluate import OracleResult
 
 __all__ = [
     "SINGLE_THREAD",
@@ -91,10 +96,10 @@ def compute_reference(recipe: Recipe) -> Reference:
     """The oracle, the naive baseline and every class's bounds for ``make_case(recipe)``."""
     case = make_case(recipe)
     t0 = time.perf_counter()
-    ref = oracle(case.q, case.k, case.v, **case.options())
+    ref = case_oracle(case)  # the inputs are validated and converted once, for both
     naive = naive_reference(case, ref)
     seconds = time.perf_counter() - t0
-    every = error_bounds(case.q, case.k, case.v, arithmetic="unknown", **case.options())
+    every = problem_bounds(case.problem, arithmetic="unknown")
     finite = all(bool(np.isfinite(x.astype(np.float32)).all()) for x in (case.q, case.k, case.v))
     return Reference(ref, naive, every, _max_logit(case), finite, seconds)
 
@@ -118,9 +123,7 @@ def compute_gradient_reference(recipe: Recipe) -> GradientReference:
     ref = gradient_oracle(case)
     naive = naive_gradient_reference(case, ref)
     seconds = time.perf_counter() - t0
-    every = gradient_bounds(
-        case.q, case.k, case.v, case.grad_output(), arithmetic="unknown", **case.options()
-    )
+    every = problem_gradient_bounds(case.problem, case.grad_output(), arithmetic="unknown")
     return GradientReference(ref, naive, every, seconds)
 
 
