@@ -233,15 +233,19 @@ def _flash_fwd(
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
     if TMA:
-        q_desc = tl.make_tensor_descriptor(Q + b * sqb + h * sqh, shape=[NQ, D], strides=[sqm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[NK, D], strides=[skn, 1],
-                                           block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
-        v_desc = tl.make_tensor_descriptor(v_base, shape=[NK, DV], strides=[svn, 1],
-                                           block_shape=[BLOCK_N, BLOCK_DV])  # fmt: skip
+        q_desc = tl.make_tensor_descriptor(
+            Q + b * sqb + h * sqh, shape=[NQ, D], strides=[sqm, 1], block_shape=[BLOCK_M, BLOCK_D]
+        )
+        k_desc = tl.make_tensor_descriptor(
+            k_base, shape=[NK, D], strides=[skn, 1], block_shape=[BLOCK_N, BLOCK_D]
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base, shape=[NK, DV], strides=[svn, 1], block_shape=[BLOCK_N, BLOCK_DV]
+        )
         o_base = Out + b * sob + h * soh
-        o_desc = tl.make_tensor_descriptor(o_base, shape=[NQ, DV], strides=[som, 1],
-                                           block_shape=[BLOCK_M, BLOCK_DV])  # fmt: skip
+        o_desc = tl.make_tensor_descriptor(
+            o_base, shape=[NQ, DV], strides=[som, 1], block_shape=[BLOCK_M, BLOCK_DV]
+        )
         q = q_desc.load([m0, 0])
     else:
         q_desc = None
@@ -308,15 +312,21 @@ def _flash_fwd(
     has = l_i != 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     out = tl.where(has[:, None], out, 0.0)
-    lse = tl.where(has, (tl.where(has, m_i, 0.0) * qk_scale
-                         + tl.math.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453,
-                   float("-inf"))  # fmt: skip
+    lse = tl.where(
+        has,
+        (tl.where(has, m_i, 0.0) * qk_scale + tl.math.log2(tl.where(has, l_i, 1.0)))
+        * 0.6931471805599453,
+        float("-inf"),
+    )
     if TMA:
         o_desc.store([m0, 0], out.to(Out.dtype.element_ty))
     else:
         o_ptrs = Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty),
-                 mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV))  # fmt: skip
+        tl.store(
+            o_ptrs,
+            out.to(Out.dtype.element_ty),
+            mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV),
+        )
     tl.store(LSE + b * slb + h * slh + rows * slm, lse, mask=rows < NQ)
 
 

@@ -88,10 +88,16 @@ def _bwd_preprocess(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
     inside = (rows[:, None] < NQ) & (offs_dv[None, :] < DV)
-    o = tl.load(Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod,
-                mask=inside, other=0.0)  # fmt: skip
-    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
-                 mask=inside, other=0.0)  # fmt: skip
+    o = tl.load(
+        Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod,
+        mask=inside,
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+        mask=inside,
+        other=0.0,
+    )
     # D from the O the forward wrote (rounded to the input dtype), as FA2 defines it.
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
     tl.store(Delta + b * sdb + h * sdh + rows * sdm, delta, mask=rows < NQ)
@@ -108,10 +114,16 @@ def _dkdv_rows(
     for start in range(start_lo, start_hi, BLOCK_M):
         start = tl.multiple_of(start, BLOCK_M)
         rows = start + offs_m
-        q = tl.load(q_base + rows[:, None] * sqm + offs_d[None, :] * sqd,
-                    mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
-        do = tl.load(do_base + rows[:, None] * sdom + offs_dv[None, :] * sdod,
-                     mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+        q = tl.load(
+            q_base + rows[:, None] * sqm + offs_d[None, :] * sqd,
+            mask=(rows[:, None] < NQ) & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        do = tl.load(
+            do_base + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+            mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
         # Padded rows read LSE = −inf, which the guard below turns into P = 0.
         lse = tl.load(lse_base + rows * slm, mask=rows < NQ, other=float("-inf"))
         # A row that kept no key: +inf makes S·c − lse2 = −inf (P = 0), never −inf − (−inf).
@@ -173,12 +185,18 @@ def _bwd_dkdv(
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    k = tl.load(K + b * skb + hk * skh + cols[:, None] * skn + offs_d[None, :] * skd,
-                mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
+    k = tl.load(
+        K + b * skb + hk * skh + cols[:, None] * skn + offs_d[None, :] * skd,
+        mask=(cols[:, None] < NK) & (offs_d[None, :] < D),
+        other=0.0,
+    )
     v = None
     if OUT_K:
-        v = tl.load(V + b * svb + hk * svh + cols[:, None] * svn + offs_dv[None, :] * svd,
-                    mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+        v = tl.load(
+            V + b * svb + hk * svh + cols[:, None] * svn + offs_dv[None, :] * svd,
+            mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     off = NK - NQ
@@ -237,12 +255,18 @@ def _bwd_dkdv(
     if OUT_K:
         dk = dk * sm_scale
         out_k = (cols[:, None] < NK) & (offs_d[None, :] < D)
-        tl.store(DK + b * sdkb + hk * sdkh + cols[:, None] * sdkn + offs_d[None, :] * sdkd,
-                 dk.to(DK.dtype.element_ty), mask=out_k)  # fmt: skip
+        tl.store(
+            DK + b * sdkb + hk * sdkh + cols[:, None] * sdkn + offs_d[None, :] * sdkd,
+            dk.to(DK.dtype.element_ty),
+            mask=out_k,
+        )
     if OUT_V:
         out_v = (cols[:, None] < NK) & (offs_dv[None, :] < DV)
-        tl.store(DV_ + b * sdvb + hk * sdvh + cols[:, None] * sdvn + offs_dv[None, :] * sdvd,
-                 dv.to(DV_.dtype.element_ty), mask=out_v)  # fmt: skip
+        tl.store(
+            DV_ + b * sdvb + hk * sdvh + cols[:, None] * sdvn + offs_dv[None, :] * sdvd,
+            dv.to(DV_.dtype.element_ty),
+            mask=out_v,
+        )
 
 
 @triton.jit
@@ -255,10 +279,16 @@ def _dq_keys(
     for start in range(start_lo, start_hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
-        k = tl.load(k_base + cols[:, None] * skn + offs_d[None, :] * skd,
-                    mask=(cols[:, None] < NK) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
-        v = tl.load(v_base + cols[:, None] * svn + offs_dv[None, :] * svd,
-                    mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+        k = tl.load(
+            k_base + cols[:, None] * skn + offs_d[None, :] * skd,
+            mask=(cols[:, None] < NK) & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + cols[:, None] * svn + offs_dv[None, :] * svd,
+            mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         x = s * qk_scale - lse2[:, None]
         if MASKED:
@@ -309,10 +339,16 @@ def _bwd_dq(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)  # fmt: skip
-    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
-                 mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV), other=0.0)  # fmt: skip
+    q = tl.load(
+        Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
+        mask=(rows[:, None] < NQ) & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_dv[None, :] * sdod,
+        mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
     lse = tl.load(LSE + b * slb + h * slh + rows * slm, mask=rows < NQ, other=float("-inf"))
     delta = tl.load(Delta + b * sdb + h * sdh + rows * sdm, mask=rows < NQ, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
@@ -359,9 +395,11 @@ def _bwd_dq(
         True, CAUSAL, WINDOW, BLOCK_N, PRECISION,
     )  # fmt: skip
     dq = dq * sm_scale
-    tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :] * sdqd,
-             dq.to(DQ.dtype.element_ty),
-             mask=(rows[:, None] < NQ) & (offs_d[None, :] < D))  # fmt: skip
+    tl.store(
+        DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :] * sdqd,
+        dq.to(DQ.dtype.element_ty),
+        mask=(rows[:, None] < NQ) & (offs_d[None, :] < D),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,8 +426,12 @@ class BackwardConfig(NamedTuple):
 
     def for_dq(self) -> tuple[int, int, int, int]:
         """``(block_m, block_n, warps, stages)`` of the dQ kernel."""
-        return (self.dq_block_m or self.block_m, self.dq_block_n or self.block_n,
-                self.dq_warps or self.warps, self.dq_stages or self.stages)  # fmt: skip
+        return (
+            self.dq_block_m or self.block_m,
+            self.dq_block_n or self.block_n,
+            self.dq_warps or self.warps,
+            self.dq_stages or self.stages,
+        )
 
 
 def _interpreting() -> bool:
@@ -444,8 +486,7 @@ def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, c
         o, do, delta, *o.stride(), *do.stride(), *delta.stride(), hq, nq, dv,
         BLOCK_M=dq_m, BLOCK_DV=block_dv, num_warps=dq_warps,
     )  # fmt: skip
-    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
-              *delta.stride())  # fmt: skip
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *delta.stride())
     for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
         _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
             q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
@@ -508,8 +549,9 @@ def flash_attention_backward(
         )
     if not (o.device == do.device == lse.device == q.device):
         raise ValueError("o, lse and do must be on the device of q, k, v")
-    return launch_backward(q, k, v, o, lse, do, causal=causal, window=window, scale=sc,
-                           allow_tf32=allow_tf32)  # fmt: skip
+    return launch_backward(
+        q, k, v, o, lse, do, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32
+    )
 
 
 class FlashAttentionFunction(torch.autograd.Function):
