@@ -20,8 +20,8 @@ build a mask. Both paths evaluate the same expressions, so the split changes no 
 Causal row blocks are scheduled longest first. On Hopper, large head dims load through TMA
 tensor descriptors (device-side, so Triton's allocator is set to a torch-backed one unless the
 caller set their own); launch configurations per head dim are in ``_HOPPER`` (and
-``_HOPPER_SHORT`` for short key sequences), chosen by ``benchmarks/tune_hopper.py`` (log in
-benchmarks/RESULTS.md).
+``_HOPPER_SHORT`` for short key sequences, ``_H100`` where an H100 differs from the H200),
+chosen by ``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
 
 Arithmetic class "flash" (docs/error-bounds.md): low-precision inputs, fp32 scores, softmax and
 accumulators, P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
@@ -413,6 +413,17 @@ _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
 }
 
 
+# On an H100 at d = 128 (benchmarks/tune_hopper.py there, benchmarks/RESULTS.md), keyed by
+# (head-dim bucket, causal, short keys): non-causal, 256-row tiles want 8 warps, not the H200's
+# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries); short causal rows run
+# best in 64 x 64 tiles with 4 warps (+5 % at N = 1K). Other shapes keep the tables above.
+_H100: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (128, False, False): LaunchConfig(256, 64, 8, 3),
+    (128, False, True): LaunchConfig(256, 64, 8, 3),
+    (128, True, True): LaunchConfig(64, 64, 4, 3),
+}
+
+
 def _tma_ok(*tensors: Any) -> bool:
     """TMA descriptors need 16-byte aligned bases and row strides, and contiguous rows."""
     for t in tensors:
@@ -429,7 +440,8 @@ _HOPPER_PICK: dict[tuple, LaunchConfig] = {}
 
 def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
     """The launch configuration :func:`launch` uses for these tensors by default: ``_HOPPER``'s
-    entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys), else
+    entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys; ``_H100``'s where
+    an H100 has one of its own), else
     :func:`portable_config`. What depends only on the device, head dims, dtype, causality and
     whether the keys are short is cached, so a call costs a dictionary lookup; the TMA
     alignment check, which depends on the tensors' addresses, runs per call where needed."""
@@ -448,6 +460,8 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
             bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
             table = _HOPPER_SHORT if short and (bucket, bool(causal)) in _HOPPER_SHORT else _HOPPER
             hop = table[(bucket, bool(causal))]
+            if "H100" in torch.cuda.get_device_name(q.device):
+                hop = _H100.get((bucket, bool(causal), short), hop)
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
