@@ -415,12 +415,12 @@ _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
 
 # On an H100 at d = 128 (benchmarks/tune_hopper.py there, benchmarks/RESULTS.md), keyed by
 # (head-dim bucket, causal, short keys): non-causal, 256-row tiles want 8 warps, not the H200's
-# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries); short causal rows run
-# best in 64 x 64 tiles with 4 warps (+5 % at N = 1K). Other shapes keep the tables above.
+# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries). Other shapes keep the
+# tables above. (64 x 64 tiles with 4 warps and 3 stages ran short causal keys 5 % faster at
+# d = 128, but made an illegal memory access at Nq = 40, Nk = 17, d = 72, dv = 24: not used.)
 _H100: dict[tuple[int, bool, bool], LaunchConfig] = {
     (128, False, False): LaunchConfig(256, 64, 8, 3),
     (128, False, True): LaunchConfig(256, 64, 8, 3),
-    (128, True, True): LaunchConfig(64, 64, 4, 3),
 }
 
 
