@@ -5,12 +5,14 @@ declared, and errors that fit them are FAIL-HARD with a reason naming the declar
 import importlib.util
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from cli_helpers import run_flashcheck
 
 import flashcheck
+from flashcheck.harness.campaign.sections import fit_text
 from flashcheck.harness.core.formats import FP32
 from flashcheck.harness.core.resultlog import read_records
 from flashcheck.harness.core.status import Status
@@ -144,6 +146,7 @@ def test_cli_tf32_kernel_exits_1_with_the_precision_reason(user_dir):
     rc, text = _report(user_dir, "user_precision:tf32_products")
     assert rc == 1, text
     assert REASON in text, text
+    assert "errors fit: tf32; not flash, flash-fa1, naive" in text, text
     records = read_records(user_dir / "reports/user_precision-tf32_products/results.jsonl")
     hard = [r for r in records if r.get("type") == "result" and r["status"] == "FAIL-HARD"]
     assert hard and all(REASON in r["reasons"][0] for r in hard)
@@ -161,3 +164,21 @@ def test_cli_fp32_kernel_exits_0(user_dir):
     rc, text = _report(user_dir, "user_precision:fp32_products")
     assert rc == 0, text
     assert "precision below" not in text
+
+
+def test_fit_text_names_the_classes_the_errors_fit():
+    def rec(**util):
+        return SimpleNamespace(status=Status.PASS, class_util=util)
+
+    rows = [
+        rec(naive=40.0, flash=35.0, **{"flash-fa1": 25.0}, tf32=0.1),
+        rec(naive=0.5, flash=0.5, **{"flash-fa1": 0.5}, tf32=0.01),
+    ]
+    assert fit_text(rows) == "errors fit: tf32; not flash, flash-fa1, naive"
+    fp16 = [rec(naive=0.9, flash=1.5, **{"flash-fa1": 0.7})]
+    assert fit_text(fp16) == "errors fit: flash-fa1, naive; not flash"
+    nan = rec(naive=None, flash=None, **{"flash-fa1": None})
+    assert fit_text([*fp16, nan]) == (
+        "errors fit: flash-fa1, naive; not flash (1 case with NaN/Inf outputs left out)"
+    )
+    assert fit_text([SimpleNamespace(status=Status.ERROR, class_util=None)]) is None
