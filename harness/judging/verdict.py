@@ -145,17 +145,7 @@ def judge_tensor(
     stats = None
     if summary:
         stats = summarize(y, ref.hi, ref.lo, ref.floor, ref.rounded, fmt, floored=e)
-    det_util = prob_util = math.nan
-    rank = e
-    if bounds is not None:
-        u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
-        u_prob = np.where(ok, _ratio(err, bounds.prob), 0.0)
-        det_util = float(u_det.max()) if u_det.size else 0.0
-        prob_util = float(u_prob.max()) if u_prob.size else 0.0
-        rank = np.where(bad, np.inf, u_det)
-        if (u_det > 1).any():
-            _below_floor(flags, err, ok, bad, fmt, lower or {})
-            flags.det(name, int((u_det > 1).sum()), det_util)
+    det_util, prob_util, rank = _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower)
     ratio = math.nan
     if naive is not None:
         ratio = worst_err / naive if naive > 0 else (0.0 if worst_err == 0 else math.inf)
@@ -185,6 +175,22 @@ def judge_tensor(
         summary=stats,
         errors=e,
     )
+
+
+def _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower):
+    """The largest deterministic and probabilistic bound utilizations (NaN without bounds),
+    the ranking of the worst elements, and the FAIL-HARD of an error above the deterministic
+    bound, with the precision reason when the errors fit a class below the floor."""
+    if bounds is None:
+        return math.nan, math.nan, e
+    u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
+    u_prob = np.where(ok, _ratio(err, bounds.prob), 0.0)
+    det_util = float(u_det.max()) if u_det.size else 0.0
+    prob_util = float(u_prob.max()) if u_prob.size else 0.0
+    if (u_det > 1).any():
+        _below_floor(flags, err, ok, bad, fmt, lower or {})
+        flags.det(name, int((u_det > 1).sum()), det_util)
+    return det_util, prob_util, np.where(bad, np.inf, u_det)
 
 
 def lower_bounds(bounds: Any, name: str) -> dict[str, TensorBounds] | None:
