@@ -73,8 +73,8 @@ class Reference:
     _bounds: dict[str, Bounds] = field(default_factory=dict)
 
     def bounds(self, arithmetic: str) -> Bounds:
-        """Bounds of ``arithmetic`` on the sample (``"unknown"``: the loosest of every known
-        class, as in the error report), cached."""
+        """Bounds of ``arithmetic`` on the sample (``"unknown"``: the loosest class at or above
+        the input format's precision, as in the error report), cached."""
         if arithmetic not in self._bounds:
             q, k, v = self.inputs
             self._bounds[arithmetic] = error_bounds(

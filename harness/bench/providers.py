@@ -45,7 +45,8 @@ class Provider:
     ``materializes`` marks forwards that hold the ``N × N`` score matrix in memory: the
     benchmark skips shapes where that would not fit, instead of running out of memory.
     ``arithmetic`` is the class of the bounds its outputs are judged with
-    (``"unknown"``: the loosest bound of every known class, as in the error report).
+    (``"unknown"``: the loosest bound of the classes at or above the input format's precision,
+    as in the error report).
     """
 
     name: str

@@ -20,6 +20,7 @@ from .sections import (
     class_fit,
     contracts,
     environment,
+    fit_lines,
     gradient_table,
     limitations,
     stopped,
@@ -43,10 +44,12 @@ _VERDICTS = (
     "O = 0 / LSE = −inf; FAIL = above max(2 × the same-precision naive error + 1 ulp, the "
     "probabilistic bound); PASS otherwise. Floored ULP: |ŷ − y| / max(ulp(y), ulp(W)) with "
     "W the row's Σ|p·v|. Kernels of arithmetic class *unknown* are held to the loosest "
-    "bound of every class flashcheck knows for the input format (no kernel of a known "
-    "precision can exceed it); *Arithmetic classes* below shows which classes' bounds the "
-    "measured errors fit. A reason marked *convention difference* departs from flashcheck's "
-    "conventions (docs/oracle.md) rather than being a numerical error."
+    "bound of the classes at or above their input format's precision (the precision floor: "
+    "tf32 products count for fp32 inputs only when declared; errors that fit only tf32 are "
+    "FAIL-HARD with that reason); the list under the table and *Arithmetic classes* below "
+    "show which classes' bounds the measured errors fit. A reason marked *convention "
+    "difference* departs from flashcheck's conventions (docs/oracle.md) rather than being a "
+    "numerical error."
 )
 _STRUCTURAL = (
     "Each kernel compared with itself: a (batch, head) slice alone vs the batched call, "
@@ -122,10 +125,14 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
 def _body(data: ResultsFile, case_dir: str) -> list[str]:
     """Verdicts, failure reasons, structural properties, gradients, classes and contracts."""
     kernels, dtypes = data.header.config.kernels, data.header.config.dtypes
+    fits = fit_lines(data, kernels, dtypes)
+    fits_intro = ["", "Arithmetic classes whose deterministic bound every judged case fits:", ""]
     return [
         "## Verdicts by kernel and dtype",
         "",
         *verdict_table(data, kernels, dtypes),
+        *(fits_intro if fits else []),
+        *fits,
         "",
         "Failure reasons (N: a per-case count; the worst-case table has the numbers):",
         "",

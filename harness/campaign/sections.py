@@ -5,7 +5,8 @@ the environment."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..core.status import Status
 from .logrecords import ResultsFile
@@ -16,6 +17,8 @@ __all__ = [
     "class_fit",
     "contracts",
     "environment",
+    "fit_lines",
+    "fit_text",
     "gradient_table",
     "limitations",
     "stopped",
@@ -118,6 +121,54 @@ def gradient_table(
     return lines
 
 
+def _judged(results: Iterable[Any]) -> list[Any]:
+    """The judged accuracy results that carry their fit to each class."""
+    return [r for r in results if r.status.judged and getattr(r, "class_util", None) is not None]
+
+
+def _fit(judged: list[Any], cls: str) -> tuple[str, bool] | None:
+    """Class ``cls``'s cell (largest utilization, cases above 1) and whether every case fits
+    its deterministic bound; ``None`` where the class does not apply."""
+    present = [r.class_util for r in judged if cls in r.class_util]
+    if not present:
+        return None
+    vals = [u[cls] for u in present]
+    nonfinite = sum(v is None for v in vals)
+    finite = [float(v) for v in vals if v is not None]
+    over = sum(v > 1 for v in finite) + nonfinite
+    top = float("nan") if nonfinite else max(finite, default=0.0)
+    return f"{fmt(top, nan='NaN')} ({over})", over == 0
+
+
+def fit_text(results: Iterable[Any]) -> str | None:
+    """``"errors fit: flash, naive; not tf32"``: the classes whose deterministic bound every
+    judged result of one kernel and dtype fits, and those it exceeds somewhere (``None``
+    without judged results). Results with NaN/Inf outputs fit no class; they are counted apart
+    so that they do not hide the fit of the others."""
+    judged = _judged(results)
+    broken = [r for r in judged if all(v is None for v in r.class_util.values())]
+    judged = [r for r in judged if r not in broken]
+    fits = [(c, f[1]) for c in CLASSES if (f := _fit(judged, c)) is not None]
+    if not fits and not broken:
+        return None
+    yes = [c for c, ok in fits if ok]
+    no = [c for c, ok in fits if not ok]
+    text = "errors fit: " + (", ".join(yes) if yes else "no class")
+    text += f"; not {', '.join(no)}" if no else ""
+    n = len(broken)
+    return text + (f" ({n} case{'s' if n > 1 else ''} with NaN/Inf outputs left out)" if n else "")
+
+
+def fit_lines(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -> list[str]:
+    """One bullet per kernel and dtype: the classes its errors fit (:func:`fit_text`)."""
+    lines = []
+    for k, dt, grp in groups(data.results, kernels, dtypes):
+        text = fit_text(grp)
+        if text is not None:
+            lines.append(f"- **{k} {dt}**: {text}")
+    return lines
+
+
 def class_fit(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -> list[str]:
     """Bound utilization of each kernel's errors against every arithmetic class."""
     lines = [
@@ -128,23 +179,15 @@ def class_fit(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) 
     ]
     found = False
     for k, dt, grp in groups(data.results, kernels, dtypes):
-        judged = [r for r in grp if r.status.judged and r.class_util is not None]
+        judged = _judged(grp)
         if not judged:
             continue
         found = True
         cells, fits = [], []
         for c in CLASSES:
-            present = [r.class_util for r in judged if c in r.class_util]
-            if not present:
-                cells.append("n/a")
-                continue
-            vals = [u[c] for u in present]
-            nonfinite = sum(v is None for v in vals)
-            finite = [float(v) for v in vals if v is not None]
-            over = sum(v > 1 for v in finite) + nonfinite
-            top = float("nan") if nonfinite else max(finite, default=0.0)
-            cells.append(f"{fmt(top, nan='NaN')} ({over})")
-            if over == 0:
+            cell = _fit(judged, c)
+            cells.append("n/a" if cell is None else cell[0])
+            if cell is not None and cell[1]:
                 fits.append(c)
         declared = judged[0].arithmetic or "–"
         verdict = ", ".join(fits) if fits else "none: above every class's bound in some case"

@@ -310,7 +310,8 @@ def check(
     as ``q`` alone. The options are those of ``softmax(scale·QKᵀ + mask)·V``.
 
     The verdict is FAIL-HARD when an error exceeds the deterministic bound of the kernel's
-    arithmetic class (class ``unknown``: the loosest bound of every known class), or a finite
+    arithmetic class (class ``unknown``: the loosest bound of the classes at or above the input
+    format's precision, so ``tf32`` products count only when declared), or a finite
     output is NaN/Inf; FAIL when it exceeds both twice the same-precision naive error plus one
     floored ulp and the probabilistic bound; PASS otherwise.
 
@@ -358,9 +359,10 @@ def check_gradients(
     backward=...)``). ``do``: the upstream gradient (O's shape, the inputs' dtype); default a
     standard normal one drawn from a hash of the inputs. The exact gradients of ``Σ dO ∘ O``
     come from the oracle; each gradient is FAIL-HARD above its deterministic bound (the
-    kernel's ``backward_arithmetic``; ``unknown``: the loosest class) or NaN/Inf where the
-    exact value is finite, FAIL above both twice the naive backward's error plus one floored ulp
-    and the probabilistic bound, PASS otherwise. ``save`` and ``case_dir`` as for ``check``.
+    kernel's ``backward_arithmetic``; ``unknown``: the loosest class at the precision floor) or
+    NaN/Inf where the exact value is finite, FAIL above both twice the naive backward's error
+    plus one floored ulp and the probabilistic bound, PASS otherwise. ``save`` and
+    ``case_dir`` as for ``check``.
     """
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
     adapter, case = _prepare("check_gradients", kernel, q, k, v, opts, save)

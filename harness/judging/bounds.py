@@ -30,10 +30,9 @@ Arithmetic classes (what a kernel declares):
 ``tf32``
     As ``flash`` with fp32 inputs whose dot operands are truncated to tf32 (10 fraction bits).
 ``unknown``
-    Third-party kernels of unknown arithmetic: the elementwise largest bound of every class
-    above that applies to the input format (``naive``, ``flash``, ``flash-fa1`` with any
-    blocking, and ``tf32`` for fp32 inputs). No kernel of a known class can exceed it, so an
-    error above it is a bug whatever the kernel's arithmetic.
+    Undeclared arithmetic: the elementwise largest bound of the classes above that are at or
+    above the input format's precision (:mod:`~flashcheck.harness.judging.classes`):
+    ``naive``, ``flash``, ``flash-fa1`` with any blocking. ``tf32`` applies only when declared.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ import numpy as np
 
 from ..core.formats import FP32, Format
 from ..core.semantics import AttentionProblem, make_problem
+from .classes import ARITHMETIC_CLASSES, KNOWN_CLASSES, applicable_classes, floor_classes
 from .roundoff import (
     FTZ,
     HALF_SUB32,
@@ -74,8 +74,6 @@ __all__ = [
     "weight_growth",
 ]
 
-ARITHMETIC_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
-KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
 _CHUNK = 1 << 22  # elements of the (rows, keys, dv) work tensor per chunk
 
 
@@ -86,7 +84,8 @@ class Bounds:
 
     Rows that keep no key have bound 0 (the result must be exactly ``O = 0``, ``LSE = −inf``).
     ``rescales`` is the number of running-max increases the bound allowed for, per row.
-    ``parts``: for class ``unknown``, the bounds of each class it is the maximum of.
+    ``parts``: for class ``unknown``, the bounds of every class that applies to the input
+    format; the envelope is the largest of those at or above the precision floor.
     """
 
     arithmetic: str
@@ -131,7 +130,8 @@ def error_bounds(
             :func:`flashcheck.harness.oracle.evaluate.oracle` (inputs in fp16, bf16 or fp32; values
             exact).
         arithmetic: one of :data:`ARITHMETIC_CLASSES`; ``"unknown"`` gives the loosest bound
-            of the known classes for the input format (``key_block`` is then ignored).
+            of the classes at or above the input format's precision (``key_block`` is then
+            ignored).
         rows: query rows to bound (default: all).
         key_block: the kernel's key-block size, which sets the depth of its sums
             (``block + number of blocks``); ``None`` assumes the worst case over all blocks.
@@ -170,20 +170,16 @@ def problem_bounds(
         raise ValueError(f"key_block must be a positive int or None, got {key_block!r}")
     fmt = problem.fmt
     if arithmetic == "unknown":
-        known = [c for c in KNOWN_CLASSES if c != "tf32" or fmt.name == "fp32"]
         opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only}
-        each = [problem_bounds(problem, arithmetic=c, **opts) for c in known]
-        return Bounds(
-            "unknown",
-            fmt,
-            float(lam),
-            None,
-            {n: TensorBounds.loosest([b[n] for b in each]) for n in ("o", "lse")},
-            np.maximum.reduce([b.rescales for b in each]),
-            parts=dict(zip(known, each, strict=True)),
-        )
-    if arithmetic == "tf32" and fmt.name != "fp32":
-        raise ValueError("the tf32 class applies to fp32 inputs only")
+        parts = {
+            c: problem_bounds(problem, arithmetic=c, **opts) for c in applicable_classes(fmt.name)
+        }
+        each = [parts[c] for c in floor_classes(fmt.name)]
+        tensors = {n: TensorBounds.loosest([b[n] for b in each]) for n in ("o", "lse")}
+        rescales = np.maximum.reduce([b.rescales for b in each])
+        return Bounds("unknown", fmt, float(lam), None, tensors, rescales, parts=parts)
+    if arithmetic not in applicable_classes(fmt.name):
+        raise ValueError(f"the {arithmetic} class does not apply to {fmt.name} inputs")
     bsz, hq, _, nq, nk, d, dv = problem.shape
     row_idx = np.arange(nq) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
     tau = 1.0 / math.sqrt(d) if problem.scale is None else problem.scale

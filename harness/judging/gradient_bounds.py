@@ -37,7 +37,9 @@ Arithmetic classes (what a kernel declares for its backward):
 ``tf32``
     As ``flash`` with fp32 inputs whose GEMM operands are truncated to tf32 (10 fraction bits).
 ``unknown``
-    The elementwise largest bound of every class above that applies to F (any blocking).
+    The elementwise largest bound of the classes above at or above F's precision (any
+    blocking; the precision floor of :mod:`~flashcheck.harness.judging.classes`): ``tf32``
+    applies only when declared.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import numpy as np
 from ..core.formats import Format
 from ..core.semantics import AttentionProblem, as_exact_array, make_problem
 from .bounds import problem_bounds
+from .classes import applicable_classes, floor_classes
 from .gradient_terms import Context, Sums, chunk_bounds, finish_sums
 from .roundoff import LAMBDA, TensorBounds, finite
 
@@ -64,7 +67,6 @@ __all__ = [
 
 GRADIENT_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
 GRADIENTS = ("dq", "dk", "dv")
-_KNOWN = GRADIENT_CLASSES[:-1]
 _CHUNK = 1 << 19  # elements of one (rows, keys) work matrix per chunk
 
 
@@ -75,7 +77,8 @@ class GradientBounds:
 
     A query row that keeps no key has dQ bound 0 (the exact result is 0 and every class returns
     exactly 0); a key that no query row of its group keeps has dK, dV bound 0.
-    ``parts``: for class ``unknown``, the bounds of each class it is the maximum of.
+    ``parts``: for class ``unknown``, the bounds of every class that applies to the input
+    format; the envelope is the largest of those at or above the precision floor.
     """
 
     arithmetic: str
@@ -170,14 +173,15 @@ def problem_gradient_bounds(
             f"do must have shape (B, Hq, Nq, dv) = {(bsz, hq, nq, dv)}, got {dout.shape}"
         )
     if arithmetic == "unknown":
-        known = [c for c in _KNOWN if c != "tf32" or fmt.name == "fp32"]
-        each = [problem_gradient_bounds(problem, do, arithmetic=c, lam=lam) for c in known]
+        parts = {
+            c: problem_gradient_bounds(problem, do, arithmetic=c, lam=lam)
+            for c in applicable_classes(fmt.name)
+        }
+        each = [parts[c] for c in floor_classes(fmt.name)]
         top = {n: TensorBounds.loosest([b[n] for b in each]) for n in GRADIENTS}
-        return GradientBounds(
-            "unknown", fmt, float(lam), top, parts=dict(zip(known, each, strict=True))
-        )
-    if arithmetic == "tf32" and fmt.name != "fp32":
-        raise ValueError("the tf32 class applies to fp32 inputs only")
+        return GradientBounds("unknown", fmt, float(lam), top, parts=parts)
+    if arithmetic not in applicable_classes(fmt.name):
+        raise ValueError(f"the {arithmetic} class does not apply to {fmt.name} inputs")
     naive = arithmetic == "naive"
     fwd = None
     if not naive:

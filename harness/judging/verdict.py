@@ -5,8 +5,10 @@ naive baseline.
 ``dk``, ``dv``), by one table:
 
 - **FAIL-HARD** when an element exceeds its deterministic bound (class ``unknown``: the
-  loosest bound of every known class, :func:`flashcheck.harness.judging.bounds.error_bounds`),
-  or is NaN/Inf where the oracle is finite;
+  loosest bound of the classes at or above the input format's precision,
+  :func:`flashcheck.harness.judging.bounds.error_bounds`; when the errors fit a class below
+  that floor, such as ``tf32`` for fp32 inputs, the reason names it and its declaration), or
+  is NaN/Inf where the oracle is finite;
 - **FAIL** when an element's error exceeds ``max(2·E_naive + floor, probabilistic bound)``,
   ``E_naive`` being the largest error of the same-precision naive baseline on the same case
   (FlashAttention's "at most twice the baseline's error" rule, with a floor); without a naive
@@ -37,6 +39,7 @@ from ..core.formats import FP32, Format, ulp
 from ..core.status import Status
 from ..oracle.evaluate import OracleResult
 from ..oracle.tensor import CertifiedTensor
+from .classes import precision_reason, reduced_classes
 from .metrics import floored_ulp_error, floored_ulp_scale, summarize
 from .roundoff import TensorBounds
 from .tensor_verdict import LABELS, TensorVerdict, Verdict
@@ -54,6 +57,7 @@ __all__ = [
     "judge",
     "judge_gradients",
     "judge_tensor",
+    "lower_bounds",
     "naive_error",
 ]
 
@@ -108,6 +112,7 @@ def judge_tensor(
     empty_rows: np.ndarray | None = None,
     summary: bool = False,
     worst: int = 5,
+    lower: dict[str, TensorBounds] | None = None,
 ) -> TensorVerdict:
     """The verdict of the kernel's tensor ``y`` (any float array, compared exactly) against the
     oracle's ``ref`` by the table of the module docstring.
@@ -117,7 +122,9 @@ def judge_tensor(
     (:func:`baseline_error`), or ``None``; ``empty_rows``: for ``o`` and ``lse``, the rows that
     keep no key (``(B, H, R)``; for ``lse`` by default where the oracle's LSE is ``−inf``);
     ``summary``: also every metric of :func:`~flashcheck.harness.judging.metrics.summarize`;
-    ``worst``: how many worst elements to list.
+    ``worst``: how many worst elements to list; ``lower``: for a kernel of class ``unknown``,
+    the bounds of the classes below the precision floor (:func:`lower_bounds`): an error above
+    ``bounds`` but within one of them adds the reason that names its declaration.
     """
     y = np.asarray(y, dtype=np.float64)
     if name not in LABELS:
@@ -138,16 +145,7 @@ def judge_tensor(
     stats = None
     if summary:
         stats = summarize(y, ref.hi, ref.lo, ref.floor, ref.rounded, fmt, floored=e)
-    det_util = prob_util = math.nan
-    rank = e
-    if bounds is not None:
-        u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
-        u_prob = np.where(ok, _ratio(err, bounds.prob), 0.0)
-        det_util = float(u_det.max()) if u_det.size else 0.0
-        prob_util = float(u_prob.max()) if u_prob.size else 0.0
-        rank = np.where(bad, np.inf, u_det)
-        if (u_det > 1).any():
-            flags.det(name, int((u_det > 1).sum()), det_util)
+    det_util, prob_util, rank = _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower)
     ratio = math.nan
     if naive is not None:
         ratio = worst_err / naive if naive > 0 else (0.0 if worst_err == 0 else math.inf)
@@ -177,6 +175,42 @@ def judge_tensor(
         summary=stats,
         errors=e,
     )
+
+
+def _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower):
+    """The largest deterministic and probabilistic bound utilizations (NaN without bounds),
+    the ranking of the worst elements, and the FAIL-HARD of an error above the deterministic
+    bound, with the precision reason when the errors fit a class below the floor."""
+    if bounds is None:
+        return math.nan, math.nan, e
+    u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
+    u_prob = np.where(ok, _ratio(err, bounds.prob), 0.0)
+    det_util = float(u_det.max()) if u_det.size else 0.0
+    prob_util = float(u_prob.max()) if u_prob.size else 0.0
+    if (u_det > 1).any():
+        _below_floor(flags, err, ok, bad, fmt, lower or {})
+        flags.det(name, int((u_det > 1).sum()), det_util)
+    return det_util, prob_util, np.where(bad, np.inf, u_det)
+
+
+def lower_bounds(bounds: Any, name: str) -> dict[str, TensorBounds] | None:
+    """The bounds of tensor ``name`` for the classes below the precision floor that class
+    ``unknown``'s envelope leaves out (``None`` for a declared class or plain bounds)."""
+    if getattr(bounds, "arithmetic", None) != "unknown":
+        return None
+    below = reduced_classes(bounds.fmt.name)
+    return {c: bounds.parts[c][name] for c in below if c in bounds.parts}
+
+
+def _below_floor(flags, err, ok, bad, fmt: Format, lower: dict[str, TensorBounds]) -> None:
+    """The precision reason when every finite error fits a lower class's deterministic bound
+    (a NaN/Inf fits none)."""
+    if bad.any():
+        return
+    for cls, b in lower.items():
+        if not (np.where(ok, err, 0.0) > b.det).any():
+            flags.add(Status.FAIL_HARD, precision_reason(fmt.name, cls))
+            return
 
 
 def _errors(name: str, y, ref: CertifiedTensor, fmt: Format, ok, bad):
@@ -317,12 +351,21 @@ def judge(
             None if bounds is None else bounds["o"],
             naive=naive_ulp,
             summary=True,
+            lower=lower_bounds(bounds, "o"),
             **kw,
         )
     }
     if lse is not None:
         lse_bounds = None if bounds is None else bounds["lse"]
-        tensors["lse"] = judge_tensor("lse", lse, ref.lse, lse_bounds, naive=naive_lse_err, **kw)
+        tensors["lse"] = judge_tensor(
+            "lse",
+            lse,
+            ref.lse,
+            lse_bounds,
+            naive=naive_lse_err,
+            lower=lower_bounds(bounds, "lse"),
+            **kw,
+        )
     return Verdict(tensors)
 
 
@@ -348,6 +391,7 @@ def judge_gradients(
             fmt=ref.fmt,
             naive=None if naive is None else naive[name],
             worst=worst,
+            lower=lower_bounds(bounds, name),
         )
         for name, y in grads.items()
     }

@@ -1,0 +1,66 @@
+"""Arithmetic classes and the precision floor: which classes apply to an input format, and which
+of them form the envelope of class ``unknown`` (an undeclared kernel).
+
+A kernel that does not declare its arithmetic is assumed to compute at least at its input
+format's precision. A class whose products are rounded below that precision (``tf32`` for fp32
+inputs: 10 fraction bits instead of 23) applies only when declared; it is not among the
+classes whose loosest bound judges an undeclared kernel. When an undeclared kernel's errors
+exceed that envelope but fit such a lower class, :func:`precision_reason` says so and names the
+declaration that would accept it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARITHMETIC_CLASSES",
+    "KNOWN_CLASSES",
+    "applicable_classes",
+    "floor_classes",
+    "precision_reason",
+    "reduced_classes",
+]
+
+ARITHMETIC_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
+KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
+# The input formats a class applies to (absent: every format).
+_INPUTS = {"tf32": ("fp32",)}
+# The classes whose products are rounded below the input format's precision, per input format.
+_REDUCED = {"fp32": ("tf32",)}
+# How a reason names a reduced class's arithmetic.
+_PRODUCTS = {"tf32": "tf32 matmuls"}
+
+
+def _check(fmt_name: str) -> None:
+    if not isinstance(fmt_name, str):
+        raise TypeError(f"fmt_name must be a format name such as 'fp32', got {fmt_name!r}")
+
+
+def applicable_classes(fmt_name: str) -> tuple[str, ...]:
+    """The known classes that apply to inputs in format ``fmt_name`` (``"fp16"``, ``"bf16"``,
+    ``"fp32"``): every class is defined for every format except ``tf32`` (fp32 inputs only)."""
+    _check(fmt_name)
+    return tuple(c for c in KNOWN_CLASSES if fmt_name in _INPUTS.get(c, (fmt_name,)))
+
+
+def reduced_classes(fmt_name: str) -> tuple[str, ...]:
+    """The applicable classes whose products are rounded below the input format's precision
+    (for fp32 inputs: ``tf32``; none for fp16 and bf16 inputs today)."""
+    return tuple(c for c in applicable_classes(fmt_name) if c in _REDUCED.get(fmt_name, ()))
+
+
+def floor_classes(fmt_name: str) -> tuple[str, ...]:
+    """The classes at or above the input format's precision: those whose loosest bound judges
+    a kernel of class ``unknown``."""
+    lower = reduced_classes(fmt_name)
+    return tuple(c for c in applicable_classes(fmt_name) if c not in lower)
+
+
+def precision_reason(fmt_name: str, cls: str) -> str:
+    """The reason given when an undeclared kernel's errors exceed the floor's envelope but fit
+    the reduced class ``cls``, with the declaration that would accept them."""
+    if cls not in reduced_classes(fmt_name):
+        raise ValueError(f"{cls!r} is not a reduced-precision class for {fmt_name} inputs")
+    return (
+        f"precision below {fmt_name}: the errors fit {_PRODUCTS.get(cls, cls)} "
+        f'(declare arithmetic="{cls}", --arithmetic {cls}, if intended)'
+    )
