@@ -16,7 +16,9 @@ and stable words (CRC-32), so a plan is the same on every run and machine. The p
   (the RMSE table);
 - ``structural``: per kernel and dtype, the structural properties of
   :mod:`flashcheck.harness.checks.structural` (batch/head independence, padded buffers,
-  determinism, key permutation, the NaN rule, options applied) on a few cases each;
+  determinism, key permutation, the NaN rule, options applied), conformance and integrity
+  (:mod:`flashcheck.harness.checks.integrity`; the gradient variant on kernels with a
+  backward) on a few cases each;
 - ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
   :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
   huge logits, ties, windows; two batches of four query heads on two kv heads), judged against

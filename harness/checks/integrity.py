@@ -138,9 +138,10 @@ def _integrity(
         return StructuralResult.not_applicable(
             "the second call's results equal the first's bit for bit: an overwrite would not show"
         )
-    listed = ", ".join(kept)
+    inputs = ", ".join(_LABELS.get(n, n) for n in first.args)
     return StructuralResult.passed(
-        f"inputs bitwise unchanged by {who}; {listed} of one call unchanged by the next"
+        f"{inputs} bitwise unchanged by {who}; {', '.join(kept)} of one call bitwise unchanged "
+        "by the next"
     )
 
 
