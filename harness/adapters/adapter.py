@@ -30,6 +30,7 @@ from ..core.semantics import as_exact_array
 __all__ = [
     "ALL_DTYPES",
     "CONTRACT_FIELDS",
+    "Before",
     "Kernel",
     "KernelCall",
     "KernelGradients",
