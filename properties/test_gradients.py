@@ -109,6 +109,20 @@ def test_backward_is_deterministic_or_within_its_bound(
     _structural("gradient-determinism", kern, case, dev)
 
 
+@fewer(5)
+@given(data=st.data())
+def test_backward_leaves_its_inputs_and_returned_gradients_intact(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # q, k, v, dO and the mask bitwise unchanged by the backward; its dQ, dK, dV bitwise
+    # unchanged by the next backward call (flashcheck.harness.checks.integrity).
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    case = data.draw(case_strategy(kern, dtype), label="case")
+    assume(kern.backward_supports(case, dev) is None)
+    _structural("gradient-integrity", kern, case, dev)
+
+
 def _structural(name, kern, case, dev):
     check = GRADIENT_CHECKS[name]
     res = run_or_fail(kern, case, dev, name, lambda: check(kern, case, dev))

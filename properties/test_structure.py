@@ -1,6 +1,7 @@
 """Structural properties (flashcheck.harness.checks): independence of batch and heads,
 out-of-bounds safety, determinism, invariance under key permutation, the NaN rule, options
-applied, and conformance of flash-class kernels to their declared arithmetic.
+applied, integrity of inputs and results, and conformance of flash-class kernels to their
+declared arithmetic.
 
 A kernel that does not promise bitwise determinism or batch invariance is compared with itself
 within its error bound instead of bit for bit. A draw the check finds nothing to test on
@@ -165,3 +166,13 @@ def test_options_change_the_output_where_they_should(
         families=FINITE,
         with_option=True,
     )
+
+
+@fewer(10)
+@given(data=st.data())
+def test_inputs_and_returned_results_stay_intact(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # q, k, v and the mask bitwise unchanged by the call (NaN payloads included); the O and
+    # LSE it returned bitwise unchanged by the next call on other inputs.
+    _check("integrity", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data)

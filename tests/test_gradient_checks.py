@@ -159,6 +159,25 @@ def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
     assert "**2 results**: 2 PASS" in md and "Incomplete" not in md  # gradient results count
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kernel", "named"),
+    [
+        ("doubles_do", "the backward modified its input dO:"),
+        ("reuses_dq", "the backward returned storage that the next call overwrote: dQ changed"),
+        ("manual", None),
+    ],
+)
+def test_report_on_a_backward_that_breaks_integrity_names_the_tensor(user_dir, kernel, named):
+    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "structural"]
+    out = run_flashcheck([*args, "--kernel", f"user_backward:{kernel}", "--no-render"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == (0 if named is None else 1), text
+    if named is not None:
+        assert named in text and "flashcheck replay" in text, text
+        assert f"structural property gradient-integrity failed: user_backward:{kernel}" in text
+
+
 def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatch):
     """Saving the worst gradient case judges it with the reference the campaign computed: a
     second oracle call in the main process (minutes for a case that needs the strict path)

@@ -108,6 +108,63 @@ def exact_backward(q, k, v, do, *, causal=False, window=None, scale=None, mask=N
     return tuple(g.astype(np.float32) for g in grads)
 
 
+def scales_q_in_place(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Applies the scale to the caller's q in place (``q *= scale``)."""
+    tau = q.shape[-1] ** -0.5 if scale is None else scale
+    q *= q.dtype.type(tau)
+    return _naive(q, k, v, causal=causal, window=window, scale=1.0, mask=mask)
+
+
+_BUFFERS = {}
+
+
+def reuses_its_buffer(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Writes every result into one persistent buffer per shape and returns that buffer."""
+    o, lse = _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+    buf = _BUFFERS.setdefault(("numpy", o.shape, o.dtype), np.empty_like(o))
+    buf[...] = o
+    return buf, lse
+
+
+def torch_scales_q_in_place(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    import torch
+
+    q.mul_(q.shape[-1] ** -0.5 if scale is None else scale)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=1.0)
+
+
+def torch_reuses_lse(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    import torch
+
+    tau = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q.float() @ k.float().transpose(-1, -2)) * tau
+    o = (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+    buf = _BUFFERS.setdefault(("torch", s.shape[:-1]), torch.empty(s.shape[:-1]))
+    buf.copy_(torch.logsumexp(s, -1))
+    return o, buf
+
+
+def torch_good(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    import torch
+
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def scales_do_in_place(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+    """A backward that doubles the caller's dO before using it."""
+    do *= do.dtype.type(2)
+    dq, dk, dv = naive_numpy_backward(q, k, v, do, causal=causal, window=window, scale=scale)
+    return dq / 2, dk / 2, dv / 2
+
+
+def reuses_its_dq(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+    """A backward that writes dQ into one persistent buffer per shape."""
+    dq, dk, dv = naive_numpy_backward(q, k, v, do, causal=causal, window=window, scale=scale)
+    buf = _BUFFERS.setdefault(("dq", dq.shape), np.empty_like(dq))
+    buf[...] = dq
+    return buf, dk, dv
+
+
 # -- one planted kernel per check: FAIL on it, PASS on a correct kernel -----------------------
 NAIVE = resolve("naive-numpy")
 FLASH = resolve("recurrence-fa2")
@@ -120,6 +177,7 @@ PLANTED = {
     "nan-rule": (_planted(nan_to_zero), NAIVE, {"family": "nonfinite", "seed": 0}),
     "options-applied": (_planted(ignores_causal), NAIVE, {"causal": True}),
     "conformance": (_planted(unrounded_p, arithmetic="flash", key_block=16), FLASH, {}),
+    "integrity": (_planted(scales_q_in_place), NAIVE, {}),
 }
 
 
@@ -133,7 +191,8 @@ def test_each_forward_check_fails_on_its_planted_bug_and_passes_a_correct_kernel
 
 
 def test_every_check_has_a_planted_bug_here():
-    assert set(PLANTED) | {"gradient-determinism", "gradient-conformance"} == {
+    gradient = {"gradient-determinism", "gradient-conformance", "gradient-integrity"}
+    assert set(PLANTED) | gradient == {
         *CHECKS,
         *GRADIENT_CHECKS,
     }
@@ -152,6 +211,64 @@ def test_gradient_conformance_fails_on_a_backward_more_accurate_than_flash():
     found = GRADIENT_CHECKS["gradient-conformance"](bad, case, "cpu")
     assert found.status is FAIL, found
     assert GRADIENT_CHECKS["gradient-conformance"](FLASH, case, "cpu").status is PASS
+
+
+TORCH = dict(api="torch", arithmetic="unknown", batch_invariant=False, deterministic=False)
+
+
+@pytest.mark.parametrize(
+    ("kern", "kw", "named"),
+    [
+        (_planted(scales_q_in_place), {}, "modified its input q: 2048 elements changed"),
+        (_planted(reuses_its_buffer), {}, "the next call overwrote: O changed in 2048 elements"),
+        (_planted(torch_scales_q_in_place, **TORCH), {}, "modified its input q: 2048 elements"),
+        (_planted(torch_reuses_lse, **TORCH), {}, "the next call overwrote: LSE changed in 128 "),
+    ],
+    ids=["numpy-q", "numpy-buffer", "torch-q", "torch-lse"],
+)
+def test_integrity_names_the_tensor_that_changed(kern, kw, named):
+    case = _case(hq=4, hk=4, n=16, d=16, **kw)  # q and O: 2 * 4 * 16 * 16 = 2048 elements; LSE 128
+    found = CHECKS["integrity"](kern, case, "cpu")
+    assert found.status is FAIL and named in found.message, found
+    good = NAIVE if kern.api == "numpy" else _planted(torch_good, **TORCH)
+    assert CHECKS["integrity"](good, case, "cpu").status is PASS
+
+
+def test_integrity_compares_raw_bits_of_nan_inputs_and_the_mask():
+    case = _case(mask_density=0.5)
+    q = case.q.copy()
+    q[0, 0, 0, :3] = np.nan
+    case = replace(case, q=q)
+    found = CHECKS["integrity"](NAIVE, case, "cpu")
+    assert found.status is PASS, found
+
+    def flips_nan_signs(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        q[np.isnan(q)] = -q[np.isnan(q)]  # still NaN: only the bits show the change
+        return _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+
+    def clears_the_mask(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        out = _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+        mask[...] = True
+        return out
+
+    found = CHECKS["integrity"](_planted(flips_nan_signs), case, "cpu")
+    assert found.status is FAIL and "modified its input q" in found.message, found
+    found = CHECKS["integrity"](_planted(clears_the_mask), case, "cpu")
+    assert found.status is FAIL and "modified its input mask" in found.message, found
+
+
+@pytest.mark.parametrize(
+    ("backward", "named"),
+    [
+        (scales_do_in_place, "the backward modified its input dO"),
+        (reuses_its_dq, "the backward returned storage that the next call overwrote: dQ"),
+    ],
+)
+def test_gradient_integrity_names_the_tensor_that_changed(backward, named):
+    case = _case()
+    found = GRADIENT_CHECKS["gradient-integrity"](replace(NAIVE, backward=backward), case, "cpu")
+    assert found.status is FAIL and named in found.message, found
+    assert GRADIENT_CHECKS["gradient-integrity"](NAIVE, case, "cpu").status is PASS
 
 
 # -- not applicable: never a pass ------------------------------------------------------------

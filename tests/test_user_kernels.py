@@ -65,6 +65,25 @@ def test_cross_batch_kernel_with_128_multiples_fails_with_a_replayable_case(user
     assert "(same verdict)" in rep.stdout
 
 
+@pytest.mark.parametrize(
+    ("kernel", "named"),
+    [
+        ("scales_q_in_place", "the kernel modified its input q:"),
+        ("reuses_its_buffer", "the kernel returned storage that the next call overwrote: O"),
+    ],
+)
+def test_integrity_bugs_fail_the_suite_with_a_replayable_case(user_dir, kernel, named):
+    args = ["test", f"user_kernels:{kernel}", "--dtype", "fp16", "-k", "intact"]
+    out, _ = _flashcheck(args, user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert f"integrity failed for user_kernels:{kernel}: {named}" in text
+    (saved,) = sorted((user_dir / "reports/cases").glob("*.json"))
+    rep, _ = _flashcheck(["replay", json.loads(saved.read_text())["id"]], user_dir)
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    assert "(same verdict)" in rep.stdout and named in rep.stdout
+
+
 def test_a_kernel_that_kills_the_test_process_is_named(user_dir):
     out, _ = _flashcheck(["test", "user_kernels:kills_its_process", "--dtype", "fp32"], user_dir)
     assert out.returncode not in (0, 2), out.stdout + out.stderr

@@ -30,7 +30,9 @@ from ..core.semantics import as_exact_array
 __all__ = [
     "ALL_DTYPES",
     "CONTRACT_FIELDS",
+    "Before",
     "Kernel",
+    "KernelCall",
     "KernelGradients",
     "KernelOutput",
     "KernelOutputError",
@@ -81,6 +83,20 @@ class KernelGradients:
     dk: np.ndarray
     dv: np.ndarray
     dtype: str
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One call of a kernel as it happened: ``args``, the arrays it was handed by name (``q``,
+    ``k``, ``v``, and ``mask`` or ``do`` where passed; the very numpy arrays or device tensors
+    the kernel received), and ``result``, what it returned, unconverted (the integrity check
+    compares both bitwise with snapshots)."""
+
+    args: dict[str, Any]
+    result: Any
+
+
+Before = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True, repr=False)
@@ -248,6 +264,14 @@ class Kernel:
     def run_backward(self, case: Case, device: str = "cpu") -> KernelGradients:
         """The kernel's ``dQ``, ``dK``, ``dV`` for the case's upstream gradient
         (:meth:`Case.grad_output`), copied exactly to float64."""
+        return self.gradients(case, self.call_backward(case, device))
+
+    def call_backward(
+        self, case: Case, device: str = "cpu", before: Before | None = None
+    ) -> KernelCall:
+        """Call the kernel's backward on ``case`` and its ``dO``: a :class:`KernelCall` whose
+        ``args`` are ``q``, ``k``, ``v``, ``do`` (and ``mask``) as handed over. ``before``, if
+        given, is called with those ``args`` just before the kernel runs."""
         if self.backward is None:
             raise ValueError(f"{self.name} declares no backward (Kernel.backward is None)")
         opts = self._options(case)
@@ -258,32 +282,42 @@ class Kernel:
                     f"{self.name}: a numpy kernel needs a backward function; torch autograd "
                     "only differentiates torch kernels"
                 )
+            args = _named(case.q, case.k, case.v, opts, do=do)
+            _notify(before, args)
             with _ieee_quiet():
                 res = self.backward(case.q, case.k, case.v, do, **opts)
-        else:
-            import torch
+            return KernelCall(args, res)
+        import torch
 
-            q, k, v = (t.requires_grad_(True) for t in case.to_torch(device))
-            do_t = case.tensor(do, device)
-            if "mask" in opts:
-                opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
-            with torch.enable_grad(), _ieee_quiet():
-                if callable(self.backward):
-                    res = self.backward(q.detach(), k.detach(), v.detach(), do_t, **opts)
-                else:
-                    out = self.fn(q, k, v, **opts)
-                    o = out[0] if isinstance(out, tuple | list) else out
-                    if not getattr(o, "requires_grad", False):
-                        raise KernelOutputError(
-                            f"{self.name}'s O does not depend on q, k, v through torch "
-                            "autograd: declare backward=None, or pass a backward function"
-                        )
-                    res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t, allow_unused=True)
-                    # An input O does not depend on has gradient 0 (judged as such).
-                    res = [
-                        torch.zeros_like(x) if g is None else g
-                        for g, x in zip(res, (q, k, v), strict=True)
-                    ]
+        q, k, v = (t.requires_grad_(True) for t in case.to_torch(device))
+        do_t = case.tensor(do, device)
+        if "mask" in opts:
+            opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
+        # A function backward gets detached views: the same storage as q, k, v.
+        args = _named(q.detach(), k.detach(), v.detach(), opts, do=do_t)
+        _notify(before, args)
+        with torch.enable_grad(), _ieee_quiet():
+            if callable(self.backward):
+                res = self.backward(args["q"], args["k"], args["v"], do_t, **opts)
+            else:
+                out = self.fn(q, k, v, **opts)
+                o = out[0] if isinstance(out, tuple | list) else out
+                if not getattr(o, "requires_grad", False):
+                    raise KernelOutputError(
+                        f"{self.name}'s O does not depend on q, k, v through torch "
+                        "autograd: declare backward=None, or pass a backward function"
+                    )
+                res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t, allow_unused=True)
+                # An input O does not depend on has gradient 0 (judged as such).
+                res = [
+                    torch.zeros_like(x) if g is None else g
+                    for g, x in zip(res, (q, k, v), strict=True)
+                ]
+        return KernelCall(args, res)
+
+    def gradients(self, case: Case, call: KernelCall) -> KernelGradients:
+        """A backward call's ``(dQ, dK, dV)`` checked and copied exactly to float64."""
+        res = call.result
         if not isinstance(res, tuple | list) or len(res) != 3:
             raise KernelOutputError(f"{self.name}'s backward must return (dQ, dK, dV)")
         grads = []
@@ -305,9 +339,22 @@ class Kernel:
         ``inputs``: ``(q, k, v)`` to pass instead of the case's own arrays (same values, e.g.
         views into padded buffers); numpy arrays or tensors on ``device`` according to ``api``.
         """
+        return self.output(case, self.call(case, device, inputs))
+
+    def call(
+        self,
+        case: Case,
+        device: str = "cpu",
+        inputs: tuple | None = None,
+        before: Before | None = None,
+    ) -> KernelCall:
+        """Call the kernel on ``case`` (``inputs`` as in :meth:`run`): a :class:`KernelCall`
+        whose ``args`` are ``q``, ``k``, ``v`` (and ``mask``) as handed over. ``before``, if
+        given, is called with those ``args`` just before the kernel runs."""
         opts = self._options(case)
         if self.api == "numpy":
             q, k, v = inputs if inputs is not None else (case.q, case.k, case.v)
+            _notify(before, _named(q, k, v, opts))
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
             # (the NaN-rule and bound properties look at them), not warnings to raise.
             with _ieee_quiet():
@@ -318,8 +365,14 @@ class Kernel:
             q, k, v = inputs if inputs is not None else case.to_torch(device)
             if "mask" in opts:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
+            _notify(before, _named(q, k, v, opts))
             with torch.no_grad(), _ieee_quiet():  # the Triton interpreter runs numpy
                 res = self.fn(q, k, v, **opts)
+        return KernelCall(_named(q, k, v, opts), res)
+
+    def output(self, case: Case, call: KernelCall) -> KernelOutput:
+        """A forward call's ``O`` (and ``LSE``) checked and copied exactly to float64."""
+        res = call.result
         o, lse = (res if isinstance(res, tuple | list) else (res, None))[:2]
         try:
             o64, fmt = as_exact_array(o, "kernel output")
@@ -334,6 +387,19 @@ class Kernel:
                 f"{self.name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
             )
         return KernelOutput(o64, lse64, fmt.name)
+
+
+def _named(q: Any, k: Any, v: Any, opts: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The arrays of one call by name: ``q``, ``k``, ``v``, the ``mask`` if passed, ``more``."""
+    args = {"q": q, "k": k, "v": v, **more}
+    if opts.get("mask") is not None:
+        args["mask"] = opts["mask"]
+    return args
+
+
+def _notify(before: Before | None, args: dict[str, Any]) -> None:
+    if before is not None:
+        before(args)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,9 @@ and stable words (CRC-32), so a plan is the same on every run and machine. The p
   (the RMSE table);
 - ``structural``: per kernel and dtype, the structural properties of
   :mod:`flashcheck.harness.checks.structural` (batch/head independence, padded buffers,
-  determinism, key permutation, the NaN rule, options applied) on a few cases each;
+  determinism, key permutation, the NaN rule, options applied), conformance and integrity
+  (:mod:`flashcheck.harness.checks.integrity`; the gradient variant on kernels with a
+  backward) on a few cases each;
 - ``gradients``: for kernels with a backward, dQ, dK and dV on the scenarios of
   :data:`~flashcheck.harness.campaign.plan.GRADIENT_SCENARIOS` (masked rows, off-grid lengths,
   huge logits, ties, windows; two batches of four query heads on two kv heads), judged against
@@ -49,6 +51,7 @@ from ..cases.families import (
     magnitudes,
     make_case,
 )
+from ..checks.registry import GRADIENT_CHECKS
 
 __all__ = [
     "GRADIENT_SCENARIOS",
@@ -148,6 +151,16 @@ class Item:
     def key(self, kernel: str) -> str:
         blob = json.dumps([self.part, self.tag, kernel, asdict(self.recipe)], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def check(self) -> str | None:
+        """The structural check a ``structural`` item runs (``None`` in other parts)."""
+        return self.tag.split("/")[0] if self.part == "structural" else None
+
+    @property
+    def backward(self) -> bool:
+        """Whether the item calls the kernels' backward: it runs on kernels that have one."""
+        return self.part == "gradients" or self.check in GRADIENT_CHECKS
 
     def cost(self) -> float:
         r = self.recipe
@@ -263,6 +276,10 @@ STRUCTURAL = {
     # Flash-class kernels against the emulated arithmetic of their class, within one key block
     # (Nk <= 16); NOT-APPLICABLE (recorded as SKIP) for every other class.
     "conformance": "randn",
+    # Inputs (the mask among them) bitwise unchanged by a call, results by the next call; the
+    # gradient variant runs for kernels with a backward.
+    "integrity": "randn",
+    "gradient-integrity": "randn",
 }
 CONFORMANCE_KEYS = (16, 9)  # one key block, aligned and ragged
 
@@ -288,6 +305,8 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
                 # Every option at once; the check takes each away in turn (those a kernel does
                 # not take are dropped when the case is fitted to it).
                 opts = {"causal": True, "window": (8, None), "scale": 0.5}
+            elif name == "integrity" and i % 2 == 0:
+                opts = {"mask_density": 0.5}  # an explicit mask: one more input to keep intact
             elif name != "key-permutation":
                 opts = {"causal": bool(rng.random() < 0.5)}
             # Four query heads on two key/value heads: a wrong group mapping shows.

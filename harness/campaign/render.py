@@ -54,7 +54,9 @@ _VERDICTS = (
 _STRUCTURAL = (
     "Each kernel compared with itself: a (batch, head) slice alone vs the batched call, "
     "inputs inside NaN-padded buffers, two runs, permuted keys, NaN inputs, and each option "
-    "(causal, window, scale) changing the output where it changes the exact answer. "
+    "(causal, window, scale) changing the output where it changes the exact answer; "
+    "integrity: inputs (and dO) bitwise unchanged by a call, a returned result bitwise "
+    "unchanged by the next call. "
     "Bitwise where the kernel declares determinism / batch invariance, else within twice "
     "its bound (docs/properties.md)."
 )

@@ -255,12 +255,14 @@ class Campaign:
         adapter = self.kernels[spec]
         recipe = fit_recipe(item.recipe, adapter)
         case = make_case(recipe)
-        why = adapter.supports(case, self.devices[spec])
+        contract = adapter.backward_supports if item.backward else adapter.supports
+        why = contract(case, self.devices[spec])
         if why is None and name == "batch-head-independence" and not adapter.batched:
             why = "the kernel takes one (batch, head) slice per call"
         if why is None:
             b, hq = case.shape[:2]
-            calls = 1 + b * hq if name == "batch-head-independence" else 4
+            # A backward has twice a forward's time limit.
+            calls = (1 + b * hq if name == "batch-head-independence" else 4) * (1 + item.backward)
             kref = KernelRef.of(adapter, spec)
             why = self.executor.check(name, kref, case, self.devices[spec], calls)
         return _Group(recipe, case, None, {spec: why}, check=name)
@@ -369,7 +371,7 @@ class Campaign:
         backward = [s for s in specs if self.kernels[s].backward is not None]
         grads = [it for dt in self.dtypes for it in gradient_items(self.preset, dt, self.seed)]
         grads = grads if backward and "gradients" in self.parts else []
-        return [(it, specs) for it in items + checks] + [(it, backward) for it in grads]
+        return [(it, backward if it.backward else specs) for it in items + checks + grads]
 
     def run(self) -> None:
         """Run every part not yet on file: the fixed parts, then the search."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
 from .conformance import conformance, gradient_conformance
+from .integrity import gradient_integrity, integrity
 from .structural import (
     StructuralResult,
     batch_head_independence,
@@ -35,10 +36,12 @@ CHECKS: dict[str, Check] = {
     "nan-rule": nan_rule,
     "conformance": conformance,
     "options-applied": options_applied,
+    "integrity": integrity,
 }
 GRADIENT_CHECKS: dict[str, Check] = {
     "gradient-determinism": gradient_determinism,
     "gradient-conformance": gradient_conformance,
+    "gradient-integrity": gradient_integrity,
 }
 
 

@@ -18,7 +18,8 @@ and the campaign re-run exactly the check a saved case failed.
 
 A check that has nothing to test on a case (one (batch, head) slice, no option set, a mask
 that a key permutation would move) says so: NOT-APPLICABLE is never a pass. The checks against
-the emulated arithmetic of a kernel's class are in :mod:`flashcheck.harness.checks.conformance`.
+the emulated arithmetic of a kernel's class are in :mod:`flashcheck.harness.checks.conformance`;
+the integrity of inputs and returned results in :mod:`flashcheck.harness.checks.integrity`.
 """
 
 from __future__ import annotations

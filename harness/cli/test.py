@@ -75,8 +75,9 @@ def add_test(sub) -> None:
         usage="flashcheck test SPEC [--profile P] [--dtype D] [--device D] [pytest options]",
         description="Run flashcheck's Hypothesis property suite against SPEC: accuracy against "
         "the mpmath oracle with a-priori error bounds and the empirical rule, batch/head "
-        "independence, padded buffers, determinism, key permutation, the NaN rule and the "
-        "pinned regression cases, every input drawn inside the kernel's contract (declared "
+        "independence, padded buffers, determinism, key permutation, the NaN rule, the "
+        "integrity of inputs and returned results, and the pinned regression cases, every "
+        "input drawn inside the kernel's contract (declared "
         "with flashcheck.kernel(...), or probed). SPEC is a built-in name, 'builtin' (the "
         "project's own kernels), an entry point of group flashcheck.kernels, or "
         "package.module:function (the current directory is searched first). Options it does "

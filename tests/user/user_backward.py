@@ -81,3 +81,25 @@ flash_no_lse = flashcheck.kernel(
     backward=_backward,
     backward_arithmetic="flash",
 )
+
+
+def _doubles_do(q, k, v, do, *, causal=False, scale=None):
+    """Bug: doubles the caller's dO in place and halves the gradients back."""
+    do.mul_(2)
+    return tuple(g / 2 for g in _backward(q, k, v, do, causal=causal, scale=scale))
+
+
+_DQ_BUFFERS = {}
+
+
+def _reuses_dq(q, k, v, do, *, causal=False, scale=None):
+    """Bug: writes dQ into one persistent buffer per shape and returns that buffer."""
+    dq, dk, dv = _backward(q, k, v, do, causal=causal, scale=scale)
+    key = (tuple(dq.shape), dq.dtype, dq.device)
+    if key not in _DQ_BUFFERS:
+        _DQ_BUFFERS[key] = torch.empty_like(dq)
+    return _DQ_BUFFERS[key].copy_(dq), dk, dv
+
+
+doubles_do = flashcheck.kernel(_forward, name="doubles_do", backward=_doubles_do)
+reuses_dq = flashcheck.kernel(_forward, name="reuses_dq", backward=_reuses_dq)

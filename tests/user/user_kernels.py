@@ -151,3 +151,23 @@ def kills_its_process(q, k, v, *, causal=False, scale=None):
     if q.shape[2] == 64:
         os._exit(3)
     return textbook(q, k, v, causal=causal, scale=scale)
+
+
+def scales_q_in_place(q, k, v, *, causal=False, scale=None):
+    """Bug: applies the scale to the caller's q in place (``q.mul_(scale)``) and attends with
+    scale 1: its output is right, the caller's q is not."""
+    q.mul_(q.shape[-1] ** -0.5 if scale is None else scale)
+    return textbook(q, k, v, causal=causal, scale=1.0)
+
+
+_BUFFERS = {}
+
+
+def reuses_its_buffer(q, k, v, *, causal=False, scale=None):
+    """Bug: writes every result into one persistent buffer per shape and returns that buffer:
+    each call is right, but the caller's previous result changes on the next call."""
+    o = textbook(q, k, v, causal=causal, scale=scale)
+    key = (tuple(o.shape), o.dtype, o.device)
+    if key not in _BUFFERS:
+        _BUFFERS[key] = torch.empty_like(o)
+    return _BUFFERS[key].copy_(o)
