@@ -126,3 +126,16 @@ def test_a_missing_triton_is_a_one_line_usage_error(user_dir):
         "flashcheck report: error: triton cannot run here: Triton is not installed "
         "(pip install triton)"
     )
+
+
+def test_nan_to_num_kernel_names_the_declaration_and_passes_declared(user_dir):
+    """nan_to_num on the probabilities breaks the NaN rule: exit 1 naming the declaration that
+    accepts it; with --nan-inputs any the finding is a convention, exit 0."""
+    args = ["report", "--preset", "smoke", "--dtype", "fp16", "--kernel", "user_kernels:nan_to_num"]
+    args += ["--timeout", "5", "--no-render"]
+    out = run_flashcheck(args, user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert 'declare nan_inputs="any" in flashcheck.kernel, or --nan-inputs any' in text, text
+    out = run_flashcheck([*args, "--nan-inputs", "any", "--fresh"], user_dir)
+    assert out.returncode == 0, out.stdout + out.stderr

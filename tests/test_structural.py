@@ -18,6 +18,7 @@ from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.checks.registry import CHECKS, GRADIENT_CHECKS, check_target
 from flashcheck.harness.checks.structural import StructuralResult
 from flashcheck.harness.core.status import Status
+from flashcheck.harness.judging.verdict import CONVENTION
 from flashcheck.kernels.naive import naive_numpy, naive_numpy_backward
 from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
 
@@ -196,6 +197,38 @@ def test_every_check_has_a_planted_bug_here():
         *CHECKS,
         *GRADIENT_CHECKS,
     }
+
+
+def nan_everywhere(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """NaN for every output, finite inputs included."""
+    o, _ = _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+    return np.full_like(o, np.nan)
+
+
+def test_nan_rule_names_the_declaration_and_accepts_it_as_a_convention():
+    case = _case(family="nonfinite", seed=0)
+    found = CHECKS["nan-rule"](_planted(nan_to_zero), case, "cpu")
+    assert found.status is FAIL
+    assert found.message.startswith("a NaN input did not reach O")
+    assert 'declare nan_inputs="any" in flashcheck.kernel, or --nan-inputs any' in found.message
+    declared = CHECKS["nan-rule"](_planted(nan_to_zero, nan_inputs="any"), case, "cpu")
+    assert declared.status is PASS
+    assert declared.message.startswith(
+        f'{CONVENTION}NaN inputs give finite outputs (declared nan_inputs="any")'
+    )
+
+
+def test_nan_rule_fails_nan_from_finite_inputs_whatever_the_declaration():
+    for policy in ("propagate", "any"):
+        found = CHECKS["nan-rule"](_planted(nan_everywhere, nan_inputs=policy), _case(), "cpu")
+        assert found.status is FAIL, policy
+        assert found.message.startswith("NaN/Inf leaked into"), found
+
+
+def test_nan_inputs_is_validated_with_the_choices_named():
+    assert flashcheck.kernel(_naive, api="numpy").nan_inputs == "propagate"
+    with pytest.raises(ValueError, match=r"nan_inputs must be one of \('propagate', 'any'\)"):
+        flashcheck.kernel(_naive, api="numpy", nan_inputs="ignore")
 
 
 def test_gradient_determinism_fails_on_a_noisy_backward():

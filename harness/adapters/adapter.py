@@ -30,6 +30,7 @@ from ..core.semantics import as_exact_array
 __all__ = [
     "ALL_DTYPES",
     "CONTRACT_FIELDS",
+    "NAN_POLICIES",
     "Before",
     "Kernel",
     "KernelCall",
@@ -42,6 +43,9 @@ __all__ = [
 
 ALL_DTYPES = ("fp16", "bf16", "fp32")
 ALL_MASKS = frozenset({"causal", "window", "mask"})
+# What a kernel promises for outputs a NaN input is involved in: NaN ("propagate", the
+# contract) or any value ("any": e.g. nan_to_num on the probabilities, reported as a convention).
+NAN_POLICIES = ("propagate", "any")
 FP32_SCORES = 1e37  # fp32 score accumulators: |scale·q·k| and its partial sums stay finite
 # The contract fields a probe can discover (everything else is declared or defaulted).
 CONTRACT_FIELDS = (
@@ -156,6 +160,7 @@ class Kernel:
     backward: Callable[..., Any] | str | None = None
     backward_arithmetic: str = "unknown"
     backward_score_limit: float | None = None
+    nan_inputs: str = "propagate"
     unsupported: tuple[tuple[str, str], ...] = ()
     pending: frozenset[str] = frozenset()
 

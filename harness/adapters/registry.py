@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..judging.bounds import ARITHMETIC_CLASSES
-from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, Kernel
+from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
 from .builtin import project_kernels
 from .library import library_kernels
 
@@ -116,6 +116,7 @@ def kernel(
     backward: Callable[..., Any] | str | None = None,
     backward_arithmetic: str = "unknown",
     backward_score_limit: float | None = None,
+    nan_inputs: str = "propagate",
 ) -> Any:
     """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
     mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
@@ -148,6 +149,10 @@ def kernel(
         backward_arithmetic: the class whose gradient bounds apply (``naive``, ``flash``,
             ``flash-fa1``, ``tf32`` or ``unknown``, the loosest: docs/error-bounds.md §11).
         backward_score_limit: the largest ``scale·Σ|q||k|`` the backward is specified for.
+        nan_inputs: ``"propagate"`` (every output a NaN input is involved in is NaN) or
+            ``"any"`` (finite outputs there are accepted as a convention, e.g.
+            ``nan_to_num`` on the probabilities); finite inputs must give finite outputs
+            either way.
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
@@ -178,6 +183,11 @@ def kernel(
     if backward_arithmetic not in ARITHMETIC_CLASSES:
         raise ValueError(
             f"backward_arithmetic must be one of {ARITHMETIC_CLASSES}, got {backward_arithmetic!r}"
+        )
+    if nan_inputs not in NAN_POLICIES:
+        raise ValueError(
+            f"nan_inputs must be one of {NAN_POLICIES} ('any' accepts finite outputs where a "
+            f"NaN input is involved), got {nan_inputs!r}"
         )
     opts = accepted_options(fn)
     # Until a probe narrows them, the masks are those the signature can take at all.
@@ -223,6 +233,7 @@ def kernel(
         backward=backward,
         backward_arithmetic=backward_arithmetic,
         backward_score_limit=backward_score_limit,
+        nan_inputs=nan_inputs,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         **{"masks": undeclared_masks, **declared},
     )

@@ -82,6 +82,7 @@ class ReportOptions:
     fail_on: str = "fail-hard"
     streak: int = STREAK
     arithmetic: str | None = None
+    nan_inputs: str | None = None  # the NaN policy of --kernel functions declaring none
     workers: int | None = None  # reference processes (default: one per core)
     kernel_workers: int | None = None  # isolated kernel workers (default: one per GPU or core)
     executor: str = "local"  # or "ray"
@@ -222,6 +223,11 @@ def _setup(opts: ReportOptions) -> _Setup:
     if opts.arithmetic is not None:
         declared = {
             s: k if k.arithmetic != "unknown" else replace(k, arithmetic=opts.arithmetic)
+            for s, k in declared.items()
+        }
+    if opts.nan_inputs is not None:
+        declared = {
+            s: k if k.nan_inputs != "propagate" else replace(k, nan_inputs=opts.nan_inputs)
             for s, k in declared.items()
         }
     unknown = [x for x in opts.parts if x not in PARTS]

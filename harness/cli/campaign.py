@@ -30,6 +30,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         fail_on=args.fail_on,
         streak=args.stop_after,
         arithmetic=args.arithmetic,
+        nan_inputs=args.nan_inputs,
         workers=args.workers,
         kernel_workers=args.kernel_workers,
         executor=args.executor,
@@ -200,6 +201,13 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
         help="declare the arithmetic class of the --kernel functions that do not "
         "declare one, so that class's error bounds apply (default: unknown, the "
         "loosest bound of every class)",
+    )
+    p.add_argument(
+        "--nan-inputs",
+        choices=("propagate", "any"),
+        help="declare the NaN policy of the --kernel functions: 'any' accepts finite outputs "
+        "where a NaN input is involved (e.g. nan_to_num on the probabilities) as a convention, "
+        "not a failure (default: what each kernel declares, else propagate)",
     )
     p.add_argument(
         "--workers",

@@ -171,3 +171,14 @@ def reuses_its_buffer(q, k, v, *, causal=False, scale=None):
     if key not in _BUFFERS:
         _BUFFERS[key] = torch.empty_like(o)
     return _BUFFERS[key].copy_(o)
+
+
+def nan_to_num(q, k, v, *, causal=False, scale=None):
+    """Correct on finite inputs, but maps NaN probabilities to 0 (a common idiom for fully
+    masked rows): a NaN input does not reach the outputs it is involved in."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    s = (q.float() @ k.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
+    return (torch.softmax(s, dim=-1).nan_to_num(0) @ v).to(q.dtype)
