@@ -132,6 +132,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="device for kernels that run on several (default: cuda if available)",
     )
     group.addoption(
+        "--flashcheck-nan-inputs",
+        dest="flashcheck_nan_inputs",
+        choices=("propagate", "any"),
+        help="NaN policy of kernels declaring none: 'any' accepts finite outputs where a NaN "
+        "input is involved as a convention (default: propagate)",
+    )
+    group.addoption(
         "--flashcheck-profile",
         dest="flashcheck_profile",
         choices=PROFILES,
@@ -217,14 +224,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("--flashcheck-device cuda: torch sees no CUDA device here")
-    config.stash[_KERNELS] = _resolve_all(specs, device, config.getoption("flashcheck_dtypes"))
+    config.stash[_KERNELS] = _resolve_all(
+        specs,
+        device,
+        config.getoption("flashcheck_dtypes"),
+        config.getoption("flashcheck_nan_inputs"),
+    )
 
 
-def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dict[str, Any]:
+def _resolve_all(
+    specs: list[str], device: str, dtypes: list[str] | None, nan_inputs: str | None = None
+) -> dict[str, Any]:
     """The kernels under test with their contracts; a kernel that cannot run on this machine
     at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
     a separate process with a time limit: a kernel that hangs or kills its process on a probe
     input is then reported as such, not a silent end of the test session."""
+    from dataclasses import replace
     from functools import partial
 
     from ..harness.adapters.probe import resolved
@@ -238,6 +253,8 @@ def _resolve_all(specs: list[str], device: str, dtypes: list[str] | None) -> dic
                 kern = resolve(spec)
             except ValueError as err:
                 raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+            if nan_inputs is not None and kern.nan_inputs == "propagate":
+                kern = replace(kern, nan_inputs=nan_inputs)
             dev = kernel_device(kern, device)
             if not kern.pending:
                 try:

@@ -139,3 +139,15 @@ def test_nan_to_num_kernel_names_the_declaration_and_passes_declared(user_dir):
     assert 'declare nan_inputs="any" in flashcheck.kernel, or --nan-inputs any' in text, text
     out = run_flashcheck([*args, "--nan-inputs", "any", "--fresh"], user_dir)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_flashcheck_test_takes_the_nan_policy(user_dir):
+    """`flashcheck test --nan-inputs any` accepts the nan_to_num kernel's NaN property."""
+    args = ["test", "user_kernels:nan_to_num", "--dtype", "fp16"]
+    only = ["--", "-k", "nan_inputs_propagate", "-p", "no:cacheprovider"]
+    out = run_flashcheck([*args, *only], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert 'declare nan_inputs="any"' in text, text
+    out = run_flashcheck([*args, "--nan-inputs", "any", *only], user_dir)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -43,6 +43,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-dtype", dt]
     if args.device:
         argv += ["--flashcheck-device", args.device]
+    if args.nan_inputs:
+        argv += ["--flashcheck-nan-inputs", args.nan_inputs]
     argv += extra[1:] if extra[:1] == ["--"] else extra
     # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
     # (from inside this process it would warn that the package is already imported).
@@ -105,5 +107,11 @@ def add_test(sub) -> None:
         choices=("cpu", "cuda"),
         default=None,
         help="device (default: cuda if available and the kernel runs there)",
+    )
+    t.add_argument(
+        "--nan-inputs",
+        choices=("propagate", "any"),
+        help="NaN policy of a kernel declaring none: 'any' accepts finite outputs where a NaN "
+        "input is involved as a convention (default: propagate)",
     )
     t.set_defaults(func=_cmd_test, passthrough=True)
