@@ -7,6 +7,8 @@
   off every power-of-two block grid, and grouped-query heads (dK, dV summed over a group);
 - determinism of the backward: bitwise for a kernel declared deterministic, else within twice
   the gradient bound;
+- the same gradients whatever the memory layout of dO (strided, expanded with stride 0);
+- inputs and dO left intact, returned gradients not overwritten by the next call;
 - conformance of a flash-class backward to its declared roundings within one block.
 
 A kernel without a backward is skipped with that reason.
@@ -121,6 +123,20 @@ def test_backward_leaves_its_inputs_and_returned_gradients_intact(
     case = data.draw(case_strategy(kern, dtype), label="case")
     assume(kern.backward_supports(case, dev) is None)
     _structural("gradient-integrity", kern, case, dev)
+
+
+@fewer(5)
+@given(data=st.data())
+def test_backward_gives_the_same_gradients_whatever_the_layout_of_do(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # dO handed over as a strided view into a NaN-filled buffer and as one row expanded with
+    # stride 0 (autograd's gradient of O.sum()), against the same values contiguous.
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    _needs_backward(kern)
+    case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
+    assume(kern.backward_supports(case, dev) is None)
+    _structural("gradient-do-layouts", kern, case, dev)
 
 
 def _structural(name, kern, case, dev):

@@ -4,6 +4,7 @@ a correct one passes, each planted backward bug is named, a failure replays."""
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,44 @@ def test_explicit_do_changes_the_gradients(ub):
         flashcheck.check_gradients(ub.manual, q, k, v, do=do.astype(np.float32))
 
 
+def test_do_layouts_hand_the_same_values_in_the_named_layout():
+    import torch
+
+    q, k, v = _inputs(b=2, hq=2, hk=1, nq=5, nk=7, d=8)
+    case = Case.from_arrays(q, k, v)
+    strided = replace(case, do_layout="strided")
+    for api in ("numpy", "torch"):
+        x = strided.grad_output_as(api)
+        y = x.numpy() if api == "torch" else x
+        assert not (x.is_contiguous() if api == "torch" else x.flags.c_contiguous)
+        np.testing.assert_array_equal(y, case.grad_output())
+    expanded = replace(case, do_layout="expanded")
+    t = expanded.grad_output_as("torch")
+    assert t.stride()[:3] == (0, 0, 0) and isinstance(t, torch.Tensor)
+    assert np.broadcast_to(case.grad_output()[:1, :1, :1], t.shape).tolist() == t.tolist()
+    assert expanded.grad_output_as("numpy").strides[:3] == (0, 0, 0)
+    with pytest.raises(ValueError, match="do_layout must be one of"):
+        replace(case, do_layout="transposed")
+    with pytest.raises(ValueError, match="rows are all equal"):
+        replace(case, do=case.grad_output(), do_layout="expanded")
+
+
+def test_check_gradients_hands_do_in_the_layout_asked_and_replays_it(ub, tmp_path):
+    q, k, v = _inputs()
+    for layout in ("strided", "expanded"):
+        res = flashcheck.check_gradients(ub.manual, q, k, v, do_layout=layout, save="never")
+        assert res.passed, str(res)
+    res = flashcheck.check_gradients(
+        ub.assumes_contiguous_do, q, k, v, do_layout="strided", case_dir=tmp_path
+    )
+    assert res.verdict == "FAIL-HARD" and "dO strided" in str(res)
+    _, verdict, _ = replay(
+        res.case_id, directory=tmp_path, kernel=ub.assumes_contiguous_do, echo=lambda *_: None
+    )
+    assert verdict == "FAIL-HARD"
+    assert flashcheck.check_gradients(ub.assumes_contiguous_do, q, k, v, save="never").passed
+
+
 @pytest.fixture
 def user_dir(tmp_path):
     shutil.copy(HERE / "user_backward.py", tmp_path / "user_backward.py")
@@ -161,21 +200,32 @@ def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kernel", "named"),
+    ("kernel", "check", "named"),
     [
-        ("doubles_do", "the backward modified its input dO:"),
-        ("reuses_dq", "the backward returned storage that the next call overwrote: dQ changed"),
-        ("manual", None),
+        ("doubles_do", "gradient-integrity", "the backward modified its input dO:"),
+        (
+            "reuses_dq",
+            "gradient-integrity",
+            "the backward returned storage that the next call overwrote: dQ changed",
+        ),
+        (
+            "assumes_contiguous_do",
+            "gradient-do-layouts",
+            "with dO as a strided view into a larger buffer, dQ is NaN in",
+        ),
+        ("manual", None, None),
     ],
 )
-def test_report_on_a_backward_that_breaks_integrity_names_the_tensor(user_dir, kernel, named):
+def test_report_on_a_backward_that_breaks_integrity_names_the_tensor(
+    user_dir, kernel, check, named
+):
     args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "structural"]
     out = run_flashcheck([*args, "--kernel", f"user_backward:{kernel}", "--no-render"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == (0 if named is None else 1), text
     if named is not None:
         assert named in text and "flashcheck replay" in text, text
-        assert f"structural property gradient-integrity failed: user_backward:{kernel}" in text
+        assert f"structural property {check} failed: user_backward:{kernel}" in text
 
 
 def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatch):

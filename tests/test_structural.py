@@ -166,6 +166,13 @@ def reuses_its_dq(q, k, v, do, *, causal=False, window=None, scale=None, mask=No
     return buf, dk, dv
 
 
+def reads_do_as_contiguous(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+    """A backward that reads dO's memory with the strides of a contiguous array."""
+    strides = tuple(int(np.prod(do.shape[i + 1 :])) * do.itemsize for i in range(do.ndim))
+    flat = np.lib.stride_tricks.as_strided(do, do.shape, strides, writeable=False)
+    return naive_numpy_backward(q, k, v, flat, causal=causal, window=window, scale=scale)
+
+
 # -- one planted kernel per check: FAIL on it, PASS on a correct kernel -----------------------
 NAIVE = resolve("naive-numpy")
 FLASH = resolve("recurrence-fa2")
@@ -192,7 +199,12 @@ def test_each_forward_check_fails_on_its_planted_bug_and_passes_a_correct_kernel
 
 
 def test_every_check_has_a_planted_bug_here():
-    gradient = {"gradient-determinism", "gradient-conformance", "gradient-integrity"}
+    gradient = {
+        "gradient-determinism",
+        "gradient-conformance",
+        "gradient-integrity",
+        "gradient-do-layouts",
+    }
     assert set(PLANTED) | gradient == {
         *CHECKS,
         *GRADIENT_CHECKS,
@@ -244,6 +256,16 @@ def test_gradient_conformance_fails_on_a_backward_more_accurate_than_flash():
     found = GRADIENT_CHECKS["gradient-conformance"](bad, case, "cpu")
     assert found.status is FAIL, found
     assert GRADIENT_CHECKS["gradient-conformance"](FLASH, case, "cpu").status is PASS
+
+
+def test_gradient_do_layouts_fails_on_a_backward_that_assumes_a_contiguous_do():
+    bad = replace(NAIVE, name="contiguous-do", backward=reads_do_as_contiguous)
+    case = _case()
+    found = GRADIENT_CHECKS["gradient-do-layouts"](bad, case, "cpu")
+    assert found.status is FAIL, found
+    assert found.message.startswith("with dO as a strided view into a larger buffer, dQ is NaN")
+    good = GRADIENT_CHECKS["gradient-do-layouts"](NAIVE, case, "cpu")
+    assert good.status is PASS and "dO strided and expanded" in good.message, good
 
 
 TORCH = dict(api="torch", arithmetic="unknown", batch_invariant=False, deterministic=False)

@@ -280,13 +280,13 @@ class Kernel:
         if self.backward is None:
             raise ValueError(f"{self.name} declares no backward (Kernel.backward is None)")
         opts = self._options(case)
-        do = case.grad_output()
         if self.api == "numpy":
             if not callable(self.backward):
                 raise ValueError(
                     f"{self.name}: a numpy kernel needs a backward function; torch autograd "
                     "only differentiates torch kernels"
                 )
+            do = case.grad_output_as("numpy")
             args = _named(case.q, case.k, case.v, opts, do=do)
             _notify(before, args)
             with _ieee_quiet():
@@ -295,7 +295,7 @@ class Kernel:
         import torch
 
         q, k, v = (t.requires_grad_(True) for t in case.to_torch(device))
-        do_t = case.tensor(do, device)
+        do_t = case.grad_output_as("torch", device)
         if "mask" in opts:
             opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
         # A function backward gets detached views: the same storage as q, k, v.

@@ -280,6 +280,8 @@ STRUCTURAL = {
     # gradient variant runs for kernels with a backward.
     "integrity": "randn",
     "gradient-integrity": "randn",
+    # The backward's gradients the same with dO strided or expanded as with dO contiguous.
+    "gradient-do-layouts": "randn",
 }
 CONFORMANCE_KEYS = (16, 9)  # one key block, aligned and ragged
 

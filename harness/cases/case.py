@@ -19,7 +19,7 @@ import numpy as np
 from ..core.formats import Format, format_of
 from ..core.semantics import AttentionProblem, make_problem
 
-__all__ = ["DTYPES", "Case"]
+__all__ = ["DO_LAYOUTS", "DTYPES", "Case"]
 
 DTYPES: dict[str, np.dtype] = {
     "fp16": np.dtype(np.float16),
@@ -27,6 +27,10 @@ DTYPES: dict[str, np.dtype] = {
     "fp32": np.dtype(np.float32),
 }
 _BITS = {"fp16": np.uint16, "bf16": np.uint16, "fp32": np.uint32}
+# How a gradient check hands ``dO`` to a backward: a fresh contiguous array; a view into a larger
+# NaN-filled buffer (a backward that assumes contiguous strides reads the padding); one row of
+# ``dv`` values broadcast with zero strides, as autograd hands over the gradient of ``O.sum()``.
+DO_LAYOUTS = ("contiguous", "strided", "expanded")
 
 
 @dataclass
@@ -37,7 +41,9 @@ class Case:
     docs/properties.md and the RNG seed that filled its tensors); they do not affect the
     computation.
     ``do``: the upstream gradient ``dO`` ``(B, Hq, Nq, dv)`` for gradient checks, in the
-    inputs' dtype; ``None`` means the default one of :meth:`grad_output`.
+    inputs' dtype; ``None`` means the default one of :meth:`grad_output`. ``do_layout``: how
+    ``dO`` is handed to the kernel's backward (:data:`DO_LAYOUTS`, :meth:`grad_output_as`); an
+    ``"expanded"`` ``dO`` has one row of values, the same for every (batch, head, query).
     """
 
     q: np.ndarray
@@ -51,6 +57,7 @@ class Case:
     seed: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
     do: np.ndarray | None = None
+    do_layout: str = "contiguous"
 
     def __post_init__(self) -> None:
         names = {x.dtype for x in (self.q, self.k, self.v)}
@@ -67,6 +74,15 @@ class Case:
                 raise ValueError(
                     f"do must be an array of O's shape {want} and the inputs' dtype "
                     f"{self.q.dtype}, got {self.do.dtype} {self.do.shape}"
+                )
+        if self.do_layout not in DO_LAYOUTS:
+            raise ValueError(f"do_layout must be one of {DO_LAYOUTS}, got {self.do_layout!r}")
+        if self.do_layout == "expanded" and self.do is not None:
+            row = self.do.reshape(-1, self.do.shape[-1])
+            if not (row == row[:1]).all():
+                raise ValueError(
+                    "an expanded dO has one row of values broadcast over (batch, head, query): "
+                    "pass a do whose rows are all equal, or another do_layout"
                 )
 
     @cached_property
@@ -101,7 +117,28 @@ class Case:
             h.update(self.bits(name).tobytes() + str(getattr(self, name).shape).encode())
         rng = np.random.default_rng(int.from_bytes(h.digest()[:8], "little"))
         shape = (*self.q.shape[:3], self.v.shape[3])
-        return rng.standard_normal(shape).astype(np.float32).astype(self.q.dtype)
+        do = rng.standard_normal(shape).astype(np.float32).astype(self.q.dtype)
+        if self.do_layout == "expanded":  # the first row, broadcast (same draw, same values)
+            do = np.broadcast_to(do[:1, :1, :1], shape).copy()
+        return do
+
+    def grad_output_as(self, api: str, device: str = "cpu") -> Any:
+        """``dO`` (:meth:`grad_output`) as handed to a backward in :attr:`do_layout`: a numpy
+        array (``api="numpy"``) or a torch tensor on ``device``. ``"strided"``: a view into a
+        buffer one larger in batch and heads, 3 in queries and 5 in ``dv``, filled with NaN;
+        ``"expanded"``: one row broadcast with stride 0 over (batch, head, query) (read-only
+        in numpy, as ``np.broadcast_to`` gives it)."""
+        do = self.grad_output()
+        if self.do_layout == "contiguous":
+            return do if api == "numpy" else self.tensor(do, device)
+        if self.do_layout == "expanded":
+            if api == "numpy":
+                return np.broadcast_to(do[:1, :1, :1], do.shape)
+            return self.tensor(do[:1, :1, :1], device).expand(*do.shape)
+        pad = (1, 1, 3, 5)
+        buf = np.full(tuple(n + p for n, p in zip(do.shape, pad, strict=True)), np.nan, do.dtype)
+        buf[1:, :-1, 2:-1, 3:-2] = do
+        return (buf if api == "numpy" else self.tensor(buf, device))[1:, :-1, 2:-1, 3:-2]
 
     def __repr__(self) -> str:
         rec = self.params.get("recipe")
@@ -149,6 +186,8 @@ class Case:
             opts.append("mask")
         if self.scale is not None:
             opts.append(f"scale={self.scale!r}")
+        if self.do_layout != "contiguous":
+            opts.append(f"dO {self.do_layout}")
         extra = f" {' '.join(opts)}" if opts else ""
         return (
             f"{self.family} {self.dtype} B={b} Hq={hq} Hk={hk} Nq={nq} Nk={nk} d={d} dv={dv}"

@@ -64,6 +64,8 @@ def case_id(case: Case, kernel: str) -> str:
         h.update(np.packbits(case.mask).tobytes() + str(case.mask.shape).encode())
     if case.do is not None:  # (cases without dO keep the ids they always had)
         h.update(b"do" + np.ascontiguousarray(case.do).tobytes())
+    if case.do_layout != "contiguous":
+        h.update(b"do_layout" + case.do_layout.encode())
     h.update(json.dumps(_options_json(case), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -115,6 +117,7 @@ def save_case(
         "dtype": case.dtype,
         "shape": dict(zip(("B", "Hq", "Hk", "Nq", "Nk", "d", "dv"), case.shape, strict=True)),
         "options": _options_json(case),
+        "do_layout": case.do_layout,
         "family": case.family,
         "seed": case.seed,
         "params": case.params,
@@ -188,7 +191,8 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
         )
         if "do" in arrays:
             case.do = np.ascontiguousarray(arrays["do"]).view(DTYPES[record["dtype"]])
-            case.__post_init__()  # checks its shape and dtype
+        case.do_layout = record.get("do_layout", "contiguous")
+        case.__post_init__()  # checks dO's shape, dtype and layout
     except (KeyError, ValueError, OSError) as err:
         raise CaseFileError(f"{npz}: cannot rebuild the case ({err})") from None
     shape = dict(zip(("B", "Hq", "Hk", "Nq", "Nk", "d", "dv"), case.shape, strict=True))

@@ -16,7 +16,7 @@ with the case, or one drawn from a hash of its inputs, so a replay recomputes th
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -344,6 +344,7 @@ def check_gradients(
     v: Any = None,
     *,
     do: Any = None,
+    do_layout: str = "contiguous",
     causal: bool = False,
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
@@ -357,7 +358,11 @@ def check_gradients(
     ``kernel`` and the inputs as for :func:`flashcheck.check`; the kernel needs a backward
     (torch autograd through its output, or a backward function: ``flashcheck.kernel(fn,
     backward=...)``). ``do``: the upstream gradient (O's shape, the inputs' dtype); default a
-    standard normal one drawn from a hash of the inputs. The exact gradients of ``Σ dO ∘ O``
+    standard normal one drawn from a hash of the inputs. ``do_layout``: how ``dO`` is handed to
+    the backward: ``"contiguous"``, ``"strided"`` (a view into a larger NaN-filled buffer) or
+    ``"expanded"`` (one row of values broadcast with stride 0 over batch, heads and queries, as
+    autograd hands over the gradient of ``O.sum()``; a given ``do`` must then have equal rows,
+    a drawn one is its first row repeated). The exact gradients of ``Σ dO ∘ O``
     come from the oracle; each gradient is FAIL-HARD above its deterministic bound (the
     kernel's ``backward_arithmetic``; ``unknown``: the loosest class at the precision floor) or
     NaN/Inf where the exact value is finite, FAIL above both twice the naive backward's error
@@ -377,6 +382,8 @@ def check_gradients(
         if fmt.name != case.dtype:
             raise ValueError(f"do must have the inputs' dtype ({case.dtype}), got {fmt.name}")
         case = case.with_grad_output(do64.astype(case.q.dtype))
+    if do_layout != case.do_layout:
+        case = replace(case, do_layout=do_layout)  # checks the name (and an expanded do's rows)
     device = _device(adapter, q, device)
     res = check_gradients_case(adapter, case, device=device)
     context = {"property": "gradients", "api": "check_gradients"}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
 from .conformance import conformance, gradient_conformance
+from .do_layouts import gradient_do_layouts
 from .integrity import gradient_integrity, integrity
 from .structural import (
     StructuralResult,
@@ -42,6 +43,7 @@ GRADIENT_CHECKS: dict[str, Check] = {
     "gradient-determinism": gradient_determinism,
     "gradient-conformance": gradient_conformance,
     "gradient-integrity": gradient_integrity,
+    "gradient-do-layouts": gradient_do_layouts,
 }
 
 

@@ -103,3 +103,17 @@ def _reuses_dq(q, k, v, do, *, causal=False, scale=None):
 
 doubles_do = flashcheck.kernel(_forward, name="doubles_do", backward=_doubles_do)
 reuses_dq = flashcheck.kernel(_forward, name="reuses_dq", backward=_reuses_dq)
+
+
+def _assumes_contiguous_do(q, k, v, do, *, causal=False, scale=None):
+    """Bug: reads dO's storage as if dO were contiguous (strides computed from its shape)."""
+    strides = [1] * do.dim()
+    for i in range(do.dim() - 2, -1, -1):
+        strides[i] = strides[i + 1] * do.shape[i + 1]
+    flat = torch.as_strided(do, do.shape, strides, do.storage_offset())
+    return _backward(q, k, v, flat, causal=causal, scale=scale)
+
+
+assumes_contiguous_do = flashcheck.kernel(
+    _forward, name="assumes_contiguous_do", backward=_assumes_contiguous_do
+)
