@@ -38,13 +38,16 @@ from typing import Any
 
 import pytest
 
-__all__ = ["PROFILES", "RUN_CONTEXT", "final_example", "profile_name"]
+__all__ = ["PROFILES", "RUN_CONTEXT", "final_example", "note_measurement", "profile_name"]
 
 PROFILES = ("ci", "dev", "thorough", "sweep")
 PROBE_TIMEOUT = 120.0  # seconds one probe call may take (a first Triton compile included)
 # Filled at configure time: the Hypothesis profile and seed of this run, for case files.
 RUN_CONTEXT: dict[str, Any] = {}
 _KERNELS = pytest.StashKey[dict[str, Any]]()
+# What the suite measured without gating it (batch invariance of an undeclared kernel), per
+# (kernel, dtype, what): the number of cases and the first finding; printed at the end.
+_MEASURED: dict[tuple[str, str, str], list[Any]] = {}
 
 
 def _register_profiles() -> None:
@@ -288,6 +291,24 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         lines.append(f"flashcheck kernel {spec}:")
         lines += [f"  {line}" for line in kern.contract_lines()]
     return lines
+
+
+def note_measurement(kernel: str, dtype: str, what: str, finding: str | None) -> None:
+    """Count one case measured for ``what`` (``finding``: what differed, ``None`` if nothing
+    did); the terminal summary lists, per kernel and dtype, the first finding or the count."""
+    entry = _MEASURED.setdefault((kernel, dtype, what), [0, None])
+    entry[0] += 1
+    if entry[1] is None:
+        entry[1] = finding
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _MEASURED:
+        return
+    terminalreporter.section("flashcheck measurements")
+    for (kernel, dtype, what), (n, finding) in _MEASURED.items():
+        found = f"yes, bitwise over {n} case{'s' * (n != 1)}" if finding is None else finding
+        terminalreporter.line(f"{kernel} {dtype}: {what}: {found}")
 
 
 def _mark(text: str) -> None:

@@ -1,7 +1,7 @@
 """Structural properties (flashcheck.harness.checks): independence of batch and heads,
 out-of-bounds safety, determinism, invariance under key permutation, the NaN rule, options
-applied, integrity of inputs and results, and conformance of flash-class kernels to their
-declared arithmetic.
+applied, integrity of inputs and results, conformance of flash-class kernels to their
+declared arithmetic, and batch invariance (gated only where declared).
 
 A kernel that does not promise bitwise determinism or batch invariance is compared with itself
 within its error bound instead of bit for bit. A draw the check finds nothing to test on
@@ -13,10 +13,12 @@ import pytest
 from hypothesis import assume, given, reject
 from hypothesis import strategies as st
 
+from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT
 from flashcheck.harness.checks.registry import CHECKS
 from flashcheck.harness.checks.structural import ONE_BLOCK
 from flashcheck.harness.core.status import Status
 from flashcheck.properties.assertions import fail
+from flashcheck.properties.plugin import note_measurement
 from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import (
     case_strategy,
@@ -176,3 +178,25 @@ def test_inputs_and_returned_results_stay_intact(
     # q, k, v and the mask bitwise unchanged by the call (NaN payloads included); the O and
     # LSE it returned bitwise unchanged by the next call on other inputs.
     _check("integrity", flashcheck_kernel, flashcheck_dtype, flashcheck_device, data)
+
+
+@fewer(5)
+@given(data=st.data())
+def test_a_sequence_alone_and_inside_batches_gives_the_same_bits(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # Measured for every kernel that takes several sequences per call; a failure only for a
+    # kernel that declares batch_invariant=True. Otherwise the terminal summary reports it.
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    if not kern.batched:
+        pytest.skip("the kernel takes one (batch, head) slice per call (its contract)")
+    case = data.draw(case_strategy(kern, dtype, families=FINITE), label="case")
+    assume(kern.supports(case, dev) is None)
+    name = "batch-invariance"
+    res = run_or_fail(kern, case, dev, name, lambda: CHECKS[name](kern, case, dev))
+    if res.status is Status.FAIL:
+        note_measurement(kern.name, dtype, "batch-invariant", "no, though declared (the failure)")
+        fail(case, kern.name, dev, name, res.message, {"verdict": "FAIL", "message": res.message})
+    varies = res.message.startswith(NOT_BATCH_INVARIANT)
+    finding = f"no ({res.message.removeprefix(NOT_BATCH_INVARIANT)}; {case.describe()})"
+    note_measurement(kern.name, dtype, "batch-invariant", finding if varies else None)

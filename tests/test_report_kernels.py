@@ -151,3 +151,25 @@ def test_flashcheck_test_takes_the_nan_policy(user_dir):
     assert 'declare nan_inputs="any"' in text, text
     out = run_flashcheck([*args, "--nan-inputs", "any", *only], user_dir)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_batch_variant_kernel_is_reported_undeclared_and_fails_declared(user_dir):
+    """A kernel that computes a batch of one in two KV halves: within its bounds, so the report
+    exits 0 and says where it is not batch-invariant; declared batch-invariant, it exits 1."""
+    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "structural"]
+    out = run_flashcheck([*args, "--kernel", "user_kernels:split_kv_when_small"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    finding = "batch-invariant: no (measured; not declared, so not gated): O differs in"
+    assert finding in text, text
+    md = (user_dir / "reports/user_kernels-split_kv_when_small/error-report.md").read_text()
+    assert "## Batch invariance" in md
+    assert f"- **user_kernels:split_kv_when_small fp32**: {finding}" in md, md
+    out = run_flashcheck([*args, "--kernel", "user_kernels:split_kv_declared"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "batch-invariance failed: user_kernels:split_kv_declared fp32" in text, text
+    assert "batch-invariant: no, though declared (gated): O differs in" in text, text
+    out = run_flashcheck([*args, "--kernel", "user_kernels:textbook"], user_dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "batch-invariant: yes, bitwise over 1 case" in out.stdout, out.stdout

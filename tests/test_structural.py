@@ -15,6 +15,11 @@ import pytest
 import flashcheck
 from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.cases.families import Recipe, make_case
+from flashcheck.harness.checks.batch_invariance import (
+    BATCH_INVARIANT,
+    DECLARED_BUT,
+    NOT_BATCH_INVARIANT,
+)
 from flashcheck.harness.checks.registry import CHECKS, GRADIENT_CHECKS, check_target
 from flashcheck.harness.checks.structural import StructuralResult
 from flashcheck.harness.core.status import Status
@@ -173,6 +178,13 @@ def reads_do_as_contiguous(q, k, v, do, *, causal=False, window=None, scale=None
     return naive_numpy_backward(q, k, v, flat, causal=causal, window=window, scale=scale)
 
 
+def reverses_keys_when_alone(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Correct, but a batch of one sums its keys in reverse order: other roundings."""
+    if q.shape[0] == 1:
+        k, v = k[:, :, ::-1], v[:, :, ::-1]
+    return _naive(q, k, v, causal=causal, window=window, scale=scale, mask=mask)
+
+
 # -- one planted kernel per check: FAIL on it, PASS on a correct kernel -----------------------
 NAIVE = resolve("naive-numpy")
 FLASH = resolve("recurrence-fa2")
@@ -186,6 +198,7 @@ PLANTED = {
     "options-applied": (_planted(ignores_causal), NAIVE, {"causal": True}),
     "conformance": (_planted(unrounded_p, arithmetic="flash", key_block=16), FLASH, {}),
     "integrity": (_planted(scales_q_in_place), NAIVE, {}),
+    "batch-invariance": (_planted(reverses_keys_when_alone), NAIVE, {}),
 }
 
 
@@ -266,6 +279,22 @@ def test_gradient_do_layouts_fails_on_a_backward_that_assumes_a_contiguous_do():
     assert found.message.startswith("with dO as a strided view into a larger buffer, dQ is NaN")
     good = GRADIENT_CHECKS["gradient-do-layouts"](NAIVE, case, "cpu")
     assert good.status is PASS and "dO strided and expanded" in good.message, good
+
+
+def test_batch_invariance_is_measured_undeclared_and_gated_declared():
+    case = _case()
+    declared = CHECKS["batch-invariance"](_planted(reverses_keys_when_alone), case, "cpu")
+    assert declared.status is FAIL
+    assert declared.message.startswith(DECLARED_BUT + "LSE differs in "), declared
+    assert "at position 1 of a batch of 2" in declared.message
+    loose = _planted(reverses_keys_when_alone, batch_invariant=False)
+    measured = CHECKS["batch-invariance"](loose, case, "cpu")
+    assert measured.status is PASS
+    assert measured.message.startswith(NOT_BATCH_INVARIANT + "LSE differs in "), measured
+    same = CHECKS["batch-invariance"](replace(NAIVE, batch_invariant=False), case, "cpu")
+    assert same.status is PASS and same.message.startswith(BATCH_INVARIANT), same
+    one = CHECKS["batch-invariance"](replace(NAIVE, batched=False), case, "cpu")
+    assert one.status is Status.NOT_APPLICABLE
 
 
 TORCH = dict(api="torch", arithmetic="unknown", batch_invariant=False, deterministic=False)

@@ -280,6 +280,9 @@ STRUCTURAL = {
     # gradient variant runs for kernels with a backward.
     "integrity": "randn",
     "gradient-integrity": "randn",
+    # A sequence alone and inside batches of several sizes, bitwise: measured for every kernel
+    # that takes several sequences, gated only when declared.
+    "batch-invariance": "randn",
     # The backward's gradients the same with dO strided or expanded as with dO contiguous.
     "gradient-do-layouts": "randn",
 }

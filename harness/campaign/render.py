@@ -17,6 +17,7 @@ from pathlib import Path
 from ..core.status import Status
 from .logrecords import ResultsFile, load
 from .sections import (
+    batch_invariance_lines,
     class_fit,
     contracts,
     environment,
@@ -56,9 +57,16 @@ _STRUCTURAL = (
     "inputs inside NaN-padded buffers, two runs, permuted keys, NaN inputs, and each option "
     "(causal, window, scale) changing the output where it changes the exact answer; "
     "integrity: inputs (and dO) bitwise unchanged by a call, a returned result bitwise "
-    "unchanged by the next call. "
+    "unchanged by the next call; the backward with dO strided and expanded (stride 0) "
+    "against the same dO contiguous. "
     "Bitwise where the kernel declares determinism / batch invariance, else within twice "
     "its bound (docs/properties.md)."
+)
+_BATCH = (
+    "Whether each kernel's outputs for a sequence are bitwise the same computed alone and "
+    "inside batches of 2, 3 and 5 sequences (what makes batched inference deterministic). "
+    "Measured for every kernel that takes several sequences per call; a difference fails the "
+    "gate only for a kernel that declares itself batch-invariant."
 )
 _GRADIENTS = (
     "dQ, dK and dV of the kernels with a backward (torch autograd, or a declared backward "
@@ -146,6 +154,12 @@ def _body(data: ResultsFile, case_dir: str) -> list[str]:
         _STRUCTURAL,
         "",
         *structural_table(data, kernels, dtypes, case_dir),
+        "",
+        "## Batch invariance",
+        "",
+        _BATCH,
+        "",
+        *batch_invariance_lines(data, kernels, dtypes),
         "",
         "## Gradients",
         "",

@@ -48,7 +48,7 @@ from .resultrecords import (
     StructuralResult,
 )
 from .runner import PRESETS, STREAK, Campaign
-from .sections import fit_text
+from .sections import batch_invariance_text, fit_text
 from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
 
 __all__ = [
@@ -388,6 +388,9 @@ def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str)
     fits = fit_text(rows)
     if fits is not None:
         lines.append(f"    {fits}")
+    invariance = batch_invariance_text(rows)
+    if invariance is not None:
+        lines.append(f"    {invariance.replace('**', '')}")
     bad = [r for r in rows if r.status not in (Status.PASS, Status.SKIP)]
     reasons = Counter(gist(why) for r in bad for why in r.reasons[:1])
     example = {gist(why): why for r in reversed(bad) for why in r.reasons[:1]}

@@ -8,12 +8,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..checks.batch_invariance import DECLARED_BUT, NOT_BATCH_INVARIANT
 from ..core.status import Status
 from .logrecords import ResultsFile
 from .tables import BROKEN, finite_max, fmt, groups, shape_text, status_counts
 
 __all__ = [
     "CLASSES",
+    "batch_invariance_lines",
+    "batch_invariance_text",
     "class_fit",
     "contracts",
     "environment",
@@ -119,6 +122,53 @@ def gradient_table(
     if worst:
         lines += ["", "Worst gradient cases, each replayable:", "", *worst]
     return lines
+
+
+def batch_invariance_text(results: Iterable[Any]) -> str | None:
+    """What the ``batch-invariance`` results of one kernel and dtype found, in one line
+    (``None`` when the campaign did not run the property): ``yes`` over how many cases, or
+    ``no`` with the first difference and its case (gated only when declared)."""
+    rows = [r for r in results if getattr(r, "property", None) == "batch-invariance"]
+    if not rows:
+        return None
+    failed = next((r for r in rows if r.status == Status.FAIL), None)
+    if failed is not None:
+        diff = failed.reasons[0].removeprefix(DECLARED_BUT)
+        return (
+            f"batch-invariant: **no**, though declared (gated): {diff}; case {failed.family}, "
+            f"{shape_text(failed)}"
+        )
+    varies = next(
+        (
+            r
+            for r in rows
+            if r.status == Status.PASS and r.reasons[0].startswith(NOT_BATCH_INVARIANT)
+        ),
+        None,
+    )
+    if varies is not None:
+        diff = varies.reasons[0][len(NOT_BATCH_INVARIANT) :]
+        return (
+            f"batch-invariant: no (measured; not declared, so not gated): {diff}; case "
+            f"{varies.family}, {shape_text(varies)}"
+        )
+    passed = sum(r.status == Status.PASS for r in rows)
+    if passed:
+        return f"batch-invariant: yes, bitwise over {passed} case{'s' * (passed != 1)}"
+    other = rows[0]
+    return f"batch invariance not measured: {other.status}: {other.reasons[0]}"
+
+
+def batch_invariance_lines(
+    data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]
+) -> list[str]:
+    """One bullet per kernel and dtype: :func:`batch_invariance_text`."""
+    lines = []
+    for k, dt, grp in groups(data.structural, kernels, dtypes):
+        text = batch_invariance_text(grp)
+        if text is not None:
+            lines.append(f"- **{k} {dt}**: {text}")
+    return lines or ["(batch invariance was not measured in this campaign)"]
 
 
 def _judged(results: Iterable[Any]) -> list[Any]:

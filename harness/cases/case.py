@@ -9,6 +9,7 @@ made from their bit patterns (:meth:`Case.to_torch`), never through a rounding c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -264,6 +265,30 @@ class Case:
                 torch.bfloat16 if self.dtype == "bf16" else torch.float16
             )
         return t.to(device)
+
+    def take(self, batch: Sequence[int]) -> Case:
+        """The case made of the sequences ``batch`` (indices into the batch axis, repeats
+        allowed), in that order, with the options and, where given, the mask and ``dO`` rows
+        of those sequences."""
+        idx = np.asarray(batch, dtype=np.intp)
+        b, hq, _, nq, nk, *_ = self.shape
+        mask = None
+        if self.mask is not None:
+            mask = np.broadcast_to(self.mask, (b, hq, nq, nk))[idx].copy()
+        return Case(
+            self.q[idx],
+            self.k[idx],
+            self.v[idx],
+            causal=self.causal,
+            window=self.window,
+            mask=mask,
+            scale=self.scale,
+            family=self.family,
+            seed=self.seed,
+            params=dict(self.params),
+            do=None if self.do is None else self.do[idx],
+            do_layout=self.do_layout,
+        )
 
     def slice(self, b: int, h: int) -> Case:
         """The single-(batch, head) case of query head ``h`` (with its key/value head)."""

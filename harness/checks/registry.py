@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ..adapters.adapter import Kernel
 from ..cases.case import Case
+from .batch_invariance import batch_invariance
 from .conformance import conformance, gradient_conformance
 from .do_layouts import gradient_do_layouts
 from .integrity import gradient_integrity, integrity
@@ -38,6 +39,7 @@ CHECKS: dict[str, Check] = {
     "conformance": conformance,
     "options-applied": options_applied,
     "integrity": integrity,
+    "batch-invariance": batch_invariance,
 }
 GRADIENT_CHECKS: dict[str, Check] = {
     "gradient-determinism": gradient_determinism,

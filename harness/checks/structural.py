@@ -145,7 +145,7 @@ def batch_head_independence(adapter: Kernel, case: Case, device: str) -> Structu
             part = adapter.run(sl, device)
             tol = _self_tolerance(adapter, sl, adapter.batch_invariant)
             if not agree(full.o[b, h], part.o[0, 0], None if tol is None else tol[0, 0]):
-                how = "bitwise equal" if tol is None else "within twice its error bound of"
+                how = "bitwise equal to" if tol is None else "within twice its error bound of"
                 return StructuralResult.failed(
                     f"(b={b}, h={h}) is not {how} the slice computed alone"
                 )

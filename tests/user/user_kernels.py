@@ -6,6 +6,8 @@ it, as a user would: each function is a real bug class (or a correct kernel that
 
 import torch
 
+import flashcheck
+
 
 def _keep(nq, nk, causal, device):
     i = torch.arange(nq, device=device)[:, None]
@@ -182,3 +184,35 @@ def nan_to_num(q, k, v, *, causal=False, scale=None):
     s = (q.float() @ k.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
     s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
     return (torch.softmax(s, dim=-1).nan_to_num(0) @ v).to(q.dtype)
+
+
+def _half(s, v):
+    """Attention over one part of the keys: its O (normalized within the part) and its LSE."""
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    p = torch.where(torch.isneginf(lse), torch.zeros_like(s), torch.exp(s - lse))
+    return p @ v, lse
+
+
+def split_kv_when_small(q, k, v, *, causal=False, scale=None):
+    """Correct, but not batch-invariant: like decode kernels that fill the GPU with KV splits
+    when the batch is small, a batch of one is computed in two halves of the keys merged by
+    their LSE; larger batches in one pass. Both in fp32, both within the error bounds."""
+    if q.shape[0] > 1 or k.shape[2] < 2:
+        return textbook(q, k, v, causal=causal, scale=scale)
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    s = (q.float() @ k.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
+    h = nk // 2
+    (o1, l1), (o2, l2) = _half(s[..., :h], v[..., :h, :]), _half(s[..., h:], v[..., h:, :])
+    lse = torch.logaddexp(l1, l2)
+    w1 = torch.where(torch.isneginf(lse), 0.0, torch.exp(l1 - lse))
+    w2 = torch.where(torch.isneginf(lse), 0.0, torch.exp(l2 - lse))
+    return (w1 * o1 + w2 * o2).to(q.dtype)
+
+
+# The same kernel, wrongly declared batch-invariant.
+split_kv_declared = flashcheck.kernel(
+    split_kv_when_small, name="split_kv_declared", batch_invariant=True
+)
