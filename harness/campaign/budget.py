@@ -1,0 +1,155 @@
+"""A campaign under a time budget (``flashcheck report --budget DURATION``).
+
+Without a budget a campaign runs its plan in plan order, to the end. With one, the plan is
+reordered so that what finds bugs comes first, and the campaign stops cleanly when the budget
+is spent, writes its report and says what it covered:
+
+1. one item of every (part, input family) and every structural property, items with several
+   sequences (batch > 1: where indexing bugs live) first;
+2. then the rest, round-robin over the same groups (breadth before depth), in plan order
+   within each group.
+
+The reordering is a function of the plan alone, so a budgeted run resumed without a budget
+(or with a larger one) computes only what is missing and ends with the same results as an
+unbudgeted run. :class:`CoverageRecord` is the line a budgeted run appends when it stops.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from .plan import Item
+
+__all__ = ["Budget", "CoverageRecord", "missing_by_part", "parse_duration", "priority_order"]
+
+T = TypeVar("T")
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``"90"`` or ``"90s"``, ``"3m"``, ``"1.5h"``, ``"2m30s"``, ``"2:30"``
+    (minutes:seconds) or ``"1:02:30"``. ``ValueError`` says what is accepted."""
+    s = text.strip().lower()
+    how = "use e.g. 90s, 3m, 1h, 2m30s or 2:30"
+    if re.fullmatch(r"\d+(:\d{1,2}){1,2}", s):
+        parts = [int(p) for p in s.split(":")]
+        seconds = 0
+        for p in parts:
+            seconds = seconds * 60 + p
+        value = float(seconds)
+    elif re.fullmatch(r"\d+(\.\d+)?", s):
+        value = float(s)
+    else:
+        pieces = re.findall(r"(\d+(?:\.\d+)?)\s*(min|h|m|s)", s)
+        if not pieces or re.sub(r"(\d+(?:\.\d+)?)\s*(min|h|m|s)", "", s).strip():
+            raise ValueError(f"cannot read the duration {text!r}: {how}")
+        value = sum(float(n) * _UNITS[u] for n, u in pieces)
+    if value <= 0:
+        raise ValueError(f"a duration must be positive, got {text!r}: {how}")
+    return value
+
+
+def _group(item: Item) -> tuple[str, str]:
+    """The group an item's first pass takes one of: its part and input family, or its
+    structural property."""
+    return (item.part, item.check or item.recipe.family)
+
+
+def priority_order(work: Sequence[tuple[Item, T]]) -> list[tuple[Item, T]]:
+    """``work`` (items with what runs them) reordered as the module docstring says."""
+    groups: dict[tuple[str, str], list[tuple[Item, T]]] = {}
+    for entry in work:
+        groups.setdefault(_group(entry[0]), []).append(entry)
+    first, rest = [], []
+    for members in groups.values():
+        # The group's first item with several sequences, else its first item.
+        pick = next((e for e in members if e[0].recipe.b > 1), members[0])
+        first.append(pick)
+        rest.append([e for e in members if e is not pick])
+    first.sort(key=lambda e: e[0].recipe.b == 1)  # stable: batch > 1 first, plan order kept
+    out = list(first)
+    depth = max((len(r) for r in rest), default=0)
+    for i in range(depth):
+        out += [r[i] for r in rest if i < len(r)]
+    return out
+
+
+@dataclass
+class Budget:
+    """A time budget from the moment it is made (``seconds``: ``None``, no budget)."""
+
+    seconds: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def spent(self) -> bool:
+        return self.seconds is not None and time.monotonic() - self.started >= self.seconds
+
+    def left(self) -> float:
+        if self.seconds is None:
+            return float("inf")
+        return max(0.0, self.seconds - (time.monotonic() - self.started))
+
+
+@dataclass(frozen=True)
+class CoverageRecord:
+    """What a budgeted campaign covered when its budget ran out: ``budget`` seconds, the
+    results ``ran`` of ``planned`` (the fixed parts'), ``missing`` results per part not run,
+    and whether the search ran (``search``)."""
+
+    TYPE: ClassVar[str] = "coverage"
+    budget: float
+    planned: int
+    ran: int
+    missing: Mapping[str, int]
+    search: bool
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CoverageRecord:
+        return cls(
+            budget=float(d["budget"]),
+            planned=int(d["planned"]),
+            ran=int(d["ran"]),
+            missing=dict(d.get("missing") or {}),
+            search=bool(d.get("search")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "budget": self.budget,
+            "planned": self.planned,
+            "ran": self.ran,
+            "missing": dict(self.missing),
+            "search": self.search,
+        }
+
+    def text(self) -> str:
+        """One sentence for the report and the terminal."""
+        missing = ", ".join(f"{n} {part}" for part, n in self.missing.items() if n)
+        search = "the search ran" if self.search else "the search did not run"
+        return (
+            f"stopped at the time budget of {_clock(self.budget)}: {self.ran} of {self.planned} "
+            f"planned results ran ({missing or 'none'} not run; {search}). Every family and "
+            "structural property ran first; run the same command without --budget (or with a "
+            "larger one) to complete it without recomputing anything."
+        )
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+def missing_by_part(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) -> dict[str, int]:
+    """Per part, how many (item, kernel) results of ``work`` are not in ``done``."""
+    out: dict[str, int] = {}
+    for item, specs in work:
+        n = sum(item.key(s) not in done for s in specs)
+        if n:
+            out[item.part] = out.get(item.part, 0) + n
+    return out
