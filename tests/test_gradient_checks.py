@@ -195,7 +195,7 @@ def test_report_on_a_correct_backward_exits_0_with_a_gradient_section(user_dir):
     assert "gradients: 2 PASS" in text, text
     md = (user_dir / "reports" / "user_backward-manual" / "error-report.md").read_text()
     assert "## Gradients" in md and "| user_backward:manual | fp32 | dQ | 2 | 2 | 0 | 0 |" in md
-    assert "**2 results**: 2 PASS" in md and "Incomplete" not in md  # gradient results count
+    assert "**2 results**: gradients 2 (2 PASS)" in md and "Incomplete" not in md
 
 
 @pytest.mark.slow

@@ -16,11 +16,8 @@ from ..judging.metrics import ULP_EDGES
 from .logrecords import (
     ResultsFile,
 )
-from .resultrecords import (
-    AccuracyResult,
-)
 
-__all__ = ["make_figures"]
+__all__ = ["make_figures", "unbinned", "utilization_points"]
 
 
 def _plt():
@@ -114,11 +111,17 @@ def _histograms(data, out, kernels, dtypes) -> bool:
             total = sum(hist)
             frac = [c / total for c in hist]
             ax.step(lefts[: len(frac)], frac, where="post", label=k, linewidth=1.2)
+        n_el, n_cases = unbinned(data, dt)
+        if n_el:
+            ax.set_title(
+                f"{dt}: {n_el} NaN/Inf mismatches ({n_cases} cases), not binned", color="red"
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("floored-ULP error (bin lower edge)")
         ax.set_ylabel("fraction of elements")
-        ax.set_title(dt)
+        if not n_el:
+            ax.set_title(dt)
         ax.axvline(0.5, color="grey", linewidth=0.6, linestyle=":")
         ax.grid(True, alpha=0.3)
     axes[-1].legend(fontsize=7, loc="best")
@@ -127,25 +130,67 @@ def _histograms(data, out, kernels, dtypes) -> bool:
     return True
 
 
-def _det_util(r: AccuracyResult) -> float:
-    """The case's deterministic-bound utilization (NaN where it does not apply)."""
-    v = r.metric("det_util")
-    return float("nan") if v is None else float(v)
+def unbinned(data: ResultsFile, dtype: str) -> tuple[int, int]:
+    """The NaN/Inf mismatches (elements, cases) of ``dtype``'s judged cases: outputs with no
+    floored-ULP error to bin, named in the histogram's title instead of dropped silently."""
+    counts = [
+        int(r.metrics.nonfinite_mismatches)
+        for r in data.results
+        if r.dtype == dtype and r.status.judged and r.metrics is not None
+    ]
+    return sum(counts), sum(c > 0 for c in counts)
+
+
+def utilization_points(
+    data: ResultsFile, kernels: list[str], dtypes: list[str]
+) -> dict[str, dict[str, tuple[list[float], int]]]:
+    """Per dtype and kernel, what ``bound_utilization.png`` draws: the finite utilizations of
+    the judged cases, and how many cases had none (∞: a NaN/Inf output, or an error with a
+    zero bound), drawn as red crosses on the top edge and counted in the legend."""
+    out: dict[str, dict[str, tuple[list[float], int]]] = {}
+    for dt in dtypes:
+        per: dict[str, tuple[list[float], int]] = {}
+        for k in kernels:
+            rows = (r for r in data.results if r.kernel == k and r.dtype == dt)
+            us = [r.utilization for r in rows if r.status.judged]
+            us = [u for u in us if u is not None]
+            if us:
+                per[k] = (
+                    [u for u in us if math.isfinite(u)],
+                    sum(not math.isfinite(u) for u in us),
+                )
+        if per:
+            out[dt] = per
+    return out
 
 
 def _utilization(data, out, kernels, dtypes) -> bool:
     plt = _plt()
-    rows = [r for r in data.results if r.status.judged and math.isfinite(_det_util(r))]
-    dts = [dt for dt in dtypes if any(r.dtype == dt for r in rows)]
-    if not dts:
+    points = utilization_points(data, kernels, dtypes)
+    if not points:
         return False
-    fig, axes = _axes(plt, len(dts), "Deterministic-bound utilization per case (1 = FAIL-HARD)")
-    for ax, dt in zip(axes, dts, strict=True):
-        ks = [k for k in kernels if any(r.kernel == k and r.dtype == dt for r in rows)]
+    fig, axes = _axes(plt, len(points), "Deterministic-bound utilization per case (1 = FAIL-HARD)")
+    for ax, (dt, per) in zip(axes, points.items(), strict=True):
+        ks = list(per)
+        finite = [u for ys, _ in per.values() for u in ys]
+        top = max(10.0, 3 * max(finite, default=1.0))
+        crosses: list[float] = []
         for i, k in enumerate(ks):
-            ys = [max(_det_util(r), 1e-6) for r in rows if r.kernel == k and r.dtype == dt]
+            ys, n_inf = per[k]
+            ys = [max(u, 1e-6) for u in ys]
             xs = [i + 0.3 * ((j * 0.618) % 1 - 0.5) for j in range(len(ys))]
             ax.scatter(xs, ys, s=8, alpha=0.6)
+            crosses += [i + 0.3 * ((j * 0.618) % 1 - 0.5) for j in range(n_inf)]
+        if crosses:
+            ax.scatter(
+                crosses,
+                [top] * len(crosses),
+                marker="X",
+                color="red",
+                zorder=5,
+                label=f"∞: NaN/Inf output ({len(crosses)} cases)",
+            )
+            ax.legend(fontsize=7, loc="lower right")
         ax.axhline(1.0, color="red", linewidth=0.8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(ks)))

@@ -107,7 +107,6 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
         rel = str(results_path)
     # Every result record counts: a campaign may run only gradient or structural parts.
     every = data.every_result
-    st = Counter(r.status for r in every)
     incomplete = [
         f"> **Incomplete campaign**: this report shows the {len(every)} results on file "
         f"so far. Run `{h.command}` again to resume it (nothing is recomputed).",
@@ -123,13 +122,27 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
         "",
         *([] if data.complete else incomplete),
         f"**{len(every)} results**: "
-        + ", ".join(f"{st[s]} {s}" for s in (*JUDGED, *BROKEN, Status.SKIP) if st[s])
+        + "; ".join(
+            f"{what} {len(rows)} ({_counted(rows)})"
+            for what, rows in (
+                ("accuracy", data.results),
+                ("structural", data.structural),
+                ("gradients", data.gradients),
+            )
+            if rows
+        )
         + f". Kernels: {', '.join(cfg.kernels)}; dtypes: {', '.join(cfg.dtypes)} (kernels or "
         "dtypes without results could not run here: see *Limitations*).",
         "",
         _VERDICTS,
         "",
     ]
+
+
+def _counted(rows) -> str:
+    """``"12 PASS, 1 FAIL-HARD"``: the statuses of ``rows`` in the tables' order."""
+    st = Counter(r.status for r in rows)
+    return ", ".join(f"{st[s]} {s}" for s in (*JUDGED, *BROKEN, Status.SKIP) if st[s])
 
 
 def _body(data: ResultsFile, case_dir: str) -> list[str]:

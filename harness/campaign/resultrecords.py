@@ -12,6 +12,7 @@ read and written again is the same JSON. Fields that older files lack (``arithme
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Self
@@ -337,6 +338,18 @@ class AccuracyResult(ResultRecord):
     def metric(self, name: str) -> Number | None:
         """The metric ``name`` (``None``: not judged, not applicable, or not recorded)."""
         return None if self.metrics is None else getattr(self.metrics, name)
+
+    @property
+    def utilization(self) -> float | None:
+        """The deterministic-bound utilization as tables and figures show it: ``None`` where it
+        does not apply; ∞ where the kernel returned NaN/Inf for a finite exact value (files
+        written before the verdict recorded it so carry the finite elements' value)."""
+        v = self.metric("det_util")
+        if v is None or math.isnan(float(v)):
+            return None
+        if not math.isfinite(float(self.metrics.max_ulp)):
+            return math.inf
+        return float(v)
 
 
 @dataclass(frozen=True, kw_only=True)

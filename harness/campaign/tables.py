@@ -35,6 +35,9 @@ from .resultrecords import (
 
 __all__ = [
     "BROKEN",
+    "HUGE_MARK",
+    "HUGE_NOTE",
+    "HUGE_ULP",
     "JUDGED",
     "fa3_table",
     "failures",
@@ -129,12 +132,33 @@ def _summary_cells(rows: list[AccuracyResult]) -> dict[str, str]:
         "broken": _broken_cell(st),
         "skipped": str(st[Status.SKIP]),
         "median": fmt(_finite_median(maxes)),
-        "max": fmt(finite_max(maxes), nan="NaN") if maxes else "–",
-        "util": fmt(finite_max([v for v in _metric(judged, "det_util") if not math.isnan(v)])),
-        "ratio": fmt(finite_max([v for v in _metric(judged, "naive_ratio") if not math.isnan(v)])),
+        "max": _huge(finite_max(maxes), HUGE_ULP, nan="NaN") if maxes else "–",
+        "util": fmt(finite_max([u for r in judged if (u := r.utilization) is not None])),
+        "ratio": _huge(
+            finite_max([v for v in _metric(judged, "naive_ratio") if not math.isnan(v)]), 1e6
+        ),
         "nan": _mismatches(judged),
         "lse": "yes" if any(r.metrics and r.metrics.has_lse for r in judged) else "no",
     }
+
+
+# Beyond these a number needs its reason: more floored ulps than any format has significand
+# bits for, or an error a million times the naive kernel's.
+HUGE_ULP = 2.0**24
+HUGE_MARK = "‡"
+HUGE_NOTE = (
+    f"{HUGE_MARK} Beyond 2^24 ulp (or 10^6 times the naive kernel's error): there the exact "
+    "value and its floor W_c are 0 or tiny, so the floored ulp is the smallest subnormal and an "
+    "absolute error of a few units counts as that many subnormals; a naive ratio that large "
+    "means the naive kernel was exact there. The worst-case table has each case; `flashcheck "
+    "replay` shows the elements."
+)
+
+
+def _huge(x: float, limit: float, nan: str = "–") -> str:
+    """:func:`fmt`, marked with :data:`HUGE_MARK` past ``limit`` (finite values only)."""
+    text = fmt(x, nan=nan)
+    return text + HUGE_MARK if math.isfinite(x) and x >= limit else text
 
 
 def _mismatches(judged: list[AccuracyResult]) -> str:
@@ -184,6 +208,8 @@ def verdict_table(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[st
             f"| {c['hard']} | {c['broken']} | {c['skipped']} | {c['median']} | {c['max']} "
             f"| {c['util']} | {c['ratio']} | {c['nan']} | {c['lse']} |"
         )
+    if any(HUGE_MARK in line for line in lines[2:]):
+        lines += ["", HUGE_NOTE]
     return lines
 
 
@@ -254,7 +280,7 @@ def worst_cases(
             lines.append(
                 f"| {k} | {dt} | {r.status} | {fmt(r.score)} "
                 f"| {fmt(r.metric('max_ulp'), nan='NaN')} "
-                f"| {fmt(r.metric('det_util'))} | {fmt(r.metric('naive_ratio'))} | {r.family} "
+                f"| {fmt(r.utilization)} | {fmt(r.metric('naive_ratio'))} | {r.family} "
                 f"({r.part}) | {shape_text(r)} | `flashcheck replay {cid} --dir {case_dir}` |"
             )
     broken = [r for r in data.results if r.status.broken]

@@ -44,17 +44,21 @@ def format_check(res: Any, *, worst: int = 5) -> str:
     )
     lse = "LSE not returned"
     if res.output.lse is not None:
-        lse = f"LSE max error {v.lse_err:.3g} (det util {v.lse_det_util:.3g})"
+        lse = f"LSE max error {_number(v.lse_err)} (det util {_number(v.lse_det_util)})"
     lines.append(
-        f"max floored-ULP error {worst_text}; naive same-precision {v.naive_ulp:.4g} "
-        f"(ratio {v.naive_ratio:.3g}); bound utilization det {v.det_util:.3g}, prob "
-        f"{v.prob_util:.3g}; {lse}"
+        f"max floored-ULP error {worst_text}; naive same-precision {_number(v.naive_ulp)} "
+        f"(ratio {_number(v.naive_ratio)}); bound utilization det {_number(v.det_util)}, prob "
+        f"{_number(v.prob_util)}; {lse}"
     )
     s = v.summary
-    lines.append(
-        f"normwise rel {s.normwise_rel:.3g}, RMSE {s.rmse:.3g}, max abs {s.max_abs:.3g}, "
-        f"NaN/Inf mismatches {s.nonfinite_mismatches} of {s.count}"
-    )
+    sizes = f"normwise rel {s.normwise_rel:.3g}, RMSE {s.rmse:.3g}, max abs {s.max_abs:.3g}"
+    if s.nonfinite_mismatches:
+        # Those three are over the pairs both finite: never a small error next to a NaN.
+        sizes = (
+            f"NaN/Inf where the exact value is finite (or the reverse): {s.nonfinite_mismatches}"
+            f" of {s.count} elements; over the other elements: {sizes}"
+        )
+    lines.append(sizes)
     lines += ["", f"worst elements, by {'bound utilization' if res.bounds else 'floored ulp'}:"]
     head = "| (b, h, i, c) | kernel | bits | oracle (hi) | W_c | abs err | floored ulp |"
     sep = "|---|---|---|---|---|---|---|"

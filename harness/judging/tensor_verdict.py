@@ -24,7 +24,8 @@ class TensorVerdict:
 
     ``max_err``: the largest error, in floored ulps (for LSE: absolute); NaN or inf where the
     kernel returned NaN or ±Inf where the exact result is finite (never a small number).
-    ``det_util``, ``prob_util``: the largest ``|error| / bound`` (NaN without bounds);
+    ``det_util``, ``prob_util``: the largest ``|error| / bound`` (NaN without bounds; ∞ where
+    an output is NaN/Inf and its exact value finite);
     ``naive_ulp``: ``E_naive`` in the same unit (NaN without a naive baseline) and
     ``naive_ratio`` ``= max_err / E_naive``; ``worst``: the worst elements, by deterministic
     bound utilization (by error without bounds), NaN/Inf first; ``summary``: every metric of

@@ -178,9 +178,10 @@ def judge_tensor(
 
 
 def _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower):
-    """The largest deterministic and probabilistic bound utilizations (NaN without bounds),
-    the ranking of the worst elements, and the FAIL-HARD of an error above the deterministic
-    bound, with the precision reason when the errors fit a class below the floor."""
+    """The largest deterministic and probabilistic bound utilizations (NaN without bounds,
+    ∞ where an output is NaN/Inf and its exact value finite), the ranking of the worst
+    elements, and the FAIL-HARD of an error above the deterministic bound, with the precision
+    reason when the errors fit a class below the floor."""
     if bounds is None:
         return math.nan, math.nan, e
     u_det = np.where(ok, _ratio(err, bounds.det), 0.0)
@@ -190,6 +191,10 @@ def _utilization(flags, name, err, e, ok, bad, bounds, fmt, lower):
     if (u_det > 1).any():
         _below_floor(flags, err, ok, bad, fmt, lower or {})
         flags.det(name, int((u_det > 1).sum()), det_util)
+    if bad.any():
+        # NaN/Inf where the exact value is finite: an error no bound covers. Reported as an
+        # infinite utilization, never as the (small) utilization of the finite elements.
+        det_util = prob_util = math.inf
     return det_util, prob_util, np.where(bad, np.inf, u_det)
 
 
