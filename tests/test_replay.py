@@ -73,3 +73,46 @@ def test_replay_reports_bad_case_files(tmp_path):
     assert "not a flashcheck case file" in out.stderr
     out = _cli(["replay", "missing", "--dir", str(tmp_path)], cwd=tmp_path)
     assert out.returncode == 2 and "no case file" in out.stderr
+
+
+def _nan_to_zero(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Maps every NaN output to 0: breaks the NaN rule, accurate elsewhere."""
+    import numpy as np
+
+    from flashcheck.kernels.naive import naive_numpy
+
+    o, lse = naive_numpy(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    return np.nan_to_num(o, nan=0.0), lse
+
+
+@pytest.mark.parametrize(
+    ("prop", "verdict", "words"),
+    [
+        ("nan-rule", "FAIL", "property nan-rule: FAIL: a NaN input did not reach O"),
+        ("accuracy", "PASS", "verdict PASS"),
+    ],
+)
+def test_a_replay_gives_the_one_verdict_its_case_was_saved_for(tmp_path, prop, verdict, words):
+    import flashcheck
+    from flashcheck.harness.cases.store import save_case
+    from flashcheck.harness.checks.replay import replay
+
+    kern = flashcheck.kernel(_nan_to_zero, api="numpy", arithmetic="naive")
+    case = make_case(Recipe("fp16", "nonfinite", 1, 2, 2, 8, 8, 16, 16, seed=0))
+    context = {"property": prop}
+    cid = save_case(
+        case,
+        kernel="k",
+        device="cpu",
+        directory=tmp_path,
+        verdict={"verdict": verdict},
+        context=context,
+    )
+    lines = []
+    _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    text = "\n".join(lines)
+    assert got == verdict and words in text, text
+    # one verdict: the other check's is not printed beside it
+    other = "\nverdict " if prop == "nan-rule" else "property "
+    assert other not in text, text
+    assert f"recorded verdict: {verdict}; replayed: {verdict} (same verdict)" in text

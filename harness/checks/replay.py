@@ -2,7 +2,8 @@
 
 A replay needs only the case's two files and the kernel: it rebuilds the inputs from their bit
 patterns, resolves the kernel by the name or ``module:function`` spec stored in the record, and
-runs the same :func:`flashcheck.harness.checks.accuracy.check_case` as the failing test did.
+runs the one check the case was saved for (the forward's or the gradients' accuracy, or a
+structural property), as the failing test ran it: one verdict, in the words it was recorded in.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from ..adapters.adapter import Kernel
 from ..adapters.registry import as_kernel
 from ..cases.store import load_case
-from .accuracy import CheckResult, check_case, check_gradients_case
+from .accuracy import check_case, check_gradients_case
 from .registry import CHECKS, GRADIENT_CHECKS
 from .text import format_check, format_gradient_check
 
@@ -42,46 +43,39 @@ def replay(
     device: str | None = None,
     kernel: str | Kernel | None = None,
     echo: Any = print,
-) -> tuple[CheckResult, str, dict[str, Any]]:
-    """Re-run case ``ref`` (an id or a path): the accuracy check, plus the structural property
-    the case failed if it was one. ``kernel`` (a spec or a Kernel) replaces the recorded
-    kernel. Returns the check, the replayed verdict and the record."""
+) -> tuple[Any, str, dict[str, Any]]:
+    """Re-run case ``ref`` (an id or a path) through the one check it was saved for: the
+    forward's accuracy, the gradients' accuracy, or a structural property. ``kernel`` (a spec
+    or a Kernel) replaces the recorded kernel. Returns that check's result (a
+    :class:`~flashcheck.harness.checks.accuracy.CheckResult`, a ``GradientCheckResult`` or a
+    ``StructuralResult``), its verdict and the record."""
     case, record = load_case(ref, directory)
     adapter = as_kernel(kernel if kernel is not None else record["kernel"])
     dev = device or default_device(adapter.devices, record.get("device"))
-    why = adapter.unavailable(case.dtype, dev) or adapter.supports(case, dev)
+    prop = (record.get("context") or {}).get("property", "accuracy")
+    backward = prop == "gradients" or prop in GRADIENT_CHECKS
+    contract = adapter.backward_supports if backward else adapter.supports
+    why = adapter.unavailable(case.dtype, dev) or contract(case, dev)
     if why:
         raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
-    res = check_case(adapter, case, device=dev)
     recorded = (record.get("verdict") or {}).get("verdict")
-    prop = (record.get("context") or {}).get("property", "accuracy")
     echo(
-        f"case {record['id']} (property {prop}, recorded on {record.get('device')}): "
+        f"case {record['id']} (saved by {prop}, on {record.get('device')}): "
         f"{record.get('description', '')}"
     )
-    echo(format_check(res))
-    verdict = res.verdict.verdict
-    if prop in CHECKS:
-        # A structural property failed: re-run that property, which decides the verdict; the
-        # accuracy check above is shown for reference.
-        found = CHECKS[prop](adapter, case, dev)
-        verdict = str(found.status)
-        echo(
-            f"\n(the accuracy verdict above is for reference; the case was saved by property "
-            f"{prop})\nproperty {prop}: {verdict}: {found.message}"
-        )
-    if prop == "gradients" or prop in GRADIENT_CHECKS:
-        echo(
-            f"\n(the forward verdict above is for reference; the case was saved by property {prop})"
-        )
-        if prop == "gradients":
-            g = check_gradients_case(adapter, case, device=dev)
-            echo(format_gradient_check(g))
-            verdict = g.verdict
-        else:
-            found = GRADIENT_CHECKS[prop](adapter, case, dev)
-            verdict = str(found.status)
-            echo(f"property {prop}: {verdict}: {found.message}")
+    res: Any
+    if prop in CHECKS or prop in GRADIENT_CHECKS:
+        res = (CHECKS.get(prop) or GRADIENT_CHECKS[prop])(adapter, case, dev)
+        verdict = str(res.status)
+        echo(f"property {prop}: {verdict}: {res.message}")
+    elif prop == "gradients":
+        res = check_gradients_case(adapter, case, device=dev)
+        verdict = str(res.verdict)
+        echo(format_gradient_check(res))
+    else:
+        res = check_case(adapter, case, device=dev)
+        verdict = str(res.verdict.verdict)
+        echo(format_check(res))
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
