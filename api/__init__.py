@@ -9,6 +9,8 @@ and ``flashcheck.properties`` is internal and may change.
 - :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
 - :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV;
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
+- :func:`load_case`: a saved failing case, rebuilt bit for bit; :func:`call`: a kernel called
+  on a case as the checks call it (only the options its signature names);
 - :func:`kernel`: declare a function's contract (arithmetic class, dtypes, head dims, masks, GQA,
   ``Nq != Nk``, sequence-length multiple, ...); undeclared parts are probed;
 - :mod:`flashcheck.strategies`: Hypothesis strategies of the adversarial input families, inside
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
     from flashcheck.harness.adapters.adapter import Kernel
     from flashcheck.harness.adapters.registry import kernel
     from flashcheck.harness.cases.case import Case
+    from flashcheck.harness.cases.store import saved_case as load_case
     from flashcheck.harness.checks.accuracy import (
         CheckResult,
         GradientCheckResult,
+        call,
         check,
         check_gradients,
     )
@@ -47,14 +51,19 @@ __all__ = [
     "OracleResult",
     "__version__",
     "assert_attention",
+    "call",
     "check",
     "check_gradients",
     "kernel",
+    "load_case",
     "oracle",
     "strategies",
 ]
 
+# Each public name: the module that defines it (and its name there, where it differs).
 _WHERE = {
+    "call": "flashcheck.harness.checks.accuracy",
+    "load_case": ("flashcheck.harness.cases.store", "saved_case"),
     "oracle": "flashcheck.harness.oracle.evaluate",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
     "check": "flashcheck.harness.checks.accuracy",
@@ -73,7 +82,9 @@ def __getattr__(name: str) -> Any:
     if name == "strategies":
         return importlib.import_module("flashcheck.strategies")
     if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
+        where = _WHERE[name]
+        module, attr = (where, name) if isinstance(where, str) else where
+        value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'flashcheck' has no attribute {name!r}")

@@ -27,7 +27,7 @@ import numpy as np
 from ..core.environment import environment
 from .case import DTYPES, Case
 
-__all__ = ["SCHEMA", "CaseFileError", "case_dir", "case_id", "load_case", "save_case"]
+__all__ = ["SCHEMA", "CaseFileError", "case_dir", "case_id", "load_case", "save_case", "saved_case"]
 
 SCHEMA = "flashcheck-case/1"
 
@@ -199,3 +199,10 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
     if shape != record["shape"]:
         raise CaseFileError(f"{path}: arrays have shape {shape}, the record says {record['shape']}")
     return case, record
+
+
+def saved_case(ref: str, directory: str | os.PathLike | None = None) -> Case:
+    """The case saved as ``ref`` (an id, or a path to ``<id>.json``), rebuilt bit for bit:
+    ``flashcheck.load_case``. Its record (kernel, verdict, environment, the replay command) is
+    in ``<id>.json``; ``flashcheck replay <id>`` re-runs the check it was saved for."""
+    return load_case(ref, directory)[0]

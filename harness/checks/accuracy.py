@@ -39,6 +39,7 @@ from .text import format_check, format_gradient_check
 __all__ = [
     "CheckResult",
     "GradientCheckResult",
+    "call",
     "case_oracle",
     "check",
     "check_case",
@@ -284,6 +285,26 @@ def _save(res: Any, case: Case, adapter: Kernel, device: str, save: str, case_di
     if save == "always" or (save == "failure" and not res.passed):
         res.case_id = save_case(case, kernel=adapter.name, device=device, directory=case_dir, **kw)
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
+
+
+def call(kernel: Any, case: Case, *, device: str | None = None) -> Any:
+    """Call ``kernel`` on ``case`` as every check does, and return what it returned.
+
+    ``kernel`` as for :func:`check`; ``case``: a :class:`~flashcheck.harness.cases.case.Case`
+    (``flashcheck.load_case(id)`` rebuilds a saved one). The inputs are handed over as torch
+    tensors on ``device`` (default: CUDA if the kernel runs there and a GPU is present, else
+    the CPU), or numpy arrays for a kernel declared ``api="numpy"``, with only the options the
+    kernel's signature names (``causal``, ``window``, ``mask``, ``scale``). Use it to step
+    through a failing case in a debugger.
+    """
+    if not isinstance(case, Case):
+        raise TypeError(
+            f"call(kernel, case) takes a flashcheck Case, got {type(case).__name__}: build one "
+            "with flashcheck.Case.from_arrays(q, k, v, ...) or flashcheck.load_case(id)"
+        )
+    adapter = as_kernel(kernel)
+    device = device or default_probe_device(adapter)
+    return adapter.call(case, device).result
 
 
 def check(
