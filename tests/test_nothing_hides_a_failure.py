@@ -106,3 +106,22 @@ def test_the_headline_counts_each_kind_of_result_as_the_tables_do(tmp_path):
             log.append(r.to_json())
     md = render_report(path, figures=False).read_text()
     assert "**2 results**: accuracy 1 (1 PASS); structural 1 (1 FAIL)." in md, md[:800]
+
+
+def test_the_glossary_in_the_docs_is_the_one_the_report_prints(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from flashcheck.harness.campaign.glossary import GLOSSARY
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "glossary.md"
+    out = subprocess.run(
+        [sys.executable, "-m", "flashcheck.harness.campaign.glossary"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert docs.read_text() == out, "regenerate: python -m flashcheck.harness.campaign.glossary"
+    for term in ("W_c (floor)", "bound utilization", "naive ratio", "conformance"):
+        assert term in GLOSSARY

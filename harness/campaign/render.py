@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..core.status import Status
+from .glossary import glossary_markdown
 from .logrecords import ResultsFile, load
 from .sections import (
     batch_invariance_lines,
@@ -135,6 +136,12 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
         "dtypes without results could not run here: see *Limitations*).",
         "",
         _VERDICTS,
+        "",
+        "<details><summary>Glossary: the words of this report</summary>",
+        "",
+        *glossary_markdown(),
+        "",
+        "</details>",
         "",
     ]
 

@@ -56,12 +56,13 @@ def as_exact_array(x: Any, name: str) -> tuple[np.ndarray, Format]:
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
     try:
         fmt = format_of(arr.dtype)
-    except TypeError as err:
-        raise TypeError(f"{name}: {err}") from None
-    if fmt.name not in INPUT_FORMATS:
+    except TypeError:
+        fmt = None
+    if fmt is None or fmt.name not in INPUT_FORMATS:
         raise TypeError(
             f"{name} has dtype {arr.dtype}; attention inputs must be float16, bfloat16 or "
-            "float32 (round float64 data to one of them and cast it first)"
+            "float32: cast them first (numpy: x.astype(np.float32); torch: x.float(), "
+            "x.half() or x.bfloat16())"
         )
     return np.asarray(arr, dtype=np.float64), fmt
 
