@@ -199,7 +199,11 @@ def test_gqa_rows_subset_and_torch_input():
             ValueError,
             "multiple",
         ),
-        ({"q": np.zeros((1, 1, 2, 4), np.int32)}, TypeError, "int32; attention inputs must be float16, bfloat16 or float32: cast"),
+        (
+            {"q": np.zeros((1, 1, 2, 4), np.int32)},
+            TypeError,
+            "int32; attention inputs must be float16, bfloat16 or float32: cast",
+        ),
         ({"q": np.zeros((1, 1, 2, 4), np.float64)}, TypeError, "float16, bfloat16"),
         ({"q": np.zeros((2, 4), np.float16)}, ValueError, "4 dimensions"),
         ({"mask": np.ones((3, 3), bool)}, ValueError, "broadcast"),

@@ -29,6 +29,7 @@ from ..cases.store import save_case
 from ..core.semantics import as_exact_array
 from ..core.status import Status
 from ..judging.bounds import Bounds, problem_bounds
+from ..judging.diagnosis import diagnose
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.metrics import ErrorSummary
 from ..judging.tensor_verdict import TensorVerdict, Verdict
@@ -234,6 +235,8 @@ def check_case(
             bounds_cache[key] = bounds
     n_ulp, n_lse = naive_reference(case, ref) if naive is None else naive
     verdict = judge(out.o, out.lse, ref, bounds, naive_ulp=n_ulp, naive_lse_err=n_lse)
+    if verdict.verdict == Status.FAIL_HARD and bounds is not None:
+        verdict.diagnosis = diagnose(case.problem, out.o, ref.o.hi, bounds.o.det)
     return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
 
 

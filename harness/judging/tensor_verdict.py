@@ -85,6 +85,7 @@ class Verdict:
     LSE's as ``lse_err`` and ``lse_det_util`` (NaN without LSE)."""
 
     tensors: dict[str, TensorVerdict]
+    diagnosis: list[str] = field(default_factory=list)  # what a failure is consistent with
 
     def __getitem__(self, name: str) -> TensorVerdict:
         return self.tensors[name]
@@ -95,7 +96,7 @@ class Verdict:
 
     @property
     def reasons(self) -> list[str]:
-        return [r for t in self.tensors.values() for r in t.reasons]
+        return [r for t in self.tensors.values() for r in t.reasons] + self.diagnosis
 
     @property
     def summary(self) -> ErrorSummary:

@@ -186,6 +186,25 @@ def nan_to_num(q, k, v, *, causal=False, scale=None):
     return (torch.softmax(s, dim=-1).nan_to_num(0) @ v).to(q.dtype)
 
 
+def top_left_causal(q, k, v, *, causal=False, scale=None):
+    """Bug: the causal mask aligned top-left (query i keeps keys j <= i), right only for
+    Nq == Nk; flashcheck, like FlashAttention, aligns it bottom-right."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    s = (q.float() @ k.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    if causal:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i, float("-inf"))
+    return (torch.softmax(s, dim=-1) @ v).to(q.dtype)
+
+
+def forgets_default_scale(q, k, v, *, causal=False, scale=None):
+    """Bug: applies an explicit scale, but no 1/sqrt(d) when none is given."""
+    return textbook(q, k, v, causal=causal, scale=1.0 if scale is None else scale)
+
+
 def _half(s, v):
     """Attention over one part of the keys: its O (normalized within the part) and its LSE."""
     lse = torch.logsumexp(s, dim=-1, keepdim=True)

@@ -1,0 +1,154 @@
+"""A diagnosis of a failing output: which common mistake it is consistent with.
+
+Many wrong attention kernels compute exactly the right thing for a slightly different
+definition: a causal mask aligned top-left, the scale left out or applied twice, a boolean mask
+read the other way round, grouped query heads mapped to key/value heads by modulo, a window
+edge off by one, the softmax taken over the queries, an option ignored. For a case that failed,
+:func:`diagnose` evaluates attention under each such alternative (in float64: its error is
+negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
+output matches within its own deterministic bound. It only speaks where the alternative's
+answer differs from the true one by more than that bound, so a match is evidence, not chance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from ..core.formats import ulp
+from ..core.semantics import AttentionProblem
+
+__all__ = ["CONSISTENT", "diagnose"]
+
+CONSISTENT = "consistent with "
+Keep = Callable[[int, int], np.ndarray]
+
+
+def _reference(
+    p: AttentionProblem,
+    *,
+    keep: Keep | None = None,
+    tau: float | None = None,
+    kv: Callable[[int], int] | None = None,
+    axis: int = -1,
+) -> np.ndarray:
+    """float64 attention of ``p`` with the given departures: which keys each row keeps, the
+    score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
+    the queries, a column) that keeps nothing gives 0."""
+    b_n, hq, _, nq, _, d, dv = p.shape
+    if tau is None:
+        tau = p.scale if p.scale is not None else 1 / math.sqrt(d)
+    rows = np.arange(nq)
+    out = np.zeros((b_n, hq, nq, dv))
+    with np.errstate(all="ignore"):
+        for b in range(b_n):
+            for h in range(hq):
+                kh = p.kv_head(h) if kv is None else kv(h)
+                kp = p.keep(b, h, rows) if keep is None else keep(b, h)
+                s = np.where(kp, tau * (p.q[b, h] @ p.k[b, kh].T), -np.inf)
+                m = s.max(axis=axis, keepdims=True)
+                e = np.where(kp, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+                den = e.sum(axis=axis, keepdims=True)
+                prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+                out[b, h] = prob @ p.v[b, kh]
+    return out
+
+
+def _keeps(p: AttentionProblem, **changes) -> Keep:
+    """The keep matrices of ``p`` with option ``changes`` (``causal``, ``window``, ``mask``)."""
+    q = replace(p, **changes)
+    rows = np.arange(p.shape[3])
+    return lambda b, h: q.keep(b, h, rows)
+
+
+def _shifted_diagonal(p: AttentionProblem, shift: int) -> Keep:
+    """Causal with the diagonal moved by ``shift`` (``−(Nk − Nq)``: aligned top-left)."""
+    rest = _keeps(p, causal=False)
+    _, _, _, nq, nk, _, _ = p.shape
+    diag = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + (nk - nq) + shift
+    return lambda b, h: rest(b, h) & diag
+
+
+def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
+    """Each common mistake that applies to ``p``, as keyword arguments of :func:`_reference`."""
+    _, hq, hk, nq, nk, d, _ = p.shape
+    tau = p.scale if p.scale is not None else 1 / math.sqrt(d)
+    alts: list[tuple[str, dict]] = []
+    if p.causal:
+        if nq != nk:
+            alts.append(
+                (
+                    "a causal mask aligned top-left (query i keeps keys j <= i; flashcheck, as "
+                    "FlashAttention, aligns it bottom-right: j <= i + Nk - Nq)",
+                    {"keep": _shifted_diagonal(p, -(nk - nq))},
+                )
+            )
+        for shift in (-1, 1):
+            alts.append(
+                (f"the causal diagonal off by {shift:+d}", {"keep": _shifted_diagonal(p, shift)})
+            )
+        alts.append(("causal=True ignored", {"keep": _keeps(p, causal=False)}))
+    if p.window is not None:
+        left, right = p.window
+        alts.append(("the window ignored", {"keep": _keeps(p, window=None)}))
+        for name, edge in (("left", left), ("right", right)):
+            if edge is None:
+                continue
+            for step in (-1, 1):
+                if edge + step < 0:
+                    continue
+                w = (edge + step, right) if name == "left" else (left, edge + step)
+                alts.append(
+                    (f"the window's {name} edge off by {step:+d}", {"keep": _keeps(p, window=w)})
+                )
+    if p.mask is not None:
+        alts.append(("the mask read inverted (True taken as masked out)", {"keep": _inverted(p)}))
+        alts.append(("the mask ignored", {"keep": _keeps(p, mask=None)}))
+    if tau != 1:
+        alts.append(("the scale left out (scale 1)", {"tau": 1.0}))
+        alts.append((f"the scale applied twice ({tau:.6g}²)", {"tau": tau * tau}))
+    if p.scale is not None and p.scale != 1 / math.sqrt(d):
+        alts.append(("the explicit scale ignored (1/√d used)", {"tau": 1 / math.sqrt(d)}))
+    if hk not in (1, hq):
+        alts.append(
+            (
+                "query heads mapped to key/value heads by modulo (h % Hk; the grouping is h // "
+                "(Hq / Hk))",
+                {"kv": lambda h: h % hk},
+            )
+        )
+    alts.append(("the softmax taken over the queries instead of the keys", {"axis": -2}))
+    return alts
+
+
+def _inverted(p: AttentionProblem) -> Keep:
+    rest = _keeps(p, mask=None)
+    rows = np.arange(p.shape[3])
+    return lambda b, h: rest(b, h) & ~p.mask[b, h][rows]
+
+
+def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
+    """The common mistakes (module docstring) that the kernel's output ``o`` matches within its
+    deterministic bound ``det`` (elementwise, plus an ulp of the format) while the exact answer
+    ``exact`` does not: one reason per match, starting with :data:`CONSISTENT`. Empty for
+    non-finite inputs (the NaN rule has its own checks)."""
+    if not all(np.isfinite(x).all() for x in (p.q, p.k, p.v)):
+        return []
+    o = np.asarray(o, dtype=np.float64)
+    found = []
+    for label, kw in _alternatives(p):
+        alt = _reference(p, **kw)
+        tol = det + ulp(alt, p.fmt)
+        with np.errstate(invalid="ignore"):
+            differs = np.isfinite(exact) & (np.abs(alt - exact) > tol)
+            # (a NaN where the reading leaves a row with no key counts as its empty row)
+            matches = (np.isfinite(o) & (np.abs(o - alt) <= tol)) | (np.isnan(o) & (alt == 0))
+        if differs.any() and matches.all():
+            found.append(
+                f"{CONSISTENT}{label}: the output matches exact attention under that reading "
+                "within the kernel's bound"
+            )
+    return found
