@@ -20,15 +20,23 @@ __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]
 
 
 class AttentionMismatch(AssertionError):
-    """A kernel failed a check; ``case_id`` names the saved case (``None`` if not saved) and
-    ``result`` holds the numbers (a :class:`CheckResult`, for accuracy failures)."""
+    """A kernel failed a check; ``case_id`` names the saved case (``None`` if not saved),
+    ``result`` holds the numbers (a :class:`CheckResult`, for accuracy failures) and
+    ``summary`` says in one line what failed."""
 
     __module__ = "flashcheck"  # shown in tracebacks as the public name users catch
 
-    def __init__(self, message: str, case_id: str | None, result: CheckResult | None = None):
+    def __init__(
+        self,
+        message: str,
+        case_id: str | None,
+        result: CheckResult | None = None,
+        summary: str | None = None,
+    ):
         super().__init__(message)
         self.case_id = case_id
         self.result = result
+        self.summary = summary or message.strip().splitlines()[0]
 
 
 def save_failure(
@@ -59,15 +67,24 @@ def fail(
     *,
     directory: str | os.PathLike | None = None,
     result: CheckResult | None = None,
+    summary: str | None = None,
 ) -> NoReturn:
-    """Save ``case`` (final example only) and raise :class:`AttentionMismatch`."""
+    """Save ``case`` (final example only) and raise :class:`AttentionMismatch`; ``summary``
+    (default: from ``result``'s verdict, else the message's first line) is its one line."""
     __tracebackhide__ = True  # the user's test is where it failed, not this helper
     cid = save_failure(case, kernel, device, verdict, prop, directory)
     where = ""
     if cid:
         flag = "" if directory is None else f" --dir {os.fspath(directory)}"
         where = f"\nsaved case {cid}; replay with: flashcheck replay {cid}{flag}"
-    raise AttentionMismatch(f"{prop} failed for {kernel}: {message}{where}", cid, result)
+    if summary is None and result is not None:
+        v = result.verdict
+        summary = "; ".join([*v.reasons[:1], *v.diagnosis[:1]]) or str(v.verdict)
+    if summary is None:
+        summary = message.strip().splitlines()[0] if message.strip() else "failed"
+    raise AttentionMismatch(
+        f"{prop} failed for {kernel}: {message}{where}", cid, result, f"{prop}: {summary}"
+    )
 
 
 def assert_attention(

@@ -227,6 +227,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("--flashcheck-device cuda: torch sees no CUDA device here")
+    if specs:
+        from .brief import Brief
+
+        config.pluginmanager.register(Brief(), "flashcheck-brief")
     config.stash[_KERNELS] = _resolve_all(
         specs,
         device,

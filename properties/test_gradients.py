@@ -44,7 +44,9 @@ def _needs_backward(kern):
 def _judge(kern, case, dev, prop="gradients"):
     res = run_or_fail(kern, case, dev, prop, lambda: check_gradients_case(kern, case, device=dev))
     if res.verdict != "PASS":
-        fail(case, kern.name, dev, prop, "\n" + format_gradient_check(res), res.as_dict())
+        summary = res.reasons[0] if res.reasons else str(res.verdict)
+        message = "\n" + format_gradient_check(res)
+        fail(case, kern.name, dev, prop, message, res.as_dict(), summary=summary)
     return res
 
 

@@ -89,3 +89,21 @@ def test_a_kernel_that_kills_the_test_process_is_named(user_dir):
     assert out.returncode not in (0, 2), out.stdout + out.stderr
     assert "the test process ended abruptly in test_" in out.stderr, out.stderr
     assert "flashcheck report --kernel user_kernels:kills_its_process" in out.stderr
+
+
+def test_a_failing_run_reads_like_a_report(user_dir):
+    """One bug: each failure is its reason, its case and its replay command (no traceback into
+    the suite, no Hypothesis search notes), and the run ends with a summary per dtype."""
+    out, _ = _flashcheck(
+        ["test", "user_kernels:forgets_default_scale", "--dtype", "fp16"], user_dir
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    lines = text.splitlines()
+    assert len(lines) < 200, len(lines)
+    assert "def test_" not in text and "Highest target scores" not in text, text
+    summary = text[text.index("flashcheck summary") :]
+    assert "user_kernels:forgets_default_scale fp16:" in summary, summary
+    assert "FAILED test_error_within_bounds_and_policy: accuracy: FAIL-HARD:" in summary
+    assert "consistent with the scale left out (scale 1)" in summary, summary
+    assert "flashcheck replay " in summary

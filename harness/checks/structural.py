@@ -219,6 +219,29 @@ def _zero(x: np.ndarray, which) -> np.ndarray:
     return np.where(which(x), 0.0, x)
 
 
+def _top_left_hint(case: Case, leak: np.ndarray) -> str:
+    """The diagnosis of NaN in rows a bottom-right causal mask empties: each such row keeps
+    keys under a top-left alignment, and holds a NaN input there."""
+    b_n, hq, _, nq, nk, *_ = case.shape
+    if not case.causal or nq <= nk:
+        return ""
+    p = make_problem(case.q, case.k, case.v, **{**case.options(), "causal": False})
+    rows = np.arange(nq)
+    top_left = np.arange(nk)[None, :] <= rows[:, None]
+    for b in range(b_n):
+        for h in range(hq):
+            kvh = p.kv_head(h)
+            keep = p.keep(b, h, rows) & top_left
+            nan_rows, _ = nan_rows_and_cols(p.q[b, h], p.k[b, kvh], p.v[b, kvh], keep)
+            if (leak[b, h].any(-1) & ~nan_rows).any():
+                return ""
+    return (
+        "; consistent with a causal mask aligned top-left (query i keeps keys j <= i): these "
+        "rows keep keys there, and NaN inputs among them (flashcheck aligns causal "
+        "bottom-right, as FlashAttention: j <= i + Nk - Nq)"
+    )
+
+
 def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """Outputs of finite inputs stay finite; every output a NaN input is involved in is NaN.
 
@@ -233,7 +256,7 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
         if not (leak & ~masked).any():
             return StructuralResult.failed(
                 f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
-                "O = 0 (flashcheck's contract, as FlashAttention)"
+                "O = 0 (flashcheck's contract, as FlashAttention)" + _top_left_hint(case, leak)
             )
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return StructuralResult.failed(

@@ -1,0 +1,108 @@
+"""What a suite run prints: each failure as its reason, its case and its replay command, and a
+closing summary per property and dtype (registered by the plugin for a run with a kernel under
+test, as ``flashcheck test`` is).
+
+A failing property raises :class:`~flashcheck.properties.assertions.AttentionMismatch`, whose
+message already holds everything a user needs (kernel and oracle side by side, the saved case,
+the replay command). The traceback into the suite's own source and Hypothesis' notes about its
+search say nothing about the kernel: for the suite's tests they are replaced by that message
+and the drawn case. Tests that are not the suite's (a user's own, using
+``flashcheck.assert_attention``) keep pytest's usual report.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["Brief"]
+
+_SUITE = Path(__file__).resolve().parent
+
+
+@dataclass
+class _Outcome:
+    test: str  # the property test's name
+    param: str  # kernel-dtype
+    outcome: str  # passed, failed, skipped
+    reason: str = ""
+    replay: str | None = None
+
+
+@dataclass
+class Brief:
+    """The pytest plugin object that shortens failures and prints the closing summary."""
+
+    outcomes: list[_Outcome] = field(default_factory=list)
+
+    @staticmethod
+    def _in_suite(item: Any) -> bool:
+        return Path(str(item.path)).resolve().parent == _SUITE
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any):
+        report = (yield).get_result()
+        if not self._in_suite(item):
+            return
+        name, _, rest = item.name.partition("[")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        param = " ".join(
+            str(params[p]) for p in ("flashcheck_kernel", "flashcheck_dtype") if params.get(p)
+        )
+        extra = [x for x in rest.rstrip("]").split("-") if x and x not in param.split()]
+        if extra and param:  # a parametrized property: which case (or regression file) it ran
+            name = f"{name}[{'-'.join(extra)}]"
+        param = param or rest.rstrip("]")
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if report.skipped:
+                why = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+                self.outcomes.append(
+                    _Outcome(name, param, "skipped", str(why).removeprefix("Skipped: "))
+                )
+            elif report.failed:
+                self.outcomes.append(self._failure(name, param, report, call))
+            elif report.when == "call":
+                self.outcomes.append(_Outcome(name, param, "passed"))
+
+    def _failure(self, name: str, param: str, report: Any, call: Any) -> _Outcome:
+        from .assertions import AttentionMismatch
+
+        exc = None if call.excinfo is None else call.excinfo.value
+        if not isinstance(exc, AttentionMismatch):
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+            return _Outcome(name, param, "failed", crash.splitlines()[0] if crash else "error")
+        drawn = [n for n in getattr(exc, "__notes__", ()) if n.startswith("Draw ")]
+        report.longrepr = "\n".join([str(exc), *drawn])
+        replay = f"flashcheck replay {exc.case_id}" if exc.case_id else None
+        return _Outcome(name, param, "failed", exc.summary, replay)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.outcomes:
+            return
+        tr = terminalreporter
+        tr.section("flashcheck summary")
+        by: dict[str, list[_Outcome]] = defaultdict(list)
+        for o in self.outcomes:
+            by[o.param].append(o)
+        for param, rows in by.items():
+            n = {k: sum(o.outcome == k for o in rows) for k in ("passed", "failed", "skipped")}
+            tr.line(
+                f"{param}: {n['passed']} properties passed, {n['failed']} failed, "
+                f"{n['skipped']} skipped"
+            )
+            for o in rows:
+                if o.outcome == "failed":
+                    tr.line(f"  FAILED {o.test}: {o.reason}", red=True)
+                    if o.replay:
+                        tr.line(f"      {o.replay}")
+            skipped = defaultdict(list)
+            for o in rows:
+                if o.outcome == "skipped":
+                    skipped[o.reason].append(o.test)
+            for why, tests in skipped.items():
+                tr.line(f"  skipped {len(tests)}: {why}")
