@@ -235,7 +235,9 @@ class Campaign:
         gradients = item.part == "gradients"
         fitted: dict[Recipe, list[str]] = {}
         for spec in new:
-            fitted.setdefault(fit_recipe(item.recipe, self.kernels[spec]), []).append(spec)
+            fitted.setdefault(
+                fit_recipe(item.recipe, self.kernels[spec], palette=self.preset.palette), []
+            ).append(spec)
         for recipe, group in fitted.items():
             case = make_case(recipe)
             runs: dict[str, Any] = {}
@@ -253,7 +255,7 @@ class Campaign:
     def _submit_check(self, item: Item, spec: str) -> _Group:
         name = item.tag.split("/")[0]
         adapter = self.kernels[spec]
-        recipe = fit_recipe(item.recipe, adapter)
+        recipe = fit_recipe(item.recipe, adapter, palette=self.preset.palette)
         case = make_case(recipe)
         contract = adapter.backward_supports if item.backward else adapter.supports
         why = contract(case, self.devices[spec])
