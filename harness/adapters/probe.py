@@ -28,8 +28,10 @@ that compiles is probed on shapes that each change as few dimensions of the base
 both ways at twice the base length, the other head-dim regime (64 or 128) alone and as ``dv``
 only, and every option on the base shape. That is about eight first calls (the base shape, two
 dtypes, one ragged length, two unequal lengths, one head dim, causal) instead of one per probe
-shape (about twenty), and the times of those very calls say which dimensions are keys. Head
-dims are then probed in the two regimes only (``head_dims`` stays "any" if both run).
+shape (about twenty), and the times of those very calls say which dimensions are keys; a
+ragged ``Nq != Nk`` both ways (17 and 16) stands for the ragged and the unequal lengths where
+it runs (seven first calls then). Head dims are probed in the two regimes only
+(``head_dims`` stays "any" if both run).
 """
 
 from __future__ import annotations
@@ -234,6 +236,13 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
             dt for dt in ALL_DTYPES if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
         )
     m = kernel.seq_multiple
+    if keyed and {"seq_multiple", "unequal_lengths"} <= todo:
+        # A compiling kernel pays for each length: Nq != Nk both ways at a ragged length
+        # settles both classes in two calls if it runs (a refusal is probed class by class).
+        if _runs(p, dt0, nq=n0, nk=n0 + 1, d=d0) and _runs(p, dt0, nq=n0 + 1, nk=n0, d=d0):
+            m = out["seq_multiple"] = 1
+            out["unequal_lengths"] = True
+            todo = todo - {"seq_multiple", "unequal_lengths"}
     if "seq_multiple" in todo:
         # A compiling kernel pays for each length: one ragged length says enough.
         if all(check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED[: 2 - keyed]):
@@ -281,6 +290,14 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
     elif "compile_keys" in todo:
         out["compile_keys"] = ()
     return replace(kernel, **out, unsupported=tuple(notes), pending=frozenset())
+
+
+def _runs(p: _Prober, dtype: str, **shape: Any) -> bool:
+    """Whether the kernel runs on this input (a hang or a wrong output counts as running)."""
+    try:
+        return not p.attempt(dtype, **shape)
+    except (_Hung, _Ran):
+        return True
 
 
 def _probe_head_dims(p: _Prober, dt0: str, d0: int, m: int, notes: list) -> tuple | None:
