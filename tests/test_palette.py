@@ -123,3 +123,56 @@ def test_the_search_of_a_kernel_without_keys_is_unchanged():
     assert got == [mutate(b, r, replace(preset, palette=1), k) for _ in range(20)]
     assert len({(x.nq, x.nk, x.d) for x in got}) > 4
     assert all(x.dtype == "fp16" for x in got)
+
+
+# -- the strategies --------------------------------------------------------------------------
+
+
+def test_the_strategies_draw_key_dimensions_from_the_palette_and_the_rest_freely():
+    from hypothesis import given, settings
+
+    import flashcheck
+    from flashcheck.strategies import attention_cases
+
+    def fn(q, k, v, *, causal=False, scale=None):
+        return q
+
+    kern = flashcheck.kernel(
+        fn,
+        api="numpy",
+        devices=("cpu",),
+        dtypes=("fp16",),
+        head_dims=(64, 128),
+        masks=("causal",),
+        gqa=True,
+        unequal_lengths=True,
+        distinct_dv=True,
+        batched=True,
+        seq_multiple=1,
+        compile_keys=("nq", "nk", "d", "causal"),
+    )
+    pal = palette_for(kern, 2)
+    seen, batches = set(), set()
+
+    @settings(max_examples=60, database=None, derandomize=True)
+    @given(attention_cases(kern, palette=2))
+    def draw(case):
+        b, hq, _, nq, nk, d, _ = case.shape
+        seen.add((nq, nk, d, case.causal))
+        batches.add((b, hq))
+
+    draw()
+    assert seen <= set(pal.entries) and len(seen) == 2
+    assert len(batches) > 1
+    with pytest.raises(ValueError, match="palette is a positive int"):
+        attention_cases(kern, palette=0)
+
+
+def test_the_strategies_of_a_kernel_without_keys_are_unchanged():
+    from flashcheck.properties.strategies import contract_limits
+
+    k = _kernel()
+    assert "palette" not in contract_limits(k)
+    assert contract_limits(_kernel(compile_keys=("d",)))["palette"] == palette_for(
+        _kernel(compile_keys=("d",))
+    )

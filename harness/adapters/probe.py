@@ -24,14 +24,13 @@ Compile keys (:mod:`flashcheck.harness.adapters.compilekeys`): unless the contra
 them, the base shape is called a second time; a kernel whose first call is not markedly slower
 than the repeat has none, and is probed as above (one call more, nothing else changes). One
 that compiles is probed on shapes that each change as few dimensions of the base as possible
-(and repeat no shape): each other dtype, the ragged length 17 (one length only), ``Nq != Nk``
-both ways at twice the base length, the other head-dim regime (64 or 128) alone and as ``dv``
-only, and every option on the base shape. That is about eight first calls (the base shape, two
-dtypes, one ragged length, two unequal lengths, one head dim, causal) instead of one per probe
-shape (about twenty), and the times of those very calls say which dimensions are keys; a
-ragged ``Nq != Nk`` both ways (17 and 16) stands for the ragged and the unequal lengths where
-it runs (seven first calls then). Head dims are probed in the two regimes only
-(``head_dims`` stays "any" if both run).
+and repeat none: each other dtype; ``Nq != Nk`` both ways at a ragged length (the base length
+plus one), which settles the ragged and the unequal lengths together where it runs (else the
+ragged length 17 alone, then ``Nq != Nk`` at twice the base length); ``dv`` alone, then the head
+dim, in the other regime (64 or 128: ``head_dims`` stays "any" if it runs); every option on the
+base shape. That is about seven first calls (the base shape, two dtypes, two lengths, one head
+dim, causal) instead of one per probe shape (about twenty), and the times of those very calls
+say which dimensions are keys.
 """
 
 from __future__ import annotations
@@ -99,6 +98,20 @@ class _Prober:
         self.calls: list[tuple[tuple[object, ...], float]] = []
         # For a compiling kernel: every answer by input, so that no shape is called twice.
         self.memo: dict[tuple, tuple[str, str]] | None = None
+        self.base: tuple[str, int, int] = ("", 0, 0)  # (dtype, length, head dim) it runs
+        self.notes: list[tuple[str, str]] = []  # (input class, why) of each rejection
+
+    def check(self, what: str, **shape: Any) -> bool:
+        """Whether the kernel runs on this input (in the base dtype unless ``dtype=``);
+        a rejection's reason goes to :attr:`notes` under ``what``. A hang or a wrong output
+        counts as running: inside the contract, judged by the campaign."""
+        try:
+            why = self.attempt(shape.pop("dtype", self.base[0]), **shape)
+        except (_Hung, _Ran):
+            return True
+        if why:
+            self.notes.append((what, why))
+        return not why
 
     def attempt(self, dtype: str, b=1, hq=1, hk=1, nq=16, nk=16, d=64, dv=None, **opts) -> str:
         """'' if the kernel runs on this input, else why not; :class:`_Hung` or :class:`_Ran`
@@ -198,7 +211,6 @@ def _base(p: _Prober, dtypes, lengths, dims) -> tuple[tuple[str, int, int] | Non
 def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> Kernel:
     p = _Prober(kernel, device, runner, clock)
     todo = kernel.pending
-    notes: list[tuple[str, str]] = []
     dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
     lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
     dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
@@ -208,71 +220,24 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
         return _no_run(kernel, f"it hung: {err}")
     if base is None:
         return _no_run(kernel, first_error)
-    dt0, n0, d0 = base
-    out: dict[str, Any] = {}
-    times = None
-    if "compile_keys" in todo:
-        first = p.seconds if p.calls else 0.0
-        try:
-            p.attempt(dt0, nq=n0, nk=n0, d=d0)
-            times = CallTimes(first, p.seconds)
-        except (_Hung, _Ran):
-            pass
+    dt0, n0, d0 = p.base = base
+    times = _time_base(p) if "compile_keys" in todo else None
     keyed = times is not None and times.compiles
     if keyed:
         p.memo = {}
-
-    def check(what: str, **shape) -> bool:
-        try:
-            why = p.attempt(shape.pop("dtype", dt0), **shape)
-        except (_Hung, _Ran):
-            return True  # it ran (or hung): inside the contract, judged by the campaign
-        if why:
-            notes.append((what, why))
-        return not why
-
+    out: dict[str, Any] = {}
+    check = p.check
     if "dtypes" in todo:
         out["dtypes"] = tuple(
             dt for dt in ALL_DTYPES if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
         )
-    m = kernel.seq_multiple
-    if keyed and {"seq_multiple", "unequal_lengths"} <= todo:
-        # A compiling kernel pays for each length: Nq != Nk both ways at a ragged length
-        # settles both classes in two calls if it runs (a refusal is probed class by class).
-        if _runs(p, dt0, nq=n0, nk=n0 + 1, d=d0) and _runs(p, dt0, nq=n0 + 1, nk=n0, d=d0):
-            m = out["seq_multiple"] = 1
-            out["unequal_lengths"] = True
-            todo = todo - {"seq_multiple", "unequal_lengths"}
-    if "seq_multiple" in todo:
-        # A compiling kernel pays for each length: one ragged length says enough.
-        if all(check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED[: 2 - keyed]):
-            m = 1
-        else:
-            # The smaller base lengths failed with every head dim and dtype: n0 is the multiple.
-            # The ragged length's message stays in the notes: it says why.
-            m = n0
-        out["seq_multiple"] = m
+    m = _probe_lengths(p, todo, keyed, out)
     # Where a compiling kernel is probed: on the base shape, which it has compiled already.
     s = n0 if keyed else m
-    if keyed:
-        # dv alone first: its time tells dv from d before both change together.
-        other = 128 if d0 <= 64 else 64
-        if "distinct_dv" in todo:
-            out["distinct_dv"] = check("dv != d", nq=s, nk=s, d=d0, dv=other)
-        if "head_dims" in todo:
-            ok = check(f"head dim {other}", nq=n0, nk=n0, d=other)
-            out["head_dims"] = None if ok else (d0,)
-    else:
-        if "head_dims" in todo:
-            out["head_dims"] = _probe_head_dims(p, dt0, d0, m, notes)
-    dims_ok = out.get("head_dims", kernel.head_dims) or HEAD_DIMS
-    if "distinct_dv" in todo and not keyed:
-        other = next((x for x in sorted(dims_ok, key=lambda x: abs(x - d0)) if x != d0), None)
-        out["distinct_dv"] = other is not None and check("dv != d", nq=s, nk=s, d=d0, dv=other)
-    if "unequal_lengths" in todo:
-        u = n0 if keyed else m
-        out["unequal_lengths"] = check("Nq != Nk", nq=u, nk=2 * u, d=d0) and check(
-            "Nq != Nk", nq=2 * u, nk=u, d=d0
+    _probe_dims(p, todo, keyed, m, out)
+    if "unequal_lengths" in todo and "unequal_lengths" not in out:
+        out["unequal_lengths"] = check("Nq != Nk", nq=s, nk=2 * s, d=d0) and check(
+            "Nq != Nk", nq=2 * s, nk=s, d=d0
         )
     if "gqa" in todo:
         out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=s, nk=s, d=d0)
@@ -284,12 +249,66 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
             out["masks"] = frozenset(ok - {"scale"})
         if "options" in todo:
             out["options"] = frozenset(ok)
-    if keyed and times is not None:
-        out["compile_keys"] = infer_keys(p.calls, times)
+    if "compile_keys" in todo:
+        out["compile_keys"] = infer_keys(p.calls, times) if keyed and times else ()
         out["compile_seconds"] = round(times.overhead, 3) if out["compile_keys"] else 0.0
-    elif "compile_keys" in todo:
-        out["compile_keys"] = ()
-    return replace(kernel, **out, unsupported=tuple(notes), pending=frozenset())
+    return replace(kernel, **out, unsupported=tuple(p.notes), pending=frozenset())
+
+
+def _time_base(p: _Prober) -> CallTimes | None:
+    """The base shape's first call (just made) and a repeat, or ``None`` if the repeat hangs
+    or gives a wrong output."""
+    dt0, n0, d0 = p.base
+    first = p.seconds if p.calls else 0.0
+    try:
+        p.attempt(dt0, nq=n0, nk=n0, d=d0)
+    except (_Hung, _Ran):
+        return None
+    return CallTimes(first, p.seconds)
+
+
+def _probe_lengths(p: _Prober, todo: frozenset[str], keyed: bool, out: dict[str, Any]) -> int:
+    """``seq_multiple`` into ``out`` if pending (for a compiling kernel, ``unequal_lengths``
+    with it where one pair of calls settles both); returns the sequence-length multiple."""
+    dt0, n0, d0 = p.base
+    m = p.kernel.seq_multiple
+    if keyed and {"seq_multiple", "unequal_lengths"} <= todo:
+        # A compiling kernel pays for each length: Nq != Nk both ways at a ragged length
+        # settles both classes in two calls if it runs (a refusal is probed class by class).
+        if _runs(p, dt0, nq=n0, nk=n0 + 1, d=d0) and _runs(p, dt0, nq=n0 + 1, nk=n0, d=d0):
+            out["seq_multiple"], out["unequal_lengths"] = 1, True
+            return 1
+    if "seq_multiple" in todo:
+        # A compiling kernel pays for each length: one ragged length says enough.
+        if all(p.check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED[: 2 - keyed]):
+            m = 1
+        else:
+            # The smaller base lengths failed with every head dim and dtype: n0 is the multiple.
+            # The ragged length's message stays in the notes: it says why.
+            m = n0
+        out["seq_multiple"] = m
+    return m
+
+
+def _probe_dims(p: _Prober, todo: frozenset[str], keyed: bool, m: int, out: dict) -> None:
+    """``head_dims`` and ``distinct_dv`` into ``out`` (those pending): every head dim of the
+    families on ``m x m``, or for a compiling kernel the other regime (64 or 128) only, after
+    ``dv`` alone (its time tells ``dv`` from ``d`` before both change together)."""
+    dt0, n0, d0 = p.base
+    if keyed:
+        other = 128 if d0 <= 64 else 64
+        if "distinct_dv" in todo:
+            out["distinct_dv"] = p.check("dv != d", nq=n0, nk=n0, d=d0, dv=other)
+        if "head_dims" in todo:
+            ok = p.check(f"head dim {other}", nq=n0, nk=n0, d=other)
+            out["head_dims"] = None if ok else (d0,)
+        return
+    if "head_dims" in todo:
+        out["head_dims"] = _probe_head_dims(p, dt0, d0, m, p.notes)
+    dims_ok = out.get("head_dims", p.kernel.head_dims) or HEAD_DIMS
+    if "distinct_dv" in todo:
+        other = next((x for x in sorted(dims_ok, key=lambda x: abs(x - d0)) if x != d0), None)
+        out["distinct_dv"] = other is not None and p.check("dv != d", nq=m, nk=m, d=d0, dv=other)
 
 
 def _runs(p: _Prober, dtype: str, **shape: Any) -> bool:

@@ -2,7 +2,8 @@
 flashcheck package.
 
 ``jit_batch_bug`` sleeps on the first call of every new (Nq, Nk, d, causal, dtype), as a JIT
-compile or an autotuner does (``USER_COMPILE_SECONDS``, default 10 s), and is fast afterwards.
+compile or an autotuner does (``USER_COMPILE_SECONDS``, default 10 s), and is fast afterwards;
+with ``USER_COMPILE_LOG`` set, each compile appends "pid key" to that file.
 It computes attention correctly in fp32, except at block-aligned query lengths (Nq % 16 == 0)
 with more than one batch: there every batch reads batch 0's keys and values.
 """
@@ -19,6 +20,9 @@ def _compile(key):
     if key not in _COMPILED:
         _COMPILED.add(key)
         time.sleep(float(os.environ.get("USER_COMPILE_SECONDS", "10")))
+        if os.environ.get("USER_COMPILE_LOG"):
+            with open(os.environ["USER_COMPILE_LOG"], "a") as log:
+                log.write(f"{os.getpid()} {key}\n")
 
 
 def _attend(q, k, v, causal, scale):
