@@ -53,6 +53,7 @@ def test_a_kernel_that_compiles_10_s_per_shape_has_its_batch_bug_found_in_3_minu
         assert f"FAIL-HARD: user_compile:jit_batch_bug {dt}" in text, text
     # Every key compiled once: 7 probe shapes, then 4 palette keys per dtype, each on one
     # worker (the structural checks' variants may add a few).
-    keys = Counter(line.split(" ", 1)[1] for line in (tmp_path / "compiles.log").open())
+    lines = (tmp_path / "compiles.log").read_text().splitlines()
+    keys = Counter(line.split(" ", 1)[1] for line in lines)
     assert max(keys.values()) == 1, keys
     assert len(keys) <= 7 + 3 * 4 + 3, keys

@@ -31,12 +31,14 @@ __all__ = ["DEFAULT_PALETTE", "PALETTE_DIMS", "TEMPLATE", "Palette", "compile_ke
 DEFAULT_PALETTE = 4
 # The shape dimensions a palette fixes (the dtype is a campaign's own loop).
 PALETTE_DIMS = ("nq", "nk", "d", "dv", "causal")
-# (nq, nk, d, dv, causal), in the order they join a palette.
+# (nq, nk, d, dv, causal), in the order they join a palette. The first two causal keys sit at an
+# odd and an even place: a campaign shares the keys among kernel workers in turn, and a causal
+# key's structural check also compiles its non-causal variant.
 TEMPLATE: tuple[tuple[int, int, int, int, bool], ...] = (
     (64, 64, 64, 64, False),  # block-aligned, several key blocks, the d <= 64 regime
     (129, 129, 128, 128, True),  # ragged past a 128-block, the d = 128 regime, causal
-    (16, 33, 128, 128, False),  # one aligned query block, ragged keys, Nq < Nk
     (40, 17, 64, 64, True),  # causal Nq > Nk: the first rows keep no key
+    (16, 33, 128, 128, False),  # one aligned query block, ragged keys, Nq < Nk
     (200, 200, 64, 64, False),
     (128, 256, 128, 128, True),
     (17, 17, 40, 40, False),

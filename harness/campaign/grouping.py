@@ -29,8 +29,8 @@ Work = list[tuple[Item, list[str]]]
 def affinity(kernel: Kernel, recipe: Recipe, *, palette: int = DEFAULT_PALETTE) -> int | None:
     """The kernel worker (modulo their number) for ``kernel``'s calls on the fitted ``recipe``:
     ``None`` (any worker) without compile keys; else fixed by its compile key: the palette's
-    keys of each dtype in turn (so that workers share them evenly), any other key by its
-    CRC-32."""
+    keys of each dtype in turn, from a place one further per dtype (so that workers share them
+    evenly), any other key by its CRC-32."""
     key = compile_key(kernel, recipe)
     if not key:
         return None
@@ -38,7 +38,9 @@ def affinity(kernel: Kernel, recipe: Recipe, *, palette: int = DEFAULT_PALETTE) 
     if keys is not None:
         values = tuple(getattr(recipe, dim) for dim in keys.dims)
         if values in keys.entries and recipe.dtype in ALL_DTYPES:
-            return ALL_DTYPES.index(recipe.dtype) * len(keys) + keys.entries.index(values)
+            # Shifted by one per dtype: a key whose variants compile too (a causal key's
+            # options check) does not land on the same worker in every dtype.
+            return ALL_DTYPES.index(recipe.dtype) + keys.entries.index(values)
     return zlib.crc32(repr(key).encode())
 
 

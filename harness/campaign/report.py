@@ -268,6 +268,9 @@ def _probe(executor: Executor, setup: _Setup, opts: ReportOptions, echo) -> dict
             echo(f"probing the contract of {spec} on {devices[spec]} ...")
         runner = executor.runner(KernelRef.of(kern, spec), devices[spec])
         adapters[spec] = resolved(kern, devices[spec], runner)
+        if kern.pending:
+            for line in adapters[spec].contract_lines():
+                echo(f"  {line}")
     for spec in opts.kernels:
         why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
         if all(why) and adapters[spec].dtypes:

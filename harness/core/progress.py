@@ -63,8 +63,8 @@ class Progress:
         compile waits counted apart (see the module)."""
         spent = time.monotonic() - self.t0 - self.compile_time
         worked = self.done - self.start_done
-        if worked <= 0 or spent <= 0:
-            return None
+        if worked <= 0 or spent <= 0 or (self.keys and worked < 0.01 * self.total):
+            return None  # (with compiles ahead, a rate from the first 1 % says little)
         waits = max(0, self.keys - self.compiled) * self.compile_seconds
         return (self.total - self.done) * spent / worked + waits
 
