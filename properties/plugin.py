@@ -48,6 +48,9 @@ _KERNELS = pytest.StashKey[dict[str, Any]]()
 # What the suite measured without gating it (batch invariance of an undeclared kernel), per
 # (kernel, dtype, what): the number of cases and the first finding; printed at the end.
 _MEASURED: dict[tuple[str, str, str], list[Any]] = {}
+# Compile keys per dtype of kernels that compile per shape: --flashcheck-palette, else the
+# default of flashcheck.harness.adapters.palette (not imported here: the plugin loads lazily).
+_PALETTE = [4]
 
 
 def _register_profiles() -> None:
@@ -98,6 +101,11 @@ def profile_name() -> str:
     return settings.get_current_profile_name().removeprefix("flashcheck-")
 
 
+def palette_size() -> int:
+    """Compile keys per dtype for kernels that compile per shape (``--flashcheck-palette``)."""
+    return _PALETTE[0]
+
+
 def final_example() -> bool:
     """True outside Hypothesis, or on the final (reported) run of a failing example: a failing
     property saves its case file only once, for the shrunk example Hypothesis reports."""
@@ -140,6 +148,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("propagate", "any"),
         help="NaN policy of kernels declaring none: 'any' accepts finite outputs where a NaN "
         "input is involved as a convention (default: propagate)",
+    )
+    group.addoption(
+        "--flashcheck-palette",
+        dest="flashcheck_palette",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compile keys per dtype for kernels that compile per shape: their lengths, head "
+        "dims and causal flag come from N combinations (default 4)",
     )
     group.addoption(
         "--flashcheck-profile",
@@ -211,6 +228,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from hypothesis import settings
 
         settings.load_profile(f"flashcheck-{profile}")
+    palette = config.getoption("flashcheck_palette")
+    if palette is not None:
+        if palette < 1:
+            raise pytest.UsageError(f"--flashcheck-palette takes N >= 1, got {palette}")
+        _PALETTE[0] = palette
     if not (profile or specs):
         return  # not a flashcheck run: leave Hypothesis and the seed alone
     # Runs before Hypothesis' own plugin reads --hypothesis-seed: choosing the seed here makes

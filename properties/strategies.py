@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from ..harness.adapters.palette import DEFAULT_PALETTE, Palette, palette_for
 from ..harness.adapters.probe import resolved
 from ..harness.adapters.registry import as_kernel
 from ..harness.cases.case import DTYPES, Case
@@ -55,9 +56,12 @@ def lengths(max_len: int, multiple: int = 1) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(edges), st.integers(1, max_len))
 
 
-def contract_limits(kernel: Any) -> dict[str, Any]:
-    """The :func:`recipes` keywords that keep every draw inside ``kernel``'s contract."""
-    return {
+def contract_limits(kernel: Any, *, palette: int = DEFAULT_PALETTE) -> dict[str, Any]:
+    """The :func:`recipes` keywords that keep every draw inside ``kernel``'s contract; for a
+    kernel with compile keys, its palette of ``palette`` keys per dtype too
+    (:mod:`flashcheck.harness.adapters.palette`)."""
+    keys = palette_for(kernel, palette) if kernel.compile_keys else None
+    limits = {
         "masks": tuple(m for m in ("causal", "window", "mask") if m in kernel.masks),
         "head_dims": kernel.head_dims,
         "max_d": kernel.max_head_dim,
@@ -68,6 +72,7 @@ def contract_limits(kernel: Any) -> dict[str, Any]:
         "seq_multiple": kernel.seq_multiple,
         "explicit_scale": kernel.options is None or "scale" in kernel.options,
     }
+    return limits if keys is None else {**limits, "palette": keys}
 
 
 @st.composite
@@ -90,15 +95,20 @@ def recipes(
     seq_multiple: int = 1,
     explicit_scale: bool = True,
     with_option: bool = False,
+    palette: Palette | None = None,
 ) -> Recipe:
     """A :class:`Recipe` for ``dtype``. ``score_limit`` caps ``scale·Σ|q||k|`` (the kernel's
     specified range); ``max_work`` caps ``B·Hq·Nq·Nk`` so one example stays fast;
     ``min_slices`` asks for at least that many (batch, head) slices; ``with_option`` for at
-    least one of ``causal``, a window and an explicit scale (among those allowed). The
-    remaining keywords are a kernel's contract (:func:`contract_limits`)."""
+    least one of ``causal``, a window and an explicit scale (among those allowed);
+    ``palette``: the compile keys of a kernel that compiles per shape (its lengths, head dims
+    and causal flag come from one entry, drawn first). The remaining keywords are a kernel's
+    contract (:func:`contract_limits`)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     family = draw(st.sampled_from(families))
+    keyed = palette.entries[draw(st.integers(0, len(palette) - 1))] if palette else ()
+    keys = dict(zip(palette.dims, keyed, strict=True)) if palette else {}
     m = seq_multiple
     nq = draw(lengths(max_len, m))
     nk = draw(lengths(max_len, m)) if unequal_lengths else nq
@@ -106,6 +116,7 @@ def recipes(
     dims = [x for x in pool if x <= max_d] or [min(pool)]
     d = draw(st.sampled_from(dims))
     dv = d if not distinct_dv or draw(st.booleans()) else draw(st.sampled_from(dims))
+    nq, nk, d, dv = (keys.get(x, y) for x, y in (("nq", nq), ("nk", nk), ("d", d), ("dv", dv)))
     hk = draw(st.sampled_from([1, 2])) if batched else 1
     hq = hk * draw(st.sampled_from([1, 2])) if (batched and gqa) else hk
     b = draw(st.sampled_from([1, 2])) if batched else 1
@@ -114,8 +125,8 @@ def recipes(
     if batched and b * hq < min_slices:
         b = 2
         fit = max_work // (b * hq * nk)
-        nq = max(m, min(nq, fit) // m * m) if unequal_lengths else nq
-    causal = "causal" in masks and draw(st.booleans())
+        nq = max(m, min(nq, fit) // m * m) if unequal_lengths and "nq" not in keys else nq
+    causal = keys.get("causal", "causal" in masks and draw(st.booleans()))
     window = None
     if "window" in masks and draw(st.integers(0, 3)) == 0:
         window = _window(draw, max_len)
@@ -181,6 +192,7 @@ def attention_cases(
     max_len: int = 129,
     max_work: int = 1 << 16,
     min_slices: int = 1,
+    palette: int = DEFAULT_PALETTE,
 ) -> st.SearchStrategy[Case]:
     """Adversarial attention inputs (docs/properties.md) as
     :class:`~flashcheck.harness.cases.case.Case` objects, inside ``kernel``'s contract when one is
@@ -192,13 +204,19 @@ def attention_cases(
     format (default: any the kernel takes). ``families``: a subset of :data:`FAMILIES`.
     ``max_len``: the longest sequence (lengths cluster at block edges 1, 15-17, 31-33, ...).
     ``max_work``: a cap on ``B·Hq·Nq·Nk`` per example. ``min_slices``: at least that many
-    (batch, head) slices (to exercise batch and head indexing).
+    (batch, head) slices (to exercise batch and head indexing). ``palette``: for a kernel
+    with compile keys (declared, or found by the probe), how many combinations of its lengths,
+    head dims and causal flag are drawn per dtype (each new one costs the kernel a compile;
+    :mod:`flashcheck.harness.adapters.palette`); batch, heads, values and the other options
+    vary freely. No effect on other kernels.
     """
     bad = [f for f in families if f not in FAMILIES]
     if bad:
         raise ValueError(f"unknown families {bad}: choose from {FAMILIES}")
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if not isinstance(palette, int) or isinstance(palette, bool) or palette < 1:
+        raise ValueError(f"palette is a positive int (compile keys per dtype), got {palette!r}")
 
     def build() -> st.SearchStrategy[Case]:
         dtypes = [dtype] if dtype else list(DTYPES)
@@ -211,7 +229,7 @@ def attention_cases(
                     f"{'; '.join(kern.contract_lines())})"
                 )
             dtypes = [dt for dt in dtypes if dt in kern.dtypes]
-            limits = contract_limits(kern)
+            limits = contract_limits(kern, palette=palette)
             # Room for several slices at the kernel's smallest accepted length.
             work = max(max_work, 4 * kern.seq_multiple**2)
 

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 
 from ..harness.cases.families import Recipe, make_case
-from .plugin import profile_name
+from .plugin import palette_size, profile_name
 from .strategies import cases, contract_limits
 
 __all__ = [
@@ -32,9 +32,10 @@ MAX_WORK = {"thorough": 1 << 19, "sweep": 1 << 19}
 
 
 def case_strategy(kernel: Any, dtype: str, **kw: Any):
-    """Cases for ``kernel`` in ``dtype``, inside its contract; ``kw`` narrows further
-    (``masks=()`` drops every mask, ``families=...``, ``max_len=...``, ``min_slices=...``)."""
-    limits = contract_limits(kernel)
+    """Cases for ``kernel`` in ``dtype``, inside its contract (a compiling kernel's keys from
+    its palette, ``--flashcheck-palette``); ``kw`` narrows further (``masks=()`` drops every
+    mask, ``families=...``, ``max_len=...``, ``min_slices=...``)."""
+    limits = contract_limits(kernel, palette=palette_size())
     if "masks" in kw:
         kw["masks"] = tuple(m for m in kw["masks"] if m in limits["masks"])
     profile = profile_name()

@@ -29,6 +29,7 @@ from ..core.semantics import as_exact_array
 
 __all__ = [
     "ALL_DTYPES",
+    "COMPILE_DIMS",
     "CONTRACT_FIELDS",
     "NAN_POLICIES",
     "Before",
@@ -58,7 +59,11 @@ CONTRACT_FIELDS = (
     "distinct_dv",
     "seq_multiple",
     "batched",
+    "compile_keys",
 )
+# The dimensions a kernel may specialize (compile, autotune) on, by their Recipe field names;
+# ``d`` and ``dv`` are the query/key and value head dims.
+COMPILE_DIMS = ("dtype", "nq", "nk", "d", "dv", "causal")
 
 
 class KernelOutputError(ValueError):
@@ -131,6 +136,11 @@ class Kernel:
     ``backward_score_limit``: the largest ``scale·Σ|q||k|`` the backward is specified for (a
     FlashAttention-2 backward recomputes P from fp32 scores and LSE, each rounded by about
     ``2^-24·|s|``: at huge logits P itself overflows).
+    ``compile_keys``: the dimensions among :data:`COMPILE_DIMS` whose every new value costs a
+    compile (a Triton kernel's ``constexpr`` lengths and head dims, an autotuner's key): the
+    campaign and the strategies draw them from a small palette
+    (:mod:`flashcheck.harness.adapters.palette`). ``compile_seconds``: what one such compile
+    costs (probed: a first call minus a repeated one; 0 when declared or unknown).
     ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
     ``pending``: contract fields not declared and not yet probed
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
@@ -161,6 +171,8 @@ class Kernel:
     backward_arithmetic: str = "unknown"
     backward_score_limit: float | None = None
     nan_inputs: str = "propagate"
+    compile_keys: tuple[str, ...] = ()
+    compile_seconds: float = 0.0
     unsupported: tuple[tuple[str, str], ...] = ()
     pending: frozenset[str] = frozenset()
 
@@ -255,6 +267,9 @@ class Kernel:
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
             f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",
         ]
+        if self.compile_keys:
+            cost = f" (about {self.compile_seconds:.2g} s each)" if self.compile_seconds else ""
+            lines.append(f"compile keys {', '.join(self.compile_keys)}{cost}")
         lines += [f"unsupported: {what} ({why})" for what, why in self.unsupported]
         return lines
 

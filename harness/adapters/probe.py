@@ -19,10 +19,23 @@ with a time limit answers ``TIMEOUT``) is not a contract: on the base shape it m
 cannot run at all, later it keeps the class in the contract so that the campaign records the
 hang where it happens. Only classes the contract left undeclared are probed, once per kernel,
 device and process.
+
+Compile keys (:mod:`flashcheck.harness.adapters.compilekeys`): unless the contract declares
+them, the base shape is called a second time; a kernel whose first call is not markedly slower
+than the repeat has none, and is probed as above (one call more, nothing else changes). One
+that compiles is probed on shapes that each change as few dimensions of the base as possible
+and repeat none: each other dtype; ``Nq != Nk`` both ways at a ragged length (the base length
+plus one), which settles the ragged and the unequal lengths together where it runs (else the
+ragged length 17 alone, then ``Nq != Nk`` at twice the base length); ``dv`` alone, then the head
+dim, in the other regime (64 or 128: ``head_dims`` stays "any" if it runs); every option on the
+base shape. That is about seven first calls (the base shape, two dtypes, two lengths, one head
+dim, causal) instead of one per probe shape (about twenty), and the times of those very calls
+say which dimensions are keys.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -33,6 +46,7 @@ from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
 from .adapter import ALL_DTYPES, Kernel
+from .compilekeys import CallTimes, infer_keys
 from .outcome import Outcome, call_kernel
 
 __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
@@ -40,6 +54,7 @@ __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
 # Calls the kernel on one case: in this process by default, or in an isolated worker with a
 # time limit (``TIMEOUT`` when the kernel hangs).
 Runner = Callable[[Case], Outcome]
+Clock = Callable[[], float]
 
 BASE_LENGTHS = (16, 32, 64, 128, 256)
 BASE_DIMS = (64, 128, 32, 16)
@@ -75,47 +90,98 @@ def _message(text: str) -> str:
 
 
 class _Prober:
-    def __init__(self, kernel: Kernel, device: str, runner: Runner | None):
-        self.kernel, self.device = kernel, device
+    def __init__(self, kernel: Kernel, device: str, runner: Runner | None, clock: Clock):
+        self.kernel, self.device, self.clock = kernel, device, clock
         self.runner = runner or (lambda case: call_kernel(kernel.run, case, device))
+        self.seconds = 0.0  # of the last call
+        # (the values of COMPILE_DIMS, seconds) of every call that ran, in order
+        self.calls: list[tuple[tuple[object, ...], float]] = []
+        # For a compiling kernel: every answer by input, so that no shape is called twice.
+        self.memo: dict[tuple, tuple[str, str]] | None = None
+        self.base: tuple[str, int, int] = ("", 0, 0)  # (dtype, length, head dim) it runs
+        self.notes: list[tuple[str, str]] = []  # (input class, why) of each rejection
+
+    def check(self, what: str, **shape: Any) -> bool:
+        """Whether the kernel runs on this input (in the base dtype unless ``dtype=``);
+        a rejection's reason goes to :attr:`notes` under ``what``. A hang or a wrong output
+        counts as running: inside the contract, judged by the campaign."""
+        try:
+            why = self.attempt(shape.pop("dtype", self.base[0]), **shape)
+        except (_Hung, _Ran):
+            return True
+        if why:
+            self.notes.append((what, why))
+        return not why
 
     def attempt(self, dtype: str, b=1, hq=1, hk=1, nq=16, nk=16, d=64, dv=None, **opts) -> str:
         """'' if the kernel runs on this input, else why not; :class:`_Hung` or :class:`_Ran`
         for a hang or a wrong output."""
-        rec = Recipe(dtype, "randn", b, hq, hk, nq, nk, d, d if dv is None else dv, seed=0)
+        dv = d if dv is None else dv
+        memo_key = (dtype, b, hq, hk, nq, nk, d, dv, repr(sorted(opts.items())))
+        if self.memo is not None and memo_key in self.memo and "mask" not in opts:
+            kind, why = self.memo[memo_key]
+        else:
+            kind, why = self._call(dtype, b, hq, hk, nq, nk, d, dv, opts)
+            if self.memo is not None:
+                self.memo[memo_key] = (kind, why)
+        if kind == "hung":
+            raise _Hung(why)
+        if kind == "ran":
+            raise _Ran(why)
+        return why
+
+    def _call(self, dtype: str, b, hq, hk, nq, nk, d, dv, opts) -> tuple[str, str]:
+        rec = Recipe(dtype, "randn", b, hq, hk, nq, nk, d, dv, seed=0)
         case = make_case(rec)
         if opts:
             case = Case(case.q, case.k, case.v, family="probe", seed=0, **opts)
+        t0 = self.clock()
         out = self.runner(case)
+        self.seconds = self.clock() - t0
         if not isinstance(out, Outcome):
             raise TypeError(f"a probe runner returns an Outcome, got {type(out).__name__}")
         if out.status is Status.TIMEOUT:
-            raise _Hung(out.message)
+            return "hung", out.message
         if out.status is Status.BAD_OUTPUT:
-            raise _Ran(out.message)
+            return "ran", out.message
         if out.ok:
-            return ""
+            causal = bool(opts.get("causal", False))
+            self.calls.append(((dtype, nq, nk, d, dv, causal), self.seconds))
+            return "ok", ""
         # Any other outcome (an exception, a declined input, a crash) marks the input class
         # unsupported.
-        return _message(out.message) or str(out.status)
+        return "no", _message(out.message) or str(out.status)
 
 
-def resolved(kernel: Kernel, device: str | None = None, runner: Runner | None = None) -> Kernel:
+def resolved(
+    kernel: Kernel,
+    device: str | None = None,
+    runner: Runner | None = None,
+    *,
+    clock: Clock = time.perf_counter,
+) -> Kernel:
     """``kernel`` with every contract field known: itself if nothing is pending, else probed
     on ``device`` (default: CUDA if the kernel and the machine have it, else the CPU)."""
-    return probe(kernel, device, runner) if kernel.pending else kernel
+    return probe(kernel, device, runner, clock=clock) if kernel.pending else kernel
 
 
-def probe(kernel: Kernel, device: str | None = None, runner: Runner | None = None) -> Kernel:
+def probe(
+    kernel: Kernel,
+    device: str | None = None,
+    runner: Runner | None = None,
+    *,
+    clock: Clock = time.perf_counter,
+) -> Kernel:
     """``kernel`` with its pending contract fields discovered on ``device`` (see the module
     docstring); a kernel that runs on no probe input gets no dtypes, and the reason.
     ``runner(case)`` calls the kernel and answers its
     :class:`~flashcheck.harness.adapters.outcome.Outcome` (default: in this process), e.g. in an
-    isolated worker with a time limit (``TIMEOUT`` for a hang)."""
+    isolated worker with a time limit (``TIMEOUT`` for a hang). ``clock()`` gives the seconds
+    the calls are timed with (compile keys)."""
     device = device or default_probe_device(kernel)
     key = (kernel.name, id(kernel.fn), device, kernel.pending, kernel.dtypes, kernel.head_dims)
     if key not in _CACHE:
-        _CACHE[key] = _probe(kernel, device, runner)
+        _CACHE[key] = _probe(kernel, device, runner, clock)
     return _CACHE[key]
 
 
@@ -142,10 +208,9 @@ def _base(p: _Prober, dtypes, lengths, dims) -> tuple[tuple[str, int, int] | Non
     return None, first_error
 
 
-def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
-    p = _Prober(kernel, device, runner)
+def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> Kernel:
+    p = _Prober(kernel, device, runner, clock)
     todo = kernel.pending
-    notes: list[tuple[str, str]] = []
     dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
     lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
     dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
@@ -155,52 +220,103 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None) -> Kernel:
         return _no_run(kernel, f"it hung: {err}")
     if base is None:
         return _no_run(kernel, first_error)
-    dt0, n0, d0 = base
+    dt0, n0, d0 = p.base = base
+    times = _time_base(p) if "compile_keys" in todo else None
+    keyed = times is not None and times.compiles
+    if keyed:
+        p.memo = {}
     out: dict[str, Any] = {}
-
-    def check(what: str, **shape) -> bool:
-        try:
-            why = p.attempt(shape.pop("dtype", dt0), **shape)
-        except (_Hung, _Ran):
-            return True  # it ran (or hung): inside the contract, judged by the campaign
-        if why:
-            notes.append((what, why))
-        return not why
-
+    check = p.check
     if "dtypes" in todo:
         out["dtypes"] = tuple(
             dt for dt in ALL_DTYPES if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
         )
-    m = kernel.seq_multiple
+    m = _probe_lengths(p, todo, keyed, out)
+    # Where a compiling kernel is probed: on the base shape, which it has compiled already.
+    s = n0 if keyed else m
+    _probe_dims(p, todo, keyed, m, out)
+    if "unequal_lengths" in todo and "unequal_lengths" not in out:
+        out["unequal_lengths"] = check("Nq != Nk", nq=s, nk=2 * s, d=d0) and check(
+            "Nq != Nk", nq=2 * s, nk=s, d=d0
+        )
+    if "gqa" in todo:
+        out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=s, nk=s, d=d0)
+    if "batched" in todo:
+        out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=s, nk=s, d=d0)
+    if "masks" in todo or "options" in todo:
+        ok = _probe_options(kernel, check, s, d0)
+        if "masks" in todo:
+            out["masks"] = frozenset(ok - {"scale"})
+        if "options" in todo:
+            out["options"] = frozenset(ok)
+    if "compile_keys" in todo:
+        out["compile_keys"] = infer_keys(p.calls, times) if keyed and times else ()
+        out["compile_seconds"] = round(times.overhead, 3) if out["compile_keys"] else 0.0
+    return replace(kernel, **out, unsupported=tuple(p.notes), pending=frozenset())
+
+
+def _time_base(p: _Prober) -> CallTimes | None:
+    """The base shape's first call (just made) and a repeat, or ``None`` if the repeat hangs
+    or gives a wrong output."""
+    dt0, n0, d0 = p.base
+    first = p.seconds if p.calls else 0.0
+    try:
+        p.attempt(dt0, nq=n0, nk=n0, d=d0)
+    except (_Hung, _Ran):
+        return None
+    return CallTimes(first, p.seconds)
+
+
+def _probe_lengths(p: _Prober, todo: frozenset[str], keyed: bool, out: dict[str, Any]) -> int:
+    """``seq_multiple`` into ``out`` if pending (for a compiling kernel, ``unequal_lengths``
+    with it where one pair of calls settles both); returns the sequence-length multiple."""
+    dt0, n0, d0 = p.base
+    m = p.kernel.seq_multiple
+    if keyed and {"seq_multiple", "unequal_lengths"} <= todo:
+        # A compiling kernel pays for each length: Nq != Nk both ways at a ragged length
+        # settles both classes in two calls if it runs (a refusal is probed class by class).
+        if _runs(p, dt0, nq=n0, nk=n0 + 1, d=d0) and _runs(p, dt0, nq=n0 + 1, nk=n0, d=d0):
+            out["seq_multiple"], out["unequal_lengths"] = 1, True
+            return 1
     if "seq_multiple" in todo:
-        if all(check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED):
+        # A compiling kernel pays for each length: one ragged length says enough.
+        if all(p.check(f"sequence length {n}", nq=n, nk=n, d=d0) for n in RAGGED[: 2 - keyed]):
             m = 1
         else:
             # The smaller base lengths failed with every head dim and dtype: n0 is the multiple.
             # The ragged length's message stays in the notes: it says why.
             m = n0
         out["seq_multiple"] = m
+    return m
+
+
+def _probe_dims(p: _Prober, todo: frozenset[str], keyed: bool, m: int, out: dict) -> None:
+    """``head_dims`` and ``distinct_dv`` into ``out`` (those pending): every head dim of the
+    families on ``m x m``, or for a compiling kernel the other regime (64 or 128) only, after
+    ``dv`` alone (its time tells ``dv`` from ``d`` before both change together)."""
+    dt0, n0, d0 = p.base
+    if keyed:
+        other = 128 if d0 <= 64 else 64
+        if "distinct_dv" in todo:
+            out["distinct_dv"] = p.check("dv != d", nq=n0, nk=n0, d=d0, dv=other)
+        if "head_dims" in todo:
+            ok = p.check(f"head dim {other}", nq=n0, nk=n0, d=other)
+            out["head_dims"] = None if ok else (d0,)
+        return
     if "head_dims" in todo:
-        out["head_dims"] = _probe_head_dims(p, dt0, d0, m, notes)
-    dims_ok = out.get("head_dims", kernel.head_dims) or HEAD_DIMS
+        out["head_dims"] = _probe_head_dims(p, dt0, d0, m, p.notes)
+    dims_ok = out.get("head_dims", p.kernel.head_dims) or HEAD_DIMS
     if "distinct_dv" in todo:
         other = next((x for x in sorted(dims_ok, key=lambda x: abs(x - d0)) if x != d0), None)
-        out["distinct_dv"] = other is not None and check("dv != d", nq=m, nk=m, d=d0, dv=other)
-    if "unequal_lengths" in todo:
-        out["unequal_lengths"] = check("Nq != Nk", nq=m, nk=2 * m, d=d0) and check(
-            "Nq != Nk", nq=2 * m, nk=m, d=d0
-        )
-    if "gqa" in todo:
-        out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=m, nk=m, d=d0)
-    if "batched" in todo:
-        out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=m, nk=m, d=d0)
-    if "masks" in todo or "options" in todo:
-        ok = _probe_options(kernel, check, m, d0)
-        if "masks" in todo:
-            out["masks"] = frozenset(ok - {"scale"})
-        if "options" in todo:
-            out["options"] = frozenset(ok)
-    return replace(kernel, **out, unsupported=tuple(notes), pending=frozenset())
+        out["distinct_dv"] = other is not None and p.check("dv != d", nq=m, nk=m, d=d0, dv=other)
+
+
+def _runs(p: _Prober, dtype: str, **shape: Any) -> bool:
+    """Whether the kernel runs on this input (a hang or a wrong output counts as running)."""
+    try:
+        return not p.attempt(dtype, **shape)
+    except (_Hung, _Ran):
+        return True
 
 
 def _probe_head_dims(p: _Prober, dt0: str, d0: int, m: int, notes: list) -> tuple | None:

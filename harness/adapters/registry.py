@@ -19,7 +19,14 @@ from dataclasses import replace
 from typing import Any
 
 from ..judging.bounds import ARITHMETIC_CLASSES
-from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
+from .adapter import (
+    ALL_DTYPES,
+    ALL_MASKS,
+    COMPILE_DIMS,
+    CONTRACT_FIELDS,
+    NAN_POLICIES,
+    Kernel,
+)
 from .builtin import project_kernels
 from .library import library_kernels
 
@@ -117,6 +124,7 @@ def kernel(
     backward_arithmetic: str = "unknown",
     backward_score_limit: float | None = None,
     nan_inputs: str = "propagate",
+    compile_keys: Iterable[str] | None = None,
 ) -> Any:
     """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
     mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
@@ -153,6 +161,10 @@ def kernel(
             ``"any"`` (finite outputs there are accepted as a convention, e.g.
             ``nan_to_num`` on the probabilities); finite inputs must give finite outputs
             either way.
+        compile_keys: the dimensions among ``dtype``, ``nq``, ``nk``, ``d``, ``dv``,
+            ``causal`` whose every new value costs the kernel a compile (autotuning, constexpr
+            shapes): then every generator draws them from a small palette. ``()`` declares
+            none; ``None`` has a probe time the kernel's first and repeated calls to find them.
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
@@ -209,6 +221,8 @@ def kernel(
                 f"keyword argument of that name: add it to the function's signature"
             )
         declared["masks"] = want
+    if compile_keys is not None:
+        declared["compile_keys"] = _names(compile_keys, COMPILE_DIMS, "compile key(s)")
     for key, val in (
         ("gqa", gqa),
         ("unequal_lengths", unequal_lengths),

@@ -10,13 +10,14 @@ the status on record and the one the re-run gave.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..adapters.outcome import Outcome
+from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
@@ -24,6 +25,7 @@ from ..cases.store import save_case
 from ..checks.accuracy import check_case, check_gradients_case
 from ..core.status import Status
 from .executor import Executor, GradientReference
+from .grouping import affinity
 from .logrecords import (
     CaseFileRecord,
 )
@@ -34,7 +36,7 @@ from .resultrecords import (
     StructuralResult,
 )
 
-__all__ = ["CaseFiles", "worst_results"]
+__all__ = ["CaseFiles", "unsaved_worst", "worst_results"]
 
 
 def _worst_first(r: ResultRecord) -> tuple[int, float, str]:
@@ -65,6 +67,23 @@ def worst_results(results: Sequence[ResultRecord], per_group: int = 3) -> list[R
     return [*pick, *grad[:1], *first.values()]
 
 
+def unsaved_worst(
+    results: Sequence[ResultRecord],
+    specs: Iterable[str],
+    dtypes: Sequence[str],
+    saved: Container[str],
+    per_group: int = 3,
+) -> list[tuple[str, ResultRecord]]:
+    """``(spec, result)`` for the results of each kernel and dtype worth a case file
+    (:func:`worst_results`) whose key is not in ``saved``."""
+    todo: list[tuple[str, ResultRecord]] = []
+    for spec in specs:
+        for dt in dtypes:
+            mine = [r for r in results if r.kernel == spec and r.dtype == dt]
+            todo += [(spec, r) for r in worst_results(mine, per_group) if r.key not in saved]
+    return todo
+
+
 def _payload(job: Any) -> Any:
     """The value of a kernel job, or the failed :class:`Outcome` it ended in."""
     got: Outcome = job.result()
@@ -80,6 +99,10 @@ class CaseFiles:
     devices: dict[str, str]
     case_dir: Path
     echo: Callable[[str], None] = print
+    palette: int = DEFAULT_PALETTE  # keys per dtype of compiling kernels (their worker)
+
+    def _pin(self, spec: str, r: ResultRecord) -> int | None:
+        return affinity(self.kernels[spec], r.recipe, palette=self.palette)
 
     def save(
         self, spec: str, r: ResultRecord, grad_refs: dict[Recipe, Any]
@@ -113,7 +136,7 @@ class CaseFiles:
     ) -> dict[str, Any] | None:
         dev = self.devices[spec]
         kref = KernelRef.of(self.kernels[spec], spec)
-        grads = _payload(self.executor.backward(kref, case, dev))
+        grads = _payload(self.executor.backward(kref, case, dev, affinity=self._pin(spec, r)))
         if isinstance(grads, Outcome):
             self.echo(
                 f"warning: re-running the backward of {spec} on {r.key} for its "
@@ -135,7 +158,8 @@ class CaseFiles:
     def _structural(self, spec: str, r: StructuralResult, case: Case) -> dict[str, Any] | None:
         prop = r.property
         kref = KernelRef.of(self.kernels[spec], spec)
-        got = _payload(self.executor.check(prop, kref, case, self.devices[spec], 8))
+        pin = self._pin(spec, r)
+        got = _payload(self.executor.check(prop, kref, case, self.devices[spec], 8, affinity=pin))
         if isinstance(got, Outcome):
             self.echo(f"warning: re-running {prop} of {spec} on {r.key} failed: {got}")
             return None
@@ -143,7 +167,8 @@ class CaseFiles:
 
     def _accuracy(self, spec: str, r: ResultRecord, case: Case) -> dict[str, Any] | None:
         dev = self.devices[spec]
-        out = _payload(self.executor.run(KernelRef.of(self.kernels[spec], spec), case, dev))
+        kref = KernelRef.of(self.kernels[spec], spec)
+        out = _payload(self.executor.run(kref, case, dev, affinity=self._pin(spec, r)))
         if isinstance(out, Outcome):
             self.echo(f"warning: re-running {spec} on {r.key} for its case file failed: {out}")
             return None

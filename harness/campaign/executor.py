@@ -21,6 +21,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -146,7 +147,12 @@ class Executor:
     :class:`~flashcheck.harness.adapters.outcome.Outcome` (a failure is never raised across
     processes). A kernel travels as a :class:`~flashcheck.harness.adapters.worker.KernelRef`
     (its spec and its whole contract); a structural check by its name
-    (:data:`flashcheck.harness.checks.registry.CHECKS`)."""
+    (:data:`flashcheck.harness.checks.registry.CHECKS`).
+
+    ``affinity``: ``None`` runs a kernel call on any free kernel worker; an int on worker
+    ``affinity % kernel_workers`` only, after the calls submitted to it before (a compiling
+    kernel's calls of one compile key go to the worker that has compiled it). An executor
+    whose workers share no compiled state may ignore it."""
 
     workers: int = 1
     kernel_workers: int = 1
@@ -154,24 +160,37 @@ class Executor:
     def reference(self, recipe: Recipe) -> cf.Future:
         raise NotImplementedError
 
-    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+    def run(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
         raise NotImplementedError
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         raise NotImplementedError
 
-    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+    def backward(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
         raise NotImplementedError
 
-    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
+    def check(
+        self,
+        name: str,
+        ref: KernelRef,
+        case: Case,
+        device: str,
+        calls: int,
+        *,
+        affinity: int | None = None,
+    ) -> cf.Future:
         raise NotImplementedError
 
     def runner(self, ref: KernelRef, device: str) -> Runner:
         """A probe runner (:func:`flashcheck.harness.adapters.probe.probe`) over this
-        executor's isolated kernel calls."""
+        executor's isolated kernel calls, all on one worker (a probe times repeated calls)."""
 
         def run(case: Case) -> Outcome:
-            return self.run(ref, case, device).result()
+            return self.run(ref, case, device, affinity=0).result()
 
         return run
 
@@ -214,14 +233,16 @@ class LocalExecutor(Executor):
             self._pool = cf.ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context("spawn"), initializer=_single_threaded
             )
-        self._slots: queue.Queue[KernelWorker] = queue.Queue()
+        self._slots: queue.Queue[int] = queue.Queue()
         self._all: list[KernelWorker] = []
         for i in range(self.kernel_workers if isolate else 1):
             env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
-            w = KernelWorker(timeout=timeout, isolate=isolate, env=env)
-            self._all.append(w)
-            self._slots.put(w)
+            self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
+            self._slots.put(i)
+        self._locks = [threading.Lock() for _ in self._all]
         self._threads = cf.ThreadPoolExecutor(len(self._all), thread_name_prefix="kernel")
+        # One thread per worker for calls pinned to it (affinity), in submission order.
+        self._pinned: list[cf.ThreadPoolExecutor | None] = [None] * len(self._all)
 
     def reference(self, recipe: Recipe) -> cf.Future:
         if self._pool is None:
@@ -231,14 +252,29 @@ class LocalExecutor(Executor):
         return self._pool.submit(compute_reference, recipe)
 
     def _on_slot(self, fn: str, *args: Any) -> Outcome:
-        worker = self._slots.get()
+        i = self._slots.get()
         try:
-            return getattr(worker, fn)(*args)
+            return self._on_worker(i, fn, *args)
         finally:
-            self._slots.put(worker)
+            self._slots.put(i)
 
-    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
-        return self._threads.submit(self._on_slot, "run", ref, case, device)
+    def _on_worker(self, i: int, fn: str, *args: Any) -> Outcome:
+        with self._locks[i]:
+            return getattr(self._all[i], fn)(*args)
+
+    def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:
+        if affinity is None:
+            return self._threads.submit(self._on_slot, fn, *args)
+        i = affinity % len(self._all)
+        pool = self._pinned[i]
+        if pool is None:
+            pool = self._pinned[i] = cf.ThreadPoolExecutor(1, thread_name_prefix=f"kernel{i}")
+        return pool.submit(self._on_worker, i, fn, *args)
+
+    def run(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
+        return self._submit(affinity, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         if self._pool is None:
@@ -247,20 +283,32 @@ class LocalExecutor(Executor):
             return fut
         return self._pool.submit(compute_gradient_reference, recipe)
 
-    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
-        return self._threads.submit(self._on_slot, "backward", ref, case, device)
+    def backward(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
+        return self._submit(affinity, "backward", ref, case, device)
 
-    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
+    def check(
+        self,
+        name: str,
+        ref: KernelRef,
+        case: Case,
+        device: str,
+        calls: int,
+        *,
+        affinity: int | None = None,
+    ) -> cf.Future:
         target = check_target(name)
-        return self._threads.submit(self._on_slot, "check", target, ref, case, device, calls)
+        return self._submit(affinity, "check", target, ref, case, device, calls)
 
     def close(self) -> None:
         # A second Ctrl-C while shutting down must not leave processes behind: the steps are
         # retried without waiting.
-        try:
-            self._threads.shutdown(wait=True, cancel_futures=True)
-        except KeyboardInterrupt:
-            self._threads.shutdown(wait=False, cancel_futures=True)
+        for threads in [self._threads, *(p for p in self._pinned if p is not None)]:
+            try:
+                threads.shutdown(wait=True, cancel_futures=True)
+            except KeyboardInterrupt:
+                threads.shutdown(wait=False, cancel_futures=True)
         for w in self._all:
             w.close()
         if self._pool is not None:

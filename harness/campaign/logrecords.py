@@ -56,6 +56,7 @@ class CampaignConfig:
     dtypes: tuple[str, ...]
     device: str
     parts: tuple[str, ...] | None = None
+    palette: int | None = None  # compile keys per dtype, when not the default (older: None)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CampaignConfig:
@@ -68,6 +69,7 @@ class CampaignConfig:
             dtypes=tuple(d["dtypes"]),
             device=d["device"],
             parts=None if parts is None else tuple(parts),
+            palette=d.get("palette"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -81,6 +83,8 @@ class CampaignConfig:
         }
         if self.parts is not None:
             out["parts"] = list(self.parts)
+        if self.palette is not None:
+            out["palette"] = self.palette
         return out
 
 

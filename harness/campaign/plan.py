@@ -42,16 +42,17 @@ from typing import Any
 
 import numpy as np
 
-from ..adapters.adapter import Kernel, score_magnitude
+from ..adapters.adapter import Kernel
+from ..adapters.palette import DEFAULT_PALETTE, palette_for
 from ..cases.families import (
     EDGES,
     FAMILIES,
     HEAD_DIMS,
     Recipe,
     magnitudes,
-    make_case,
 )
 from ..checks.registry import GRADIENT_CHECKS
+from .fitting import fit_recipe
 
 __all__ = [
     "GRADIENT_SCENARIOS",
@@ -96,6 +97,8 @@ class Preset:
     search_max_work: int = 1 << 14
     structural_cases: int = 2  # per structural property, kernel and dtype
     gradient_cases: int = 7  # per dtype, for kernels with a backward (one per scenario first)
+    # Keys per dtype of a kernel with compile keys (flashcheck.harness.adapters.palette).
+    palette: int = DEFAULT_PALETTE
 
 
 PRESETS: dict[str, Preset] = {
@@ -371,48 +374,6 @@ def gradient_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
     return items
 
 
-def _nearest(x: int, allowed: Sequence[int]) -> int:
-    return min(allowed, key=lambda a: (abs(a - x), -a))
-
-
-def fit_recipe(r: Recipe, kernel: Kernel) -> Recipe:
-    """``r`` moved inside ``kernel``'s contract, deterministically: masks and an explicit scale
-    it does not take are dropped, head dims move to the nearest it accepts, ``Hk = Hq`` without
-    grouped-query heads, one (batch, head) slice if it takes no more, ``Nk = Nq`` if it needs
-    equal lengths, and lengths round up to its multiple ``m`` (so the preset's lengths keep
-    their reach). The score range is capped at the kernel's limit.
-
-    Every kernel of a campaign runs the same plan, each on the plan's cases fitted to it;
-    kernels whose fitted cases coincide share one oracle evaluation."""
-    masks = kernel.masks
-    out = replace(
-        r,
-        causal=r.causal and "causal" in masks,
-        window=r.window if "window" in masks else None,
-        mask_density=r.mask_density if "mask" in masks else None,
-        scale=r.scale if (kernel.options is None or "scale" in kernel.options) else None,
-    )
-    dims = [x for x in (kernel.head_dims or HEAD_DIMS) if x <= kernel.max_head_dim]
-    if kernel.head_dims is not None or max(out.d, out.dv) > kernel.max_head_dim:
-        out = replace(out, d=_nearest(out.d, dims), dv=_nearest(out.dv, dims))
-    if not kernel.distinct_dv:
-        out = replace(out, dv=out.d)
-    if not kernel.gqa:
-        out = replace(out, hk=out.hq)
-    if not kernel.batched:
-        out = replace(out, b=1, hq=1, hk=1)
-    if not kernel.unequal_lengths:
-        out = replace(out, nk=out.nq)
-    m = kernel.seq_multiple
-    if m > 1:
-        out = replace(out, nq=m * max(1, -(-out.nq // m)), nk=m * max(1, -(-out.nk // m)))
-    limit = kernel.score_limit.get(out.dtype)
-    if limit is not None and score_magnitude(make_case(out)) >= limit:
-        # Only then: a recipe left alone keeps sharing its oracle call with other kernels.
-        out = replace(out, score_limit=limit)
-    return out
-
-
 def mutate(rng: np.random.Generator, r: Recipe, p: Preset, adapter: Kernel) -> Recipe:
     """One random change to ``r`` (then a fresh RNG seed), within the search's size limits."""
     op = int(rng.integers(8))
@@ -439,6 +400,14 @@ def mutate(rng: np.random.Generator, r: Recipe, p: Preset, adapter: Kernel) -> R
     else:
         win = (int(rng.integers(0, r.nk + 1)), None) if r.window is None else None
         r = replace(r, window=win)
+    keys = palette_for(adapter, p.palette) if adapter.compile_keys else None
+    if keys is not None and op in (0, 1, 3, 4) and set(keys.dims) & _TOUCHED[op]:
+        # A compiling kernel's lengths, head dims or causal flag move to another palette key.
+        r = keys.apply(r, int(rng.integers(len(keys))))
     while r.b * r.hq * r.nq * r.nk > p.search_max_work and r.nq > adapter.seq_multiple:
         r = replace(r, nq=max(1, r.nq // 2))
-    return fit_recipe(replace(r, seed=seed32(rng)), adapter)
+    return fit_recipe(replace(r, seed=seed32(rng)), adapter, palette=p.palette)
+
+
+# The recipe fields each length, head-dim and causal mutation of mutate() changes.
+_TOUCHED = {0: {"nq"}, 1: {"nk"}, 3: {"d", "dv"}, 4: {"causal"}}

@@ -115,18 +115,33 @@ class RayExecutor(Executor):
         self._free.put(actor)
         return out
 
-    def run(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+    # ``affinity`` is ignored: any free actor runs a call (a compiling kernel compiles each key
+    # once per actor).
+    def run(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
         return self._threads.submit(self._on_actor, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         return self._gradient_reference.remote(recipe).future()
 
-    def backward(self, ref: KernelRef, case: Case, device: str) -> cf.Future:
+    def backward(
+        self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
+    ) -> cf.Future:
         # The KernelWorker's backward (in-process in the actor) has no limit of its own; the
         # driver's wait is twice a forward call's, as for a local worker.
         return self._threads.submit(self._on_actor, "backward", ref, case, device, calls=2)
 
-    def check(self, name: str, ref: KernelRef, case: Case, device: str, calls: int) -> cf.Future:
+    def check(
+        self,
+        name: str,
+        ref: KernelRef,
+        case: Case,
+        device: str,
+        calls: int,
+        *,
+        affinity: int | None = None,
+    ) -> cf.Future:
         target = check_target(name)
         return self._threads.submit(
             self._on_actor, "check", target, ref, case, device, calls, calls=calls

@@ -13,18 +13,22 @@ from typing import Any
 
 import numpy as np
 
+from ..adapters.outcome import Outcome
 from ..checks.accuracy import CheckResult
 from ..core.status import Status
 from ..judging.bounds import Bounds
 from ..judging.metrics import ulp_histogram
 from ..judging.tensor_verdict import TensorVerdict
+from .resultrecords import ResultRecord
 
 __all__ = [
     "class_utilization",
     "failure_margin",
     "gist",
     "gradient_fields",
+    "job_outcome",
     "result_fields",
+    "unjudged_record",
 ]
 
 
@@ -145,3 +149,24 @@ def gradient_fields(verdicts: dict[str, TensorVerdict]) -> dict[str, Any]:
         "score": max(margins),
         "gradients": per,
     }
+
+
+def job_outcome(job: Any) -> Any:
+    """What a kernel run gave: its value, the failed :class:`Outcome` it ended in, or (a
+    string) why it was not run (outside the kernel's contract)."""
+    if isinstance(job, str):
+        return job
+    got: Outcome = job.result()
+    return got.value if got.ok else got
+
+
+def unjudged_record(cls: type[ResultRecord], common: dict[str, Any], out: Any) -> Any:
+    """The record of a run with nothing to judge (:func:`job_outcome` gave a reason or a
+    failure), or ``None`` if ``out`` is the kernel's output. A SKIP scores 0; a broken result
+    is infinitely far from passing."""
+    if isinstance(out, str):
+        return cls(**common, status=Status.SKIP, reasons=(out,), score=0.0)
+    if isinstance(out, Outcome):
+        score = 0.0 if out.status == Status.SKIP else math.inf
+        return cls(**common, status=out.status, reasons=(out.message,), score=score)
+    return None

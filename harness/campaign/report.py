@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..adapters.adapter import Kernel
+from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
@@ -88,6 +89,7 @@ class ReportOptions:
     executor: str = "local"  # or "ray"
     address: str | None = None  # the Ray cluster (default: start one on this machine)
     parts: tuple[str, ...] = ()  # campaign parts to run (default: every one, plan.PARTS)
+    palette: int = DEFAULT_PALETTE  # compile keys per dtype of kernels that compile per shape
 
 
 def _has_cuda() -> bool:
@@ -126,6 +128,8 @@ def _command(opts: ReportOptions, name: str, preset: str, device: str, kernels) 
         parts.append(f"--out {opts.out}")
     if opts.parts:
         parts += [f"--part {x}" for x in opts.parts]
+    if opts.palette != DEFAULT_PALETTE:
+        parts.append(f"--palette {opts.palette}")
     return " ".join(parts)
 
 
@@ -243,6 +247,7 @@ def _setup(opts: ReportOptions) -> _Setup:
         device=device,
         # (None when every part runs, so older results files still resume)
         parts=tuple(x for x in PARTS if x in opts.parts) if opts.parts else None,
+        palette=None if opts.palette == DEFAULT_PALETTE else opts.palette,
     )
     out_dir = Path(opts.out) / name
     header = Header(
@@ -263,6 +268,9 @@ def _probe(executor: Executor, setup: _Setup, opts: ReportOptions, echo) -> dict
             echo(f"probing the contract of {spec} on {devices[spec]} ...")
         runner = executor.runner(KernelRef.of(kern, spec), devices[spec])
         adapters[spec] = resolved(kern, devices[spec], runner)
+        if kern.pending:
+            for line in adapters[spec].contract_lines():
+                echo(f"  {line}")
     for spec in opts.kernels:
         why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
         if all(why) and adapters[spec].dtypes:
@@ -297,7 +305,7 @@ def _campaign(
     )
     camp = Campaign(
         log,
-        PRESETS[cfg.preset],
+        replace(PRESETS[cfg.preset], palette=cfg.palette or DEFAULT_PALETTE),
         cfg.seed,
         adapters,
         devices,

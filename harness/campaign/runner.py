@@ -35,6 +35,7 @@ from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..adapters.outcome import Outcome
+from ..adapters.palette import compile_key
 from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
@@ -44,8 +45,9 @@ from ..core.resultlog import ResultLog
 from ..core.status import Status
 from ..judging.verdict import judge_gradients
 from . import search
-from .casefiles import CaseFiles, worst_results
+from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
+from .grouping import affinity, compile_waits, grouped
 from .logrecords import CaseFileRecord, StoppedRecord, parse_records
 from .plan import (
     PARTS,
@@ -57,7 +59,7 @@ from .plan import (
     plan_items,
     structural_items,
 )
-from .records import gist, gradient_fields, result_fields
+from .records import gist, gradient_fields, job_outcome, result_fields, unjudged_record
 from .resultrecords import (
     AccuracyResult,
     CaseOptions,
@@ -67,37 +69,9 @@ from .resultrecords import (
     StructuralResult,
 )
 
-__all__ = [
-    "PRESETS",
-    "STREAK",
-    "Campaign",
-    "Item",
-    "Preset",
-    "plan_items",
-]
+__all__ = ["PRESETS", "STREAK", "Campaign", "Item", "Preset", "plan_items"]
 
 STREAK = 5  # identical failures in a row that stop a kernel for a dtype
-
-
-def _outcome(job: Any) -> Any:
-    """What a kernel run gave: its value, the failed :class:`Outcome` it ended in, or (a
-    string) why it was not run (outside the kernel's contract)."""
-    if isinstance(job, str):
-        return job
-    got: Outcome = job.result()
-    return got.value if got.ok else got
-
-
-def _not_judged(cls: type[ResultRecord], common: dict[str, Any], out: Any) -> Any:
-    """The record of a run with nothing to judge (:func:`_outcome` gave a reason or a
-    failure), or ``None`` if ``out`` is the kernel's output. A SKIP scores 0; a broken result
-    is infinitely far from passing."""
-    if isinstance(out, str):
-        return cls(**common, status=Status.SKIP, reasons=(out,), score=0.0)
-    if isinstance(out, Outcome):
-        score = 0.0 if out.status == Status.SKIP else math.inf
-        return cls(**common, status=out.status, reasons=(out.message,), score=score)
-    return None
 
 
 @dataclass
@@ -118,6 +92,7 @@ class _Task:
     specs: list[str]
     done: list[str]
     groups: list[_Group] = field(default_factory=list)
+    compiles: list[str] = field(default_factory=list)  # the new compile keys it calls
 
 
 @dataclass
@@ -139,6 +114,7 @@ class Campaign:
     _done: dict[str, ResultRecord] = field(default_factory=dict)
     _streaks: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _stopped: set[tuple[str, str]] = field(default_factory=set)
+    _keys: set[tuple[str, tuple]] = field(default_factory=set)  # (spec, compile key) submitted
 
     def __post_init__(self) -> None:
         records = parse_records(self.log.records)
@@ -214,7 +190,12 @@ class Campaign:
                 break
         while pending:
             task = pending.popleft()
+            t0 = time.monotonic()
+            if task.compiles:
+                progress.compiling(f"compiling {'; '.join(task.compiles)}")
             self._collect(task)
+            if task.compiles:
+                progress.compile_time += time.monotonic() - t0
             ran = len(task.specs) - len(task.done)
             if ran:
                 item = task.item
@@ -230,12 +211,17 @@ class Campaign:
         new = [s for s in live if item.key(s) not in self._done]
         if item.part == "structural":
             for spec in new:
-                task.groups.append(self._submit_check(item, spec))
+                group = self._submit_check(item, spec)
+                if not isinstance(group.runs[spec], str):
+                    self._compiles(task, spec, group.recipe)
+                task.groups.append(group)
             return task
         gradients = item.part == "gradients"
         fitted: dict[Recipe, list[str]] = {}
         for spec in new:
-            fitted.setdefault(fit_recipe(item.recipe, self.kernels[spec]), []).append(spec)
+            fitted.setdefault(
+                fit_recipe(item.recipe, self.kernels[spec], palette=self.preset.palette), []
+            ).append(spec)
         for recipe, group in fitted.items():
             case = make_case(recipe)
             runs: dict[str, Any] = {}
@@ -245,7 +231,11 @@ class Campaign:
                 check = adapter.backward_supports if gradients else adapter.supports
                 why = check(case, self.devices[spec])
                 kref = KernelRef.of(adapter, spec)
-                runs[spec] = why if why is not None else call(kref, case, self.devices[spec])
+                if why is None:
+                    self._compiles(task, spec, recipe)
+                    pin = affinity(adapter, recipe, palette=self.preset.palette)
+                    why = call(kref, case, self.devices[spec], affinity=pin)
+                runs[spec] = why
             ref = self.executor.gradient_reference if gradients else self.executor.reference
             task.groups.append(_Group(recipe, case, ref(recipe), runs))
         return task
@@ -253,7 +243,7 @@ class Campaign:
     def _submit_check(self, item: Item, spec: str) -> _Group:
         name = item.tag.split("/")[0]
         adapter = self.kernels[spec]
-        recipe = fit_recipe(item.recipe, adapter)
+        recipe = fit_recipe(item.recipe, adapter, palette=self.preset.palette)
         case = make_case(recipe)
         contract = adapter.backward_supports if item.backward else adapter.supports
         why = contract(case, self.devices[spec])
@@ -264,8 +254,16 @@ class Campaign:
             # A backward has twice a forward's time limit.
             calls = (1 + b * hq if name == "batch-head-independence" else 4) * (1 + item.backward)
             kref = KernelRef.of(adapter, spec)
-            why = self.executor.check(name, kref, case, self.devices[spec], calls)
+            pin = affinity(adapter, recipe, palette=self.preset.palette)
+            why = self.executor.check(name, kref, case, self.devices[spec], calls, affinity=pin)
         return _Group(recipe, case, None, {spec: why}, check=name)
+
+    def _compiles(self, task: _Task, spec: str, recipe: Recipe) -> None:
+        """Note on ``task`` the compile keys its calls are the first to use."""
+        key = compile_key(self.kernels[spec], recipe)
+        if key and (spec, key) not in self._keys:
+            self._keys.add((spec, key))
+            task.compiles.append(f"{spec} {', '.join(map(str, key))}")
 
     def _collect(self, task: _Task) -> None:
         for spec in task.done:
@@ -281,7 +279,7 @@ class Campaign:
     def _collect_check(self, item: Item, group: _Group) -> None:
         ((spec, job),) = group.runs.items()
         t0 = time.perf_counter()
-        got = _outcome(job)
+        got = job_outcome(job)
         seconds = None if isinstance(job, str) else {"wait": round(time.perf_counter() - t0, 4)}
         if isinstance(got, str):
             status, msg = Status.SKIP, got
@@ -314,8 +312,8 @@ class Campaign:
                 "max_logit": float(ref.max_logit),
                 "finite_inputs": bool(ref.finite),
             }
-            out = _outcome(job)
-            rec = _not_judged(AccuracyResult, common, out)
+            out = job_outcome(job)
+            rec = unjudged_record(AccuracyResult, common, out)
             if rec is None:
                 res = check_case(
                     self.kernels[spec],
@@ -337,8 +335,8 @@ class Campaign:
                 **self._common(item, spec, group.case, group.recipe),
                 "seconds": {"oracle": round(ref.seconds, 4)},
             }
-            grads = _outcome(job)
-            rec = _not_judged(GradientResult, common, grads)
+            grads = job_outcome(job)
+            rec = unjudged_record(GradientResult, common, grads)
             if rec is None:
                 cls = self.kernels[spec].backward_arithmetic
                 bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
@@ -375,8 +373,8 @@ class Campaign:
 
     def run(self) -> None:
         """Run every part not yet on file: the fixed parts, then the search."""
-        fixed = self._fixed_work()
         p = self.preset
+        fixed = grouped(self._fixed_work(), self.kernels, palette=p.palette)
         generations = p.search_generations if "search" in self.parts else 0
         per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
         search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
@@ -390,10 +388,15 @@ class Campaign:
             for s in sp
             if it.key(s) in self._done
         )
-        n_done = len(self._done)
-        if n_done:
-            self.echo(f"resuming: {n_done} results already in {self.log.path}")
-        progress = Progress(total, done_cost=done, label="report ", stream=self.progress_stream)
+        if self._done:
+            self.echo(f"resuming: {len(self._done)} results already in {self.log.path}")
+        # Compile waits apart: one per compile key (and kernel), shared by the kernel workers.
+        keys, wait = compile_waits(fixed, self.kernels, palette=p.palette)
+        wait /= self.executor.kernel_workers
+        out = self.progress_stream
+        progress = Progress(
+            total, done_cost=done, label="report ", stream=out, keys=keys, compile_seconds=wait
+        )
         self._execute(fixed, progress)
         # The search, a generation at a time for every kernel and dtype together: generation
         # g of one pair depends only on that pair's earlier results.
@@ -403,7 +406,7 @@ class Campaign:
                 for dt in self.dtypes:
                     if self._runnable(spec, dt):
                         work += [(child, [spec]) for child in self._children(spec, dt, gen)]
-            self._execute(work, progress)
+            self._execute(grouped(work, self.kernels, palette=p.palette), progress)
         progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
 
@@ -427,13 +430,7 @@ class Campaign:
         failing ones, and the first failing case of each structural property (skipping any
         already saved), appending a ``case-file`` record each
         (:func:`~flashcheck.harness.campaign.casefiles.worst_results`)."""
-        todo: list[tuple[str, ResultRecord]] = []
-        for spec in self.kernels:
-            for dt in self.dtypes:
-                mine = [r for r in self._results if r.kernel == spec and r.dtype == dt]
-                todo += [
-                    (spec, r) for r in worst_results(mine, per_group) if r.key not in self._saved
-                ]
+        todo = unsaved_worst(self._results, self.kernels, self.dtypes, self._saved, per_group)
         # A resumed run lacks the references of earlier sessions: compute them on the pool, in
         # parallel, before the (serial) re-runs.
         for _, r in todo:
@@ -442,6 +439,7 @@ class Campaign:
         if todo:
             self.echo(f"case files: re-running {len(todo)} worst or failing cases")
         files = CaseFiles(self.executor, self.kernels, self.devices, self.case_dir, self.echo)
+        files.palette = self.preset.palette
         for spec, r in todo:
             rec = files.save(spec, r, self._grad_refs)
             if rec is not None:

@@ -36,6 +36,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         executor=args.executor,
         address=args.address,
         parts=tuple(args.part or ()),
+        palette=args.palette,
     )
     try:
         return run_report(opts)
@@ -246,6 +247,15 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="stop a kernel for a dtype after N identical failures in a row "
         "(raised, hung or bad output; default 5)",
+    )
+    p.add_argument(
+        "--palette",
+        type=positive,
+        default=4,
+        metavar="N",
+        help="compile keys per dtype for kernels that compile per shape (found by the probe "
+        "or declared with compile_keys=): their lengths, head dims and causal flag come from "
+        "N combinations; no effect on other kernels (default 4)",
     )
     p.add_argument(
         "--part",

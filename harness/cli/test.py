@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .args import positive
+
 __all__ = ["add_test"]
 
 
@@ -45,6 +47,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-device", args.device]
     if args.nan_inputs:
         argv += ["--flashcheck-nan-inputs", args.nan_inputs]
+    if args.palette is not None:
+        argv += ["--flashcheck-palette", str(args.palette)]
     argv += extra[1:] if extra[:1] == ["--"] else extra
     # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
     # (from inside this process it would warn that the package is already imported).
@@ -113,5 +117,14 @@ def add_test(sub) -> None:
         choices=("propagate", "any"),
         help="NaN policy of a kernel declaring none: 'any' accepts finite outputs where a NaN "
         "input is involved as a convention (default: propagate)",
+    )
+    t.add_argument(
+        "--palette",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="compile keys per dtype for a kernel that compiles per shape (found by the probe "
+        "or declared with compile_keys=): its lengths, head dims and causal flag come from N "
+        "combinations (default 4)",
     )
     t.set_defaults(func=_cmd_test, passthrough=True)

@@ -3,6 +3,11 @@
 On a terminal it redraws one line (``\\r``); elsewhere (CI logs, pipes) it prints a line at most
 every ``interval`` seconds, so logs stay readable. The ETA weights the remaining work by a cost
 per item (e.g. the number of score elements), so a few large cases at the end do not make it lie.
+
+For a kernel that compiles per shape, compile waits are counted apart: with ``keys`` compile
+keys to go through at ``compile_seconds`` each, of which ``k`` started (:meth:`compiling`), the
+ETA is ``(keys - k)·compile_seconds`` plus the remaining cost at the rate measured without the
+time spent waiting for compiles (:attr:`compile_time`, kept by the caller).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class Progress:
         stream: TextIO | None = None,
         interval: float = 10.0,
         width: int = 28,
+        keys: int = 0,
+        compile_seconds: float = 0.0,
     ) -> None:
         self.total = max(float(total_cost), 1e-12)
         self.done = float(done_cost)
@@ -46,14 +53,28 @@ class Progress:
         self.t0 = time.monotonic()
         self._last = -1e9
         self.note = ""
+        if keys < 0 or compile_seconds < 0:
+            raise ValueError(f"keys and compile_seconds are >= 0, got {keys}, {compile_seconds}")
+        self.keys, self.compile_seconds, self.compiled = keys, compile_seconds, 0
+        self.compile_time = 0.0  # seconds of the elapsed time spent waiting for compiles
 
     def eta(self) -> float | None:
-        """Seconds left at the rate of this session (``None`` before any work is measured)."""
-        spent = time.monotonic() - self.t0
+        """Seconds left at the rate of this session (``None`` before any work is measured),
+        compile waits counted apart (see the module)."""
+        spent = time.monotonic() - self.t0 - self.compile_time
         worked = self.done - self.start_done
-        if worked <= 0 or spent <= 0:
-            return None
-        return (self.total - self.done) * spent / worked
+        if worked <= 0 or spent <= 0 or (self.keys and worked < 0.01 * self.total):
+            return None  # (with compiles ahead, a rate from the first 1 % says little)
+        waits = max(0, self.keys - self.compiled) * self.compile_seconds
+        return (self.total - self.done) * spent / worked + waits
+
+    def compiling(self, note: str) -> None:
+        """Say (now, on a terminal or not) that the work waits for a compile of a new key."""
+        self.compiled += 1
+        self.note = note
+        self._last = time.monotonic()
+        self.stream.write(("\r" + self.line()[:160].ljust(100)) if self.tty else self.line() + "\n")
+        self.stream.flush()
 
     def line(self) -> str:
         frac = min(1.0, self.done / self.total)

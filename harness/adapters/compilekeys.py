@@ -1,0 +1,88 @@
+"""Which dimensions a kernel compiles on, from the times of its calls.
+
+A JIT-specialized or autotuned kernel (Triton's ``constexpr`` lengths and head dims, an
+autotuner keyed on them) pays a compile on the first call of every new key and runs fast on a
+repeat. With ``first`` the time of the first call of a shape and ``repeat`` that of the same
+call again, the compile overhead is ``c = first - repeat``; the kernel compiles at all when
+``c >= COMPILE_MIN_S`` and ``first >= FIRST_RATIO · repeat``. A later call of time ``t`` on a
+shape not called before is a first call when ``t - repeat >= c / 2``.
+
+Each later call is compared with the first one (the base shape), in the dimensions of
+:data:`~flashcheck.harness.adapters.adapter.COMPILE_DIMS` it changes. A first call that changed
+one dimension ``X`` alone shows ``X`` is a compile key (its key is new, and only ``X`` differs);
+a repeated-cost call that changed ``X`` alone, to a value no earlier call had, shows ``X`` is
+not. A first call that changed several dimensions (a kernel that needs ``Nq = Nk`` changes both)
+makes keys of those among them not shown otherwise. Dimensions no call changed are not keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .adapter import COMPILE_DIMS
+
+__all__ = ["COMPILE_MIN_S", "FIRST_RATIO", "CallTimes", "infer_keys"]
+
+# A first call must cost this much more than a repeat to count as a compile: below it, a
+# torch or CUDA warm-up on the first call (not repeated per shape) is not mistaken for one.
+COMPILE_MIN_S = 0.5
+FIRST_RATIO = 4.0
+
+# One call: the values of COMPILE_DIMS it had, and its seconds.
+Call = tuple[tuple[object, ...], float]
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """The first and a repeated call of one shape, in seconds."""
+
+    first: float
+    repeat: float
+
+    @property
+    def overhead(self) -> float:
+        """What the first call cost beyond a repeat: the compile estimate ``c``."""
+        return max(0.0, self.first - self.repeat)
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the first call was markedly slower than the repeat (see the module)."""
+        return self.overhead >= COMPILE_MIN_S and self.first >= FIRST_RATIO * self.repeat
+
+    def is_first_call(self, seconds: float) -> bool:
+        """Whether a call of ``seconds`` on a new shape paid a compile like the first call."""
+        return self.compiles and seconds - self.repeat >= self.overhead / 2
+
+
+def infer_keys(calls: Sequence[Call], times: CallTimes) -> tuple[str, ...]:
+    """The compile keys shown by ``calls`` (in call order, the first on the base shape; each
+    the values of :data:`COMPILE_DIMS` and its seconds), in the order of :data:`COMPILE_DIMS`;
+    ``()`` when the kernel does not compile (:attr:`CallTimes.compiles`)."""
+    if not times.compiles or not calls:
+        return ()
+    for key, _ in calls:
+        if len(key) != len(COMPILE_DIMS):
+            raise ValueError(f"a call's key has one value per {COMPILE_DIMS}, got {key!r}")
+    base = calls[0][0]
+    single: dict[str, bool] = {}  # dim -> a first call, from the first call changing it alone
+    joint: list[set[str]] = []  # the dims changed together by first calls
+    for i, (key, seconds) in enumerate(calls):
+        changed = {dim for dim, a, b in zip(COMPILE_DIMS, base, key, strict=True) if a != b}
+        if not changed or any(key == earlier for earlier, _ in calls[:i]):
+            continue  # a repeat says nothing about keys
+        slow = times.is_first_call(seconds)
+        if len(changed) > 1:
+            if slow:
+                joint.append(changed)
+            continue
+        (dim,) = changed
+        j = COMPILE_DIMS.index(dim)
+        fresh = all(earlier[j] != key[j] for earlier, _ in calls[:i])
+        if dim not in single and (slow or fresh):
+            single[dim] = slow
+    keys = {dim for dim, slow in single.items() if slow}
+    for dims in joint:
+        if not dims & keys:
+            keys |= {dim for dim in dims if dim not in single}
+    return tuple(dim for dim in COMPILE_DIMS if dim in keys)

@@ -1,0 +1,84 @@
+"""A campaign's work grouped by compile key, for kernels that compile per shape.
+
+A kernel with compile keys (:attr:`~flashcheck.harness.adapters.adapter.Kernel.compile_keys`)
+pays a compile the first time a kernel worker sees one of its keys. :func:`grouped` orders its
+work so that one key's cases run together (the keys in the order the plan first reaches them,
+the cases of a key in plan order), and :func:`affinity` sends every call of one key to one
+kernel worker, which compiles it once. Work of kernels without compile keys keeps the plan's
+order, ahead of the grouped work: a campaign without compiling kernels runs exactly as before.
+
+The order is a function of the configuration and the contracts only, so results still are.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+
+from ..adapters.adapter import ALL_DTYPES, Kernel
+from ..adapters.palette import DEFAULT_PALETTE, compile_key, palette_for
+from ..cases.families import Recipe
+from .fitting import fit_recipe
+from .plan import Item
+
+__all__ = ["affinity", "compile_waits", "grouped"]
+
+Work = list[tuple[Item, list[str]]]
+
+
+def affinity(kernel: Kernel, recipe: Recipe, *, palette: int = DEFAULT_PALETTE) -> int | None:
+    """The kernel worker (modulo their number) for ``kernel``'s calls on the fitted ``recipe``:
+    ``None`` (any worker) without compile keys; else fixed by its compile key: the palette's
+    keys of each dtype in turn, from a place one further per dtype (so that workers share them
+    evenly), any other key by its CRC-32."""
+    key = compile_key(kernel, recipe)
+    if not key:
+        return None
+    keys = palette_for(kernel, palette)
+    if keys is not None:
+        values = tuple(getattr(recipe, dim) for dim in keys.dims)
+        if values in keys.entries and recipe.dtype in ALL_DTYPES:
+            # Shifted by one per dtype: a key whose variants compile too (a causal key's
+            # options check) does not land on the same worker in every dtype.
+            return ALL_DTYPES.index(recipe.dtype) + keys.entries.index(values)
+    return zlib.crc32(repr(key).encode())
+
+
+def compile_waits(
+    work: Sequence[tuple[Item, Sequence[str]]],
+    kernels: Mapping[str, Kernel],
+    *,
+    palette: int = DEFAULT_PALETTE,
+) -> tuple[int, float]:
+    """How many ``(spec, compile key)`` pairs ``work`` calls compiling kernels on, and the
+    longest compile among those kernels (seconds; 0 where unknown)."""
+    keys = {
+        (spec, compile_key(kernels[spec], fit_recipe(it.recipe, kernels[spec], palette=palette)))
+        for it, specs in work
+        for spec in specs
+        if kernels[spec].compile_keys
+    }
+    cost = max((kernels[spec].compile_seconds for spec, _ in keys), default=0.0)
+    return len(keys), cost
+
+
+def grouped(
+    work: Sequence[tuple[Item, Sequence[str]]],
+    kernels: Mapping[str, Kernel],
+    *,
+    palette: int = DEFAULT_PALETTE,
+) -> Work:
+    """``work`` (items, each with the specs that run it) with the compiling kernels' part
+    grouped by ``(spec, compile key)``, after the rest in its own order (see the module)."""
+    plain: Work = []
+    groups: dict[tuple[str, tuple], Work] = {}
+    for it, specs in work:
+        rest = [s for s in specs if not kernels[s].compile_keys]
+        if rest:
+            plain.append((it, rest))
+        for spec in specs:
+            kern = kernels[spec]
+            if kern.compile_keys:
+                key = compile_key(kern, fit_recipe(it.recipe, kern, palette=palette))
+                groups.setdefault((spec, key), []).append((it, [spec]))
+    return plain + [entry for run in groups.values() for entry in run]

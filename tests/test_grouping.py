@@ -1,0 +1,83 @@
+"""A campaign's work grouped by compile key: the plain kernels' work keeps the plan's order,
+each compiling kernel's work runs one key at a time, every key on one kernel worker, and the
+progress line's ETA counts compile waits apart."""
+
+import io
+import time
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.adapters.palette import compile_key, palette_for
+from flashcheck.harness.campaign.fitting import fit_recipe
+from flashcheck.harness.campaign.grouping import affinity, compile_waits, grouped
+from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
+from flashcheck.harness.core.progress import Progress
+
+KEYS = ("dtype", "nq", "nk", "d", "causal")
+
+
+def _kernel(name, **kw):
+    return Kernel(name, lambda q, k, v, **o: q, **kw)
+
+
+def _work(specs):
+    p = PRESETS["cpu"]
+    items = plan_items(p, ["fp16", "bf16"], 0) + structural_items(p, "fp16", 0)
+    return [(it, list(specs)) for it in items]
+
+
+def test_work_of_kernels_without_compile_keys_is_left_as_it_is():
+    kernels = {"a": _kernel("a"), "b": _kernel("b")}
+    work = _work(kernels)
+    assert grouped(work, kernels) == work
+    assert compile_waits(work, kernels) == (0, 0.0)
+    assert affinity(kernels["a"], work[0][0].recipe) is None
+
+
+def test_a_compiling_kernels_work_runs_one_key_at_a_time_after_the_plain_work():
+    kernels = {"plain": _kernel("plain"), "jit": _kernel("jit", compile_keys=KEYS)}
+    work = _work(kernels)
+    out = grouped(work, kernels)
+    plain = [(it, specs) for it, specs in out if specs == ["plain"]]
+    assert plain == [(it, ["plain"]) for it, _ in work]  # the plan's order, first
+    jit = out[len(plain) :]
+    assert all(specs == ["jit"] for _, specs in jit) and len(jit) == len(work)
+    keys = [compile_key(kernels["jit"], fit_recipe(it.recipe, kernels["jit"])) for it, _ in jit]
+    runs = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+    assert len(runs) == len(set(keys)) == 8  # 4 keys per dtype, each one run
+    # within a key, the plan's order
+    order = {id(it): i for i, (it, _) in enumerate(work)}
+    for key in set(keys):
+        idx = [order[id(it)] for (it, _), k in zip(jit, keys, strict=True) if k == key]
+        assert idx == sorted(idx)
+    assert grouped(work, kernels) == out  # a function of the work and the contracts
+    assert compile_waits(work, kernels) == (8, 0.0)
+
+
+def test_each_key_goes_to_one_worker_and_the_palette_shares_them_evenly():
+    jit = _kernel("jit", compile_keys=KEYS, compile_seconds=10.0)
+    pal = palette_for(jit)
+    pins = {}
+    for it, _ in _work({"jit": jit}):
+        r = fit_recipe(it.recipe, jit)
+        pins.setdefault(compile_key(jit, r), set()).add(affinity(jit, r))
+    assert all(len(p) == 1 for p in pins.values())
+    fp16 = [next(iter(p)) for k, p in pins.items() if k[0] == "fp16"]
+    assert sorted(x % 2 for x in fp16) == [0, 0, 1, 1] and len(fp16) == len(pal)
+    assert compile_waits(_work({"jit": jit}), {"jit": jit})[1] == 10.0
+
+
+def test_the_eta_counts_compile_waits_apart():
+    out = io.StringIO()
+    p = Progress(100, stream=out, keys=5, compile_seconds=10.0, interval=0)
+    p.t0 = time.monotonic() - 30.0  # 30 s elapsed, 20 of them compiling two keys
+    p.compiling("compiling k fp16, 64")
+    p.compiling("compiling k fp16, 129")
+    p.compile_time = 20.0
+    p.advance(10)
+    # 90 units at 10 s per 10 units, plus 3 keys x 10 s
+    assert abs(p.eta() - (90 + 30)) < 1.0
+    assert "compiling k fp16, 64" in out.getvalue()  # said at once, off a terminal too
+    plain = Progress(100, stream=io.StringIO())
+    plain.t0 = time.monotonic() - 30.0
+    plain.advance(10)
+    assert abs(plain.eta() - 270) < 1.0

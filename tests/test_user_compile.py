@@ -1,0 +1,59 @@
+"""A kernel that compiles per shape, run as a user runs it: the installed ``flashcheck
+report`` in a folder that holds nothing but the user's module (tests/user/user_compile.py).
+
+The kernel sleeps 10 s on every new (Nq, Nk, d, causal, dtype), as a JIT compile or an
+autotuner does, and reads the wrong batch at block-aligned lengths. The probe must find its
+compile keys, the palette keep the campaign to a few compiles, and the batch bug must be found
+(exit 1, FAIL-HARD) within 3 minutes on 2 CPU cores.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+# Minutes of sleeping kernel calls in a subprocess.
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent / "user"
+LIMIT_S = 180
+
+
+def _report(cwd, *args, compile_s):
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    env.update(USER_COMPILE_SECONDS=str(compile_s), USER_COMPILE_LOG=str(cwd / "compiles.log"))
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [*cmd, "report", "--kernel", "user_compile:jit_batch_bug", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S + 120,
+    )
+    return out, time.monotonic() - t0
+
+
+def test_a_kernel_that_compiles_10_s_per_shape_has_its_batch_bug_found_in_3_minutes(tmp_path):
+    shutil.copy(HERE / "user_compile.py", tmp_path / "user_compile.py")
+    out, secs = _report(tmp_path, compile_s=10)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert secs <= LIMIT_S, f"took {secs:.0f} s\n{text}"
+    assert "compile keys dtype, nq, nk, d, causal" in text
+    assert "compiling user_compile:jit_batch_bug" in text  # the progress line says so
+    for dt in ("fp16", "bf16", "fp32"):
+        assert f"FAIL-HARD: user_compile:jit_batch_bug {dt}" in text, text
+    # Every key compiled once: 7 probe shapes, then 4 palette keys per dtype, each on one
+    # worker (the structural checks' variants may add a few).
+    lines = (tmp_path / "compiles.log").read_text().splitlines()
+    keys = Counter(line.split(" ", 1)[1] for line in lines)
+    assert max(keys.values()) == 1, keys
+    assert len(keys) <= 7 + 3 * 4 + 3, keys
