@@ -34,11 +34,19 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from typing import Any
 
 import pytest
 
-__all__ = ["PROFILES", "RUN_CONTEXT", "final_example", "note_measurement", "profile_name"]
+__all__ = [
+    "PROFILES",
+    "RUN_CONTEXT",
+    "compile_notice",
+    "final_example",
+    "note_measurement",
+    "profile_name",
+]
 
 PROFILES = ("ci", "dev", "thorough", "sweep")
 PROBE_TIMEOUT = 120.0  # seconds one probe call may take (a first Triton compile included)
@@ -150,6 +158,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "input is involved as a convention (default: propagate)",
     )
     group.addoption(
+        "--flashcheck-budget",
+        dest="flashcheck_budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a time budget: the properties that find bugs first run first; those not started "
+        "when it is spent are skipped with that reason",
+    )
+    group.addoption(
         "--flashcheck-palette",
         dest="flashcheck_palette",
         type=int,
@@ -249,10 +266,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("--flashcheck-device cuda: torch sees no CUDA device here")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        _TERMINAL[:] = [reporter]
     if specs:
         from .brief import Brief
 
         config.pluginmanager.register(Brief(), "flashcheck-brief")
+    budget = config.getoption("flashcheck_budget")
+    if budget is not None:
+        if not budget > 0:
+            raise pytest.UsageError(f"--flashcheck-budget takes seconds > 0, got {budget}")
+        from .suite_budget import SuiteBudget
+
+        config.pluginmanager.register(SuiteBudget(budget), "flashcheck-budget")
     config.stash[_KERNELS] = _resolve_all(
         specs,
         device,
@@ -293,7 +320,14 @@ def _resolve_all(
                 if why and all(why) and (len(specs) == 1 or spec not in _builtin_suite()):
                     raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
             runner = partial(worker.run, KernelRef.of(kern, spec), device=dev)
+            if kern.pending:  # seconds to minutes for a kernel that compiles per shape
+                print(f"flashcheck: probing the contract of {spec} on {dev} ...", flush=True)
+            t0 = time.monotonic()
             out[spec] = resolved(kern, dev, runner)
+            if kern.pending:
+                keys = out[spec].compile_keys
+                what = f"; it compiles per {', '.join(keys)}" if keys else ""
+                print(f"flashcheck: probed {spec} in {time.monotonic() - t0:.0f} s{what}")
     return out
 
 
@@ -317,6 +351,25 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         lines.append(f"flashcheck kernel {spec}:")
         lines += [f"  {line}" for line in kern.contract_lines()]
     return lines
+
+
+_TERMINAL: list[Any] = []  # the session's terminal reporter, once configured
+_SEEN_KEYS: set[tuple[str, tuple[Any, ...]]] = set()
+
+
+def compile_notice(kernel: Any, key: tuple[Any, ...]) -> None:
+    """Say on the terminal that ``kernel`` is about to compile for ``key`` (the first call of a
+    compile key in this session): a wait of seconds to minutes that would look like a hang."""
+    if not key or (kernel.name, key) in _SEEN_KEYS:
+        return
+    _SEEN_KEYS.add((kernel.name, key))
+    if _TERMINAL:
+        about = f" (about {kernel.compile_seconds:.0f} s)" if kernel.compile_seconds else ""
+        from ..harness.adapters.palette import PALETTE_DIMS
+
+        names = ("dtype", *(x for x in PALETTE_DIMS if x in kernel.compile_keys))
+        dims = ", ".join(f"{k}={v}" for k, v in zip(names, key, strict=False))
+        _TERMINAL[0].write_line(f"  compiling {kernel.name} for {dims}{about} ...")
 
 
 def note_measurement(kernel: str, dtype: str, what: str, finding: str | None) -> None:

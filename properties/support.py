@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 
 from ..harness.cases.families import Recipe, make_case
-from .plugin import palette_size, profile_name
+from .plugin import compile_notice, palette_size, profile_name
 from .strategies import cases, contract_limits
 
 __all__ = [
@@ -87,6 +87,14 @@ def run_or_fail(kernel: Any, case: Any, device: str, prop: str, call: Any) -> An
     from ..harness.adapters.adapter import KernelOutputError
     from .assertions import fail
 
+    if kernel.compile_keys:
+        from types import SimpleNamespace
+
+        from ..harness.adapters.palette import compile_key
+
+        *_, nq, nk, d, dv = case.shape
+        shape = SimpleNamespace(dtype=case.dtype, nq=nq, nk=nk, d=d, dv=dv, causal=case.causal)
+        compile_notice(kernel, compile_key(kernel, shape))
     try:
         return call()
     except KernelOutputError as err:

@@ -1,14 +1,16 @@
 """The time budget of a campaign: durations, the order that finds bugs first, coverage."""
 
+from dataclasses import replace
+
 import pytest
 
 from flashcheck.harness.campaign.budget import (
     Budget,
-    CoverageRecord,
     missing_by_part,
     parse_duration,
     priority_order,
 )
+from flashcheck.harness.campaign.logrecords import CoverageRecord
 from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
 
 CPU = PRESETS["cpu"]
@@ -49,4 +51,37 @@ def test_budget_and_coverage():
     assert missing_by_part(work, {items[0].key("a")}) == {"structural": 5}
     rec = CoverageRecord(budget=180, planned=6, ran=1, missing={"structural": 5}, search=False)
     assert CoverageRecord.from_json(rec.to_json()) == rec
-    assert rec.text().startswith("stopped at the time budget of 3:00: 1 of 6 planned results")
+    assert rec.text().startswith("1 of 6 planned results ran within the time budget of 3:00")
+
+
+def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_path):
+    from flashcheck.harness.campaign.logrecords import load
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+
+    opts = ReportOptions(
+        name="b",
+        preset="smoke",
+        kernels=("naive-numpy",),
+        dtypes=("fp16",),
+        out=str(tmp_path),
+        isolate=False,
+        workers=1,
+        kernel_workers=1,
+        budget=1e-3,
+        fail_on="never",
+    )
+    lines = []
+    assert run_report(opts, echo=lines.append) == 0
+    data = load(tmp_path / "b" / "results.jsonl")
+    assert data.coverage is not None and not data.complete
+    assert data.coverage.ran < data.coverage.planned and not data.coverage.search
+    assert any(line.startswith("stopped at the budget: ") for line in lines), lines
+    md = (tmp_path / "b" / "error-report.md").read_text()
+    assert "> **Stopped at its time budget**: " in md and "Incomplete campaign" not in md
+    first = {r.key for r in data.every_result}
+    # the same command without a budget completes it, recomputing nothing
+    assert run_report(replace(opts, budget=None), echo=lines.append) == 0
+    done = load(tmp_path / "b" / "results.jsonl")
+    assert done.complete and done.coverage is None
+    keys = [r.key for r in done.every_result]
+    assert len(keys) == len(set(keys)) and first <= set(keys)

@@ -11,20 +11,21 @@ is spent, writes its report and says what it covered:
 
 The reordering is a function of the plan alone, so a budgeted run resumed without a budget
 (or with a larger one) computes only what is missing and ends with the same results as an
-unbudgeted run. :class:`CoverageRecord` is the line a budgeted run appends when it stops.
+unbudgeted run. A budgeted run that stops early appends a
+:class:`~flashcheck.harness.campaign.logrecords.CoverageRecord`.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TypeVar
 
 from .plan import Item
 
-__all__ = ["Budget", "CoverageRecord", "missing_by_part", "parse_duration", "priority_order"]
+__all__ = ["Budget", "missing_by_part", "parse_duration", "priority_order"]
 
 T = TypeVar("T")
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -93,56 +94,6 @@ class Budget:
         if self.seconds is None:
             return float("inf")
         return max(0.0, self.seconds - (time.monotonic() - self.started))
-
-
-@dataclass(frozen=True)
-class CoverageRecord:
-    """What a budgeted campaign covered when its budget ran out: ``budget`` seconds, the
-    results ``ran`` of ``planned`` (the fixed parts'), ``missing`` results per part not run,
-    and whether the search ran (``search``)."""
-
-    TYPE: ClassVar[str] = "coverage"
-    budget: float
-    planned: int
-    ran: int
-    missing: Mapping[str, int]
-    search: bool
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> CoverageRecord:
-        return cls(
-            budget=float(d["budget"]),
-            planned=int(d["planned"]),
-            ran=int(d["ran"]),
-            missing=dict(d.get("missing") or {}),
-            search=bool(d.get("search")),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.TYPE,
-            "budget": self.budget,
-            "planned": self.planned,
-            "ran": self.ran,
-            "missing": dict(self.missing),
-            "search": self.search,
-        }
-
-    def text(self) -> str:
-        """One sentence for the report and the terminal."""
-        missing = ", ".join(f"{n} {part}" for part, n in self.missing.items() if n)
-        search = "the search ran" if self.search else "the search did not run"
-        return (
-            f"stopped at the time budget of {_clock(self.budget)}: {self.ran} of {self.planned} "
-            f"planned results ran ({missing or 'none'} not run; {search}). Every family and "
-            "structural property ran first; run the same command without --budget (or with a "
-            "larger one) to complete it without recomputing anything."
-        )
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
 def missing_by_part(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) -> dict[str, int]:

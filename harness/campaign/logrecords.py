@@ -30,6 +30,7 @@ __all__ = [
     "CaseFileRecord",
     "CompleteRecord",
     "ContractRecord",
+    "CoverageRecord",
     "Header",
     "LimitationRecord",
     "Record",
@@ -242,8 +243,59 @@ class CompleteRecord:
         return {"type": self.TYPE, "results": self.results}
 
 
+@dataclass(frozen=True)
+class CoverageRecord:
+    """What a budgeted campaign covered when its budget ran out: ``budget`` seconds, the
+    results ``ran`` of ``planned`` (the fixed parts'), ``missing`` results per part not run,
+    and whether the search ran (``search``)."""
+
+    TYPE: ClassVar[str] = "coverage"
+    budget: float
+    planned: int
+    ran: int
+    missing: Mapping[str, int]
+    search: bool
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CoverageRecord:
+        return cls(
+            budget=float(d["budget"]),
+            planned=int(d["planned"]),
+            ran=int(d["ran"]),
+            missing=dict(d.get("missing") or {}),
+            search=bool(d.get("search")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "budget": self.budget,
+            "planned": self.planned,
+            "ran": self.ran,
+            "missing": dict(self.missing),
+            "search": self.search,
+        }
+
+    def text(self) -> str:
+        """One sentence for the report and the terminal."""
+        missing = ", ".join(f"{n} {part}" for part, n in self.missing.items() if n)
+        search = "the search ran" if self.search else "the search did not run"
+        return (
+            f"{self.ran} of {self.planned} planned results ran within the time budget of "
+            f"{_clock(self.budget)} ({missing or 'none'} not run; {search}). Every input family "
+            "and structural property ran first; the same command without --budget (or with a "
+            "larger one) completes it without recomputing anything."
+        )
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
 Record = (
     Header
+    | CoverageRecord
     | SessionRecord
     | ContractRecord
     | LimitationRecord
@@ -264,6 +316,7 @@ _KINDS: dict[str, Any] = {
         StoppedRecord,
         CaseFileRecord,
         CompleteRecord,
+        CoverageRecord,
     )
 }
 
@@ -295,6 +348,7 @@ class ResultsFile:
     contracts: dict[str, ContractRecord] = field(default_factory=dict)
     stopped: tuple[StoppedRecord, ...] = ()
     complete: bool = False
+    coverage: CoverageRecord | None = None  # the last budgeted session's, if it stopped early
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> ResultsFile:
@@ -317,6 +371,7 @@ class ResultsFile:
             contracts={r.kernel: r for r in by.get(ContractRecord, ())},
             stopped=tuple(by.get(StoppedRecord, ())),
             complete=bool(by.get(CompleteRecord)),
+            coverage=(by.get(CoverageRecord) or [None])[-1] if not by.get(CompleteRecord) else None,
         )
 
     @property

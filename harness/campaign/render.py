@@ -121,7 +121,12 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
         f"re-render from the results without re-running: `flashcheck render {results_path}`.",
         f"Raw results: [{Path(rel).name}]({rel}) (one JSON record per kernel and case).",
         "",
-        *([] if data.complete else incomplete),
+        *([] if data.complete or data.coverage else incomplete),
+        *(
+            [f"> **Stopped at its time budget**: {data.coverage.text()}", ""]
+            if data.coverage is not None
+            else []
+        ),
         f"**{len(every)} results**: "
         + "; ".join(
             f"{what} {len(rows)} ({_counted(rows)})"

@@ -27,6 +27,7 @@ from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
+from .budget import Budget
 from .executor import Executor, LocalExecutor
 from .logrecords import (
     CampaignConfig,
@@ -90,6 +91,7 @@ class ReportOptions:
     address: str | None = None  # the Ray cluster (default: start one on this machine)
     parts: tuple[str, ...] = ()  # campaign parts to run (default: every one, plan.PARTS)
     palette: int = DEFAULT_PALETTE  # compile keys per dtype of kernels that compile per shape
+    budget: float | None = None  # seconds: stop cleanly then, the work that finds bugs first
 
 
 def _has_cuda() -> bool:
@@ -288,8 +290,10 @@ def _campaign(
     opts: ReportOptions,
     echo,
     progress_stream,
+    budget: Budget,
 ) -> None:
-    """Run (or resume) the campaign into ``log`` and save its worst cases."""
+    """Run (or resume) the campaign into ``log`` and save its worst cases; a run its
+    ``budget`` stopped early says what it covered instead of completing."""
     cfg, devices = setup.header.config, setup.devices
     log.append(SessionRecord(environment_record(cfg.device)).to_json())
     _log_contracts(log, adapters, devices, cfg.dtypes)
@@ -316,21 +320,30 @@ def _campaign(
         progress_stream=progress_stream,
         streak=opts.streak,
         parts=cfg.parts or PARTS,
+        budget=budget,
     )
     camp.run()
     camp.save_worst()
-    log.append(CompleteRecord(len(camp.results())).to_json())
+    covered = camp.coverage()
+    if covered is None:
+        log.append(CompleteRecord(len(camp.results())).to_json())
+    else:
+        log.append(covered.to_json())
+        echo(f"stopped at the budget: {covered.text()}")
 
 
 def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     """Run the campaign described by ``opts`` and render it; returns the exit status."""
+    budget = Budget(opts.budget)  # from the start: probing counts too
+    if opts.budget is not None and opts.budget <= 0:
+        raise ValueError(f"budget must be a positive number of seconds, got {opts.budget!r}")
     setup = _setup(opts)
     results_path = setup.results_path
     try:
         with make_executor(opts, setup.header.config.device) as executor:
             adapters = _probe(executor, setup, opts, echo)
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:
-                _campaign(log, setup, adapters, executor, opts, echo, progress_stream)
+                _campaign(log, setup, adapters, executor, opts, echo, progress_stream, budget)
                 records = parse_records(log.records)
     except KeyboardInterrupt:
         done = ""

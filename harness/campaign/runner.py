@@ -45,10 +45,11 @@ from ..core.resultlog import ResultLog
 from ..core.status import Status
 from ..judging.verdict import judge_gradients
 from . import search
+from .budget import Budget, missing_by_part, priority_order
 from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
 from .grouping import affinity, compile_waits, grouped
-from .logrecords import CaseFileRecord, StoppedRecord, parse_records
+from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
 from .plan import (
     PARTS,
     PRESETS,
@@ -111,6 +112,10 @@ class Campaign:
     progress_stream: Any = None
     streak: int = STREAK
     parts: tuple[str, ...] = PARTS
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    _fixed: list[tuple[Item, list[str]]] = field(default_factory=list)
+    _cut: bool = False  # the budget stopped the run before its end
+    _searched: bool = True
     _done: dict[str, ResultRecord] = field(default_factory=dict)
     _streaks: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _stopped: set[tuple[str, str]] = field(default_factory=set)
@@ -182,6 +187,9 @@ class Campaign:
         in the order of ``work``, as a one-worker run writes them. Work is submitted far ahead
         (a slow case must not leave the other workers idle) and collected in order."""
         window = max(256, 8 * (self.executor.workers + self.executor.kernel_workers))
+        if self.budget.seconds is not None:
+            # Little submitted ahead: at the budget, only what is in flight still finishes.
+            window = 2 * (self.executor.workers + self.executor.kernel_workers)
         pending: deque[_Task] = deque()
         todo = iter(work)
         for item, specs in todo:
@@ -201,6 +209,8 @@ class Campaign:
                 item = task.item
                 progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
             nxt = next(todo, None)
+            if nxt is not None and self.budget.spent:
+                self._cut, nxt = True, None
             if nxt is not None:
                 pending.append(self._submit(*nxt))
 
@@ -375,6 +385,8 @@ class Campaign:
         """Run every part not yet on file: the fixed parts, then the search."""
         p = self.preset
         fixed = grouped(self._fixed_work(), self.kernels, palette=p.palette)
+        if self.budget.seconds is not None:
+            fixed = priority_order(fixed)
         generations = p.search_generations if "search" in self.parts else 0
         per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
         search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
@@ -398,9 +410,14 @@ class Campaign:
             total, done_cost=done, label="report ", stream=out, keys=keys, compile_seconds=wait
         )
         self._execute(fixed, progress)
+        self._fixed = fixed
         # The search, a generation at a time for every kernel and dtype together: generation
         # g of one pair depends only on that pair's earlier results.
         for gen in range(generations):
+            if self.budget.spent:
+                self._cut = self._cut or gen < generations
+                self._searched = False
+                break
             work = []
             for spec in self.kernels:
                 for dt in self.dtypes:
@@ -409,6 +426,24 @@ class Campaign:
             self._execute(grouped(work, self.kernels, palette=p.palette), progress)
         progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
+
+    def coverage(self) -> CoverageRecord | None:
+        """What a run stopped by its budget covered (``None``: it ran to its end)."""
+        if not self._cut:
+            return None
+        runnable = [
+            (it, [s for s in specs if self._runnable(s, it.recipe.dtype)])
+            for it, specs in self._fixed
+        ]
+        missing = missing_by_part(runnable, set(self._done))
+        planned = sum(len(specs) for _, specs in runnable)
+        return CoverageRecord(
+            budget=float(self.budget.seconds or 0.0),
+            planned=planned,
+            ran=planned - sum(missing.values()),
+            missing=missing,
+            search=self._searched,
+        )
 
     def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:
         """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``."""

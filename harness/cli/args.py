@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive", "positive_float"]
+__all__ = ["duration", "positive", "positive_float"]
 
 
 def positive(text: str) -> int:
@@ -27,3 +27,14 @@ def positive_float(text: str) -> float:
     if not val > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {val}")
     return val
+
+
+def duration(text: str) -> float:
+    """A duration in seconds from ``90s``, ``3m``, ``1h``, ``2m30s`` or ``2:30`` (``argparse``
+    type)."""
+    from ..campaign.budget import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

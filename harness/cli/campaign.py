@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import positive, positive_float
+from .args import duration, positive, positive_float
 
 __all__ = ["add_campaign_commands"]
 
@@ -37,6 +37,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         address=args.address,
         parts=tuple(args.part or ()),
         palette=args.palette,
+        budget=args.budget,
     )
     try:
         return run_report(opts)
@@ -247,6 +248,16 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="stop a kernel for a dtype after N identical failures in a row "
         "(raised, hung or bad output; default 5)",
+    )
+    p.add_argument(
+        "--budget",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="stop cleanly after this long (e.g. 3m, 90s, 1h) with a report that says what "
+        "it covered; the work that finds bugs runs first (every input family and structural "
+        "property once, batches of several sequences early, then breadth). The same command "
+        "without --budget resumes it to the end",
     )
     p.add_argument(
         "--palette",

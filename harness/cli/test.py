@@ -4,15 +4,17 @@ plugin)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
-from .args import positive
+from .args import duration, positive
 
 __all__ = ["add_test"]
 
 
 def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
+    import contextlib
     import importlib.resources
     import os
     import subprocess
@@ -49,15 +51,33 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-nan-inputs", args.nan_inputs]
     if args.palette is not None:
         argv += ["--flashcheck-palette", str(args.palette)]
-    argv += extra[1:] if extra[:1] == ["--"] else extra
+    if args.budget is not None:
+        argv += ["--flashcheck-budget", str(args.budget)]
+    extra = extra[1:] if extra[:1] == ["--"] else extra
+    if not any(re.fullmatch(r"-[qv]+|--quiet|--verbose", x) for x in extra):
+        argv.append("-v")  # each property named as it starts, its outcome when it ends
+    argv += extra
     # A fresh interpreter: pytest then imports flashcheck itself, as a plugin it may rewrite
     # (from inside this process it would warn that the package is already imported).
     with tempfile.TemporaryDirectory(prefix="flashcheck-test-") as tmp:
         mark = Path(tmp) / "session"
         env = dict(os.environ, FLASHCHECK_SESSION_FILE=str(mark))
+        child = subprocess.Popen([sys.executable, "-m", "pytest", *argv], env=env)
         try:
-            code = subprocess.run([sys.executable, "-m", "pytest", *argv], env=env).returncode
+            code = child.wait()
         except KeyboardInterrupt:
+            # Ctrl-C reached pytest too: let it print what it has, then say where it stopped.
+            with contextlib.suppress(KeyboardInterrupt):
+                child.wait()
+            last = mark.read_text() if mark.exists() else ""
+            where = f" in {last}" if last and last != "finished" else ""
+            print(
+                f"\nflashcheck test: interrupted{where}. The tests above it finished; failing "
+                "cases found so far are saved (reports/cases/, each with its replay command). "
+                "Run the same command again to start over (the ci profile draws the same "
+                "examples), or add -k NAME to run one property.",
+                file=sys.stderr,
+            )
             return 130
         last = mark.read_text() if mark.exists() else ""
     if last != "finished" and code not in (0, pytest.ExitCode.USAGE_ERROR):
@@ -111,6 +131,15 @@ def add_test(sub) -> None:
         choices=("cpu", "cuda"),
         default=None,
         help="device (default: cuda if available and the kernel runs there)",
+    )
+    t.add_argument(
+        "--budget",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="a time budget (e.g. 5m, 90s): batch/head independence and the other structural "
+        "properties first, then accuracy and gradients; properties not started when it is "
+        "spent are skipped, and the run says so",
     )
     t.add_argument(
         "--nan-inputs",
