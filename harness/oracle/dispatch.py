@@ -27,7 +27,7 @@ OPS = ("attention", "combine")
 def _refuse(what: str, given: dict[str, Any], fix: str) -> None:
     extra = sorted(name for name, val in given.items() if val is not None)
     if extra:
-        raise ValueError(f"{', '.join(extra)} do(es) not apply to {what}: {fix}")
+        raise ValueError(f"{what} takes no {', '.join(extra)}: {fix}")
 
 
 def oracle(
