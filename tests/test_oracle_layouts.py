@@ -84,7 +84,7 @@ def test_zero_length_sequences_keep_no_key_and_write_nothing_else():
     assert ref.sequences[1].o.shape == (1, 2, 0, 4)
 
 
-def _scatter(rng, dense, page, n_blocks, table, dt):
+def _scatter(dense, page, n_blocks, table, dt):
     """A page pool holding ``dense[b]`` (``(n_b, H, c)``) at the pages ``table[b]``; every
     other slot is NaN."""
     h, c = dense[0].shape[1:]
@@ -111,8 +111,8 @@ def test_paged_equals_dense_after_gathering_pages(page):
     keys = [_f(rng, n, hk, d) for n in lens]
     vals = [_f(rng, n, hk, dv) for n in lens]
     keys[2], vals[2] = keys[0][:page], vals[0][:page]
-    k_cache = _scatter(rng, keys, page, n_blocks, table, np.float16)
-    v_cache = _scatter(rng, vals, page, n_blocks, table, np.float16)
+    k_cache = _scatter(keys, page, n_blocks, table, np.float16)
+    v_cache = _scatter(vals, page, n_blocks, table, np.float16)
     q = _f(rng, bsz, nq, hq, d)
     seqlens = np.array(lens, dtype=np.int32)
     ref = flashcheck.oracle(
@@ -202,3 +202,50 @@ def test_ragged_calls_that_cannot_be_answered_say_why():
         flashcheck.oracle(q, k)
     with pytest.raises(ValueError, match=re.escape("do must have O's shape (3, 1, 4)")):
         flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, do=q[:2])
+
+
+def test_torch_inputs_give_the_numpy_answer():
+    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    rng = np.random.default_rng(12)
+    q, k, v = (_f(rng, n, 2, 4, dt=ml_dtypes.bfloat16) for n in (5, 6, 6))
+    cq, ck = _cu((2, 3)), _cu((4, 2))
+    ref = flashcheck.oracle(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, causal=True)
+    as_torch = [torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (q, k, v)]
+    got = flashcheck.oracle(
+        *as_torch,
+        cu_seqlens_q=torch.from_numpy(cq),
+        cu_seqlens_k=torch.from_numpy(ck),
+        causal=True,
+    )
+    _same(ref.o, got.o)
+    _same(ref.lse, got.lse)
+    assert got.fmt.name == "bf16"
+
+
+def test_grouped_query_decode_over_pages_of_one_slot():
+    # Decode shape: one query per sequence, 8 query heads over 2 kv heads, page size 1 (every
+    # key on its own page, in reverse pool order), ragged lengths.
+    rng = np.random.default_rng(13)
+    lens = [5, 1, 3]
+    table = np.zeros((3, 5), dtype=np.int32)
+    keys = [_f(rng, n, 2, 8) for n in lens]
+    vals = [_f(rng, n, 2, 8) for n in lens]
+    n_blocks = sum(lens)
+    order = iter(range(n_blocks - 1, -1, -1))
+    for b, n in enumerate(lens):
+        table[b, :n] = [next(order) for _ in range(n)]
+    k_cache = _scatter(keys, 1, n_blocks, table, np.float16)
+    v_cache = _scatter(vals, 1, n_blocks, table, np.float16)
+    q = _f(rng, 3, 1, 8, 8)
+    ref = flashcheck.oracle(
+        q, k_cache, v_cache, block_table=table, cache_seqlens=np.array(lens, np.int32)
+    )
+    for b in range(3):
+        dense = dense_oracle(
+            q[b].transpose(1, 0, 2)[None],
+            keys[b].transpose(1, 0, 2)[None],
+            vals[b].transpose(1, 0, 2)[None],
+        )
+        np.testing.assert_array_equal(ref.o.rounded[b], dense.o.rounded[0].transpose(1, 0, 2))
+        np.testing.assert_array_equal(ref.lse.rounded[b], dense.lse.rounded[0])
+    assert ref.o.certified.all()
