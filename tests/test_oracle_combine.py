@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
 
 import flashcheck
-from flashcheck.harness.core.formats import FP16, FP32, round_mpf
+from flashcheck.harness.core.formats import BF16, FP16, FP32, round_mpf
 from flashcheck.harness.oracle.combine import combine_oracle
 
 torch = pytest.importorskip("torch")
@@ -135,8 +136,30 @@ def test_bad_merge_calls_say_how_to_fix_them():
     with pytest.raises(TypeError, match="takes two tensors"):
         flashcheck.oracle(o, o, o, op="combine")
     with pytest.raises(
-        ValueError, match=re.escape("op='combine' takes no causal: the merge takes only fmt")
+        ValueError, match=re.escape("op='combine' takes no causal: the merge takes only fmt, mode")
     ):
         flashcheck.oracle(o, np.zeros((2, 3), np.float32), op="combine", causal=True)
     with pytest.raises(TypeError, match="lse_partial has dtype int32"):
         combine_oracle(o, np.zeros((2, 3), np.int32))
+
+
+def test_fast_and_strict_modes_agree():
+    rng = np.random.default_rng(10)
+    o = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    lse = (rng.standard_normal((5, 3)) * 30).astype(np.float32)
+    lse[2, 1] = -np.inf
+    fast = flashcheck.oracle(o, lse, op="combine")
+    strict = flashcheck.oracle(o, lse, op="combine", mode="strict")
+    assert strict.mode == "strict" and strict.stats["strict_evaluations"] > 0
+    for name in ("o", "lse"):
+        np.testing.assert_array_equal(fast[name].rounded, strict[name].rounded)
+        assert strict[name].certified.all()
+    _agree(strict, o, lse)
+
+
+def test_bf16_partials_with_fp32_lse_and_no_row_axes():
+    o = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=ml_dtypes.bfloat16)
+    lse = np.array([0.0, np.log(3.0)], dtype=np.float32)
+    res = flashcheck.oracle(o, lse, op="combine")
+    assert res.fmt.name == "bf16" and res.o.shape == (2,) and res.lse.shape == ()
+    _agree(res, o.astype(np.float32), lse, fmt=BF16)

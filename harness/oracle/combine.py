@@ -12,27 +12,25 @@ contributes nothing (its ``o`` is not read). A row whose splits are all ``−inf
 Non-finite partials: an ``lse_s`` that is NaN or ``+inf`` makes the row's ``O`` and ``LSE``
 NaN; a non-finite ``o_sc`` of a contributing split makes ``O_c`` NaN.
 
-Every row is evaluated in interval arithmetic (mpmath.iv), shifted by ``m = max_s lse_s`` so
-no exponential overflows (``w_s = exp(lse_s − m)``, ``Z = Σ w_s``, ``LSE = m + log Z``,
-``O_c = Σ w_s o_sc / Z``), at 128 bits first and at doubled precision while an element's
-interval is too wide for the 100-bit target or straddles a rounding boundary (Ziv). Floors:
-``Σ_s p_s |o_sc|`` for ``O_c`` and ``Σ_s p_s |lse_s|`` for LSE, with ``p_s = w_s / Z``.
+The merge is an attention problem: one query ``q = 1`` (``d = 1``, ``scale = 1``) over ``S``
+keys ``k_s = lse_s`` with values ``o_s``, the empty splits masked out. Its scores are the
+``lse_s`` exactly, so its softmax weights are ``exp(lse_s − LSE)`` and its outputs are the
+merge's ``O`` and ``LSE``. The merge is therefore certified by the dense oracle itself (fast
+mode with the strict fallback, or strict), floors included: ``Σ_s p_s |o_sc|`` for ``O_c`` and
+``Σ_s p_s |lse_s|`` for LSE, with ``p_s = exp(lse_s − LSE)``; its NaN rule is the one above.
+Partials in fp16 or bf16 enter as the fp32 values they exactly are.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import mpmath
 import numpy as np
-from mpmath import iv
 
-from ..core.formats import Format, format_of, round_mpf, round_to_format
-from ..core.semantics import as_exact_array
-from .common import MIN_PREC, target
-from .strict import interval_to_dd, iv_prec, mpf_of
+from ..core.formats import FP32, Format, format_of
+from ..core.semantics import as_exact_array, make_problem
+from .evaluate import problem_oracle
 from .tensor import FIELDS, CertifiedTensor
 
 __all__ = ["CombineResult", "combine_oracle"]
@@ -44,6 +42,7 @@ class CombineResult:
     (the partials' shapes without the split axis), rounded into ``fmt``."""
 
     fmt: Format
+    mode: str
     tensors: dict[str, CertifiedTensor]
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -60,31 +59,6 @@ class CombineResult:
     @property
     def lse(self) -> CertifiedTensor:
         return self.tensors["lse"]
-
-
-def _rounded(lo: mpmath.mpf, hi: mpmath.mpf, w: float, fmt: Format) -> tuple[float, bool]:
-    """The interval ``[lo, hi]`` rounded into ``fmt`` and whether it is certified: both ends
-    round alike and the interval's width meets the accuracy target of the floor ``w``."""
-    dh, _, err = interval_to_dd(lo, hi)
-    decided = round_mpf(lo, fmt) == round_mpf(hi, fmt)
-    ok = decided and err <= float(target(np.array(w), fmt))
-    return (round_mpf(lo, fmt) if decided else float(round_to_format(dh, fmt))), ok
-
-
-def _row(lse: np.ndarray, o: np.ndarray, prec: int):
-    """Intervals of ``O_c`` and ``LSE`` of one row with at least one live split, and floors."""
-    with iv_prec(prec):
-        m = iv.mpf(float(lse.max()))
-        w = [iv.exp(iv.mpf(float(x)) - m) for x in lse]
-        z = sum(w[1:], w[0])
-        out_lse = m + iv.log(z)
-        outs = [
-            sum((w[s] * iv.mpf(float(o[s, c])) for s in range(len(w))), iv.mpf(0)) / z
-            for c in range(o.shape[1])
-        ]
-    p = np.array([float(mpf_of(x._mpi_[0])) for x in w]) / float(mpf_of(z._mpi_[0]))
-    floors = p @ np.abs(o), float(p @ np.abs(lse))
-    return outs, out_lse, floors
 
 
 def _check(out_partial: Any, lse_partial: Any) -> tuple[np.ndarray, np.ndarray, Format]:
@@ -107,6 +81,7 @@ def combine_oracle(
     lse_partial: Any,
     *,
     fmt: Any = None,
+    mode: str = "fast",
     prec: int = 128,
     max_prec: int = 4096,
 ) -> CombineResult:
@@ -116,75 +91,29 @@ def combine_oracle(
         out_partial: ``(S, ..., dv)`` partial outputs, fp32 (or fp16/bf16), numpy or torch.
         lse_partial: ``(S, ...)`` their natural-log LSE, ``−inf`` for an empty split.
         fmt: format of the correctly rounded results (default: ``out_partial``'s).
-        prec, max_prec: the interval precision to start at and to stop escalating at (bits).
+        mode, prec, max_prec: as for the dense oracle (``"fast"`` or ``"strict"``; the strict
+            path's starting and largest working precision in bits).
     """
     o_all, lse_all, in_fmt = _check(out_partial, lse_partial)
     target_fmt = in_fmt if fmt is None else format_of(fmt)
-    if not target_fmt.storage:
-        raise ValueError(f"{target_fmt.name} has no storage format to round results into")
-    if not isinstance(prec, int) or prec < MIN_PREC:
-        raise ValueError(f"prec={prec!r} is too low for a 100-bit answer; use prec >= {MIN_PREC}")
-    if not isinstance(max_prec, int) or max_prec < prec:
-        raise ValueError(f"max_prec ({max_prec!r}) must be an int >= prec ({prec})")
-    t0 = time.perf_counter()
     n_split, dv = o_all.shape[0], o_all.shape[-1]
     lead = o_all.shape[1:-1]
-    o_rows = o_all.reshape(n_split, -1, dv)
-    lse_rows = lse_all.reshape(n_split, -1)
-    n_rows = lse_rows.shape[1]
-    res = {f"o_{f}": np.zeros((n_rows, dv)) for f in FIELDS[:-1]}
-    res.update({f"lse_{f}": np.zeros(n_rows) for f in FIELDS[:-1]})
-    res["o_certified"] = np.ones((n_rows, dv), dtype=bool)
-    res["lse_certified"] = np.ones(n_rows, dtype=bool)
-    stats = {"strict_evaluations": 0, "max_prec_used": 0}
-    for r in range(n_rows):
-        _fill_row(lse_rows[:, r], o_rows[:, r], r, res, target_fmt, prec, max_prec, stats)
-    stats["seconds"] = time.perf_counter() - t0
+    n_rows = int(np.prod(lead, dtype=np.int64))
+    # Row r is batch entry r of a one-query, one-head problem with S keys of width 1.
+    scores = lse_all.reshape(n_split, n_rows).T
+    values = o_all.reshape(n_split, n_rows, dv).transpose(1, 0, 2)
+    keep = ~np.isneginf(scores)
+    f32 = FP32.numpy_dtype
+    problem = make_problem(
+        np.ones((n_rows, 1, 1, 1), dtype=f32),
+        np.where(keep, scores, 0.0).astype(f32)[:, None, :, None],
+        values.astype(f32)[:, None],
+        scale=1.0,
+        mask=keep[:, None, None, :],
+    )
+    res = problem_oracle(problem, fmt=target_fmt, mode=mode, prec=prec, max_prec=max_prec)
     tensors = {
-        "o": CertifiedTensor(**{f: res[f"o_{f}"].reshape(*lead, dv) for f in FIELDS}),
-        "lse": CertifiedTensor(**{f: res[f"lse_{f}"].reshape(lead) for f in FIELDS}),
+        "o": CertifiedTensor(**{f: getattr(res.o, f).reshape(*lead, dv) for f in FIELDS}),
+        "lse": CertifiedTensor(**{f: getattr(res.lse, f).reshape(lead) for f in FIELDS}),
     }
-    return CombineResult(target_fmt, tensors, stats)
-
-
-def _fill_row(lse, o, r, res, fmt, prec, max_prec, stats) -> None:
-    """One row of the merge, in place: the NaN rule, the empty row, or the interval evaluation
-    with Ziv escalation."""
-    if np.isnan(lse).any() or np.isposinf(lse).any():
-        for name in ("o_hi", "o_rounded"):
-            res[name][r] = np.nan
-        res["lse_hi"][r] = res["lse_rounded"][r] = np.nan
-        return
-    live = lse > -np.inf
-    if not live.any():
-        res["lse_hi"][r] = res["lse_rounded"][r] = -np.inf
-        return
-    lse, o = lse[live], o[live]
-    bad = ~np.isfinite(o).all(axis=0)  # O_c that a non-finite partial poisons
-    o = np.where(np.isfinite(o), o, 0.0)
-    p = prec
-    while True:
-        stats["strict_evaluations"] += 1
-        stats["max_prec_used"] = max(stats["max_prec_used"], p)
-        outs, out_lse, (o_floor, lse_floor) = _row(lse, o, p)
-        ok_all = True
-        for c, x in enumerate(outs):
-            lo, hi = mpf_of(x._mpi_[0]), mpf_of(x._mpi_[1])
-            res["o_rounded"][r, c], ok = _rounded(lo, hi, o_floor[c], fmt)
-            res["o_hi"][r, c], res["o_lo"][r, c], res["o_err"][r, c] = interval_to_dd(lo, hi)
-            res["o_floor"][r, c] = o_floor[c]
-            res["o_certified"][r, c] = ok
-            ok_all &= ok or bool(bad[c])
-        lo, hi = mpf_of(out_lse._mpi_[0]), mpf_of(out_lse._mpi_[1])
-        res["lse_hi"][r], res["lse_lo"][r], res["lse_err"][r] = interval_to_dd(lo, hi)
-        res["lse_floor"][r] = lse_floor
-        scale = max(lse_floor, abs(res["lse_hi"][r]))
-        res["lse_rounded"][r], ok = _rounded(lo, hi, scale, fmt)
-        res["lse_certified"][r] = ok
-        if (ok_all and ok) or p >= max_prec:
-            break
-        p = min(2 * p, max_prec)
-    for name, val in (("o_hi", np.nan), ("o_rounded", np.nan), ("o_lo", 0.0), ("o_err", 0.0)):
-        res[name][r, bad] = val
-    res["o_floor"][r, bad] = 0.0
-    res["o_certified"][r, bad] = True
+    return CombineResult(res.fmt, mode, tensors, res.stats)

@@ -76,8 +76,8 @@ def oracle(
             )
         attention = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
         attention.update(rows=rows, do=do, keys=keys, **varlen, **varlen_sizes, **paged)
-        _refuse("op='combine'", attention, "the merge takes only fmt, prec and max_prec")
-        return combine_oracle(*tensors, fmt=fmt, prec=prec, max_prec=max_prec)
+        _refuse("op='combine'", attention, "the merge takes only fmt, mode, prec and max_prec")
+        return combine_oracle(*tensors, fmt=fmt, mode=mode, prec=prec, max_prec=max_prec)
     if len(tensors) != 3:
         raise TypeError(f"the oracle takes three tensors (q, k, v), got {len(tensors)}")
     is_varlen = any(x is not None for x in (*varlen.values(), *varlen_sizes.values()))
