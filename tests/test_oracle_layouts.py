@@ -9,6 +9,8 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
 
 import flashcheck
 from flashcheck.harness.oracle.evaluate import oracle as dense_oracle
@@ -249,3 +251,42 @@ def test_grouped_query_decode_over_pages_of_one_slot():
         np.testing.assert_array_equal(ref.o.rounded[b], dense.o.rounded[0].transpose(1, 0, 2))
         np.testing.assert_array_equal(ref.lse.rounded[b], dense.lse.rounded[0])
     assert ref.o.certified.all()
+
+
+@st.composite
+def ragged(draw):
+    bsz = draw(st.integers(1, 4))
+    lens_q = draw(st.lists(st.integers(0, 5), min_size=bsz, max_size=bsz))
+    lens_k = draw(st.lists(st.integers(0, 9), min_size=bsz, max_size=bsz))
+    hk = draw(st.sampled_from([1, 2]))
+    hq = hk * draw(st.sampled_from([1, 3]))
+    opts = {"causal": draw(st.booleans())}
+    if draw(st.booleans()):
+        opts["window"] = (draw(st.integers(0, 3)), draw(st.sampled_from([0, 1, None])))
+    name = draw(st.sampled_from(sorted(DT)))
+    seed = draw(st.integers(0, 2**31))
+    note(f"{lens_q} {lens_k} hq={hq} hk={hk} {opts} {name} seed={seed}")
+    return lens_q, lens_k, hq, hk, opts, name, seed
+
+
+@given(case=ragged())
+def test_any_varlen_batch_is_its_sequences(case):
+    # The packed answer, cut back into sequences, is each sequence's dense answer.
+    lens_q, lens_k, hq, hk, opts, name, seed = case
+    rng = np.random.default_rng(seed)
+    dt = DT[name]
+    q, k = _f(rng, sum(lens_q), hq, 3, dt=dt), _f(rng, sum(lens_k), hk, 3, dt=dt)
+    v = _f(rng, sum(lens_k), hk, 2, dt=dt)
+    cq, ck = _cu(lens_q), _cu(lens_k)
+    ref = flashcheck.oracle(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, **opts)
+    for b in range(len(lens_q)):
+        rows = np.arange(cq[b], cq[b + 1])
+        keys = slice(ck[b], ck[b + 1])
+        one = dense_oracle(
+            q[rows].transpose(1, 0, 2)[None],
+            k[keys].transpose(1, 0, 2)[None],
+            v[keys].transpose(1, 0, 2)[None],
+            **opts,
+        )
+        _same(ref.o.take(rows, 0), _to_layout(one.o))
+        _same(ref.lse.take(rows, 1), one.lse.take(0, 0))
