@@ -193,9 +193,17 @@ def test_ragged_calls_that_cannot_be_answered_say_why():
     with pytest.raises(ValueError, match=re.escape("(varlen) or block_table/cache_seqlens")):
         flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, cache_seqlens=lens)
     with pytest.raises(
-        ValueError, match="a varlen batch takes no mask, rows: ragged batches take causal/window"
+        ValueError, match="a varlen batch takes no mask: ragged batches take causal/window masks"
     ):
-        flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, mask=True, rows=[0])
+        flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, mask=True)
+    with pytest.raises(ValueError, match=re.escape("a paged batch takes no rows")):
+        flashcheck.oracle(qp, kc, kc, block_table=table, cache_seqlens=lens, rows=[0])
+    with pytest.raises(
+        ValueError, match=re.escape("rows are packed q rows and must lie in [0, 3)")
+    ):
+        flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, rows=[3])
+    with pytest.raises(ValueError, match="keys selects dK/dV rows: pass the upstream gradient"):
+        flashcheck.oracle(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, keys=[0])
     with pytest.raises(ValueError, match="paged gradients are not offered"):
         flashcheck.oracle(qp, kc, kc, block_table=table, cache_seqlens=lens, do=qp)
     with pytest.raises(ValueError, match="op must be one of"):
@@ -290,3 +298,20 @@ def test_any_varlen_batch_is_its_sequences(case):
         )
         _same(ref.o.take(rows, 0), _to_layout(one.o))
         _same(ref.lse.take(rows, 1), one.lse.take(0, 0))
+
+
+def test_packed_rows_and_keys_select_slices_of_the_full_answer():
+    rng = np.random.default_rng(14)
+    lens_q, lens_k = (3, 0, 4), (2, 5, 3)
+    q, k = _f(rng, 7, 2, 4), _f(rng, 10, 1, 4)
+    v, do = _f(rng, 10, 1, 3), _f(rng, 7, 2, 3)
+    cu = {"cu_seqlens_q": _cu(lens_q), "cu_seqlens_k": _cu(lens_k)}
+    full = flashcheck.oracle(q, k, v, causal=True, do=do, **cu)
+    rows, keys = np.array([6, 0, 4, 2]), np.array([9, 1, 3])
+    part = flashcheck.oracle(q, k, v, causal=True, do=do, rows=rows, keys=keys, **cu)
+    assert part.o.shape == (4, 2, 3) and part.lse.shape == (2, 4) and part.dk.shape == (3, 1, 4)
+    for name in ("o", "dq"):
+        _same(part[name], full[name].take(rows, 0))
+    for name in ("dk", "dv"):
+        _same(part[name], full[name].take(keys, 0))
+    _same(part.lse, full.lse.take(rows, 1))

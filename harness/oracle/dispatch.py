@@ -61,7 +61,8 @@ def oracle(
     ``lse_partial (S, ...)``; the answer is a :class:`CombineResult`. The dense options
     (causal, window, mask, scale, fmt, rows, mode, prec, max_prec, do, keys) are those of
     :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all but
-    ``mask``, ``rows`` and ``keys`` (and paged batches take no ``do``).
+    ``mask`` (``rows`` and ``keys`` name packed rows of a varlen batch; paged batches take
+    neither, nor ``do``).
     """
     varlen = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
     varlen_sizes = {"max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k}
@@ -92,9 +93,9 @@ def oracle(
     if is_varlen:
         if any(x is None for x in varlen.values()):
             raise ValueError("a varlen batch needs both cu_seqlens_q and cu_seqlens_k")
-        _refuse("a varlen batch", {"mask": mask, "rows": rows, "keys": keys}, _RAGGED_FIX)
+        _refuse("a varlen batch", {"mask": mask}, _RAGGED_FIX)
         batch = varlen_batch(*tensors, **varlen, **varlen_sizes)
-        return varlen_oracle(batch, do=do, **opts)
+        return varlen_oracle(batch, do=do, rows=rows, keys=keys, **opts)
     if is_paged:
         if any(x is None for x in paged.values()):
             raise ValueError("a paged batch needs both block_table and cache_seqlens")
@@ -108,6 +109,6 @@ def oracle(
 
 
 _RAGGED_FIX = (
-    "ragged batches take causal/window masks and every sequence's rows; for an explicit mask or "
-    "a row sample, call the oracle on the sequence as a dense problem"
+    "ragged batches take causal/window masks (and a paged batch every row); for an explicit "
+    "mask or a row sample of a paged batch, call the oracle on the sequence as a dense problem"
 )

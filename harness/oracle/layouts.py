@@ -96,6 +96,32 @@ def _options(fmt: Any, batch_fmt: Format) -> Format:
     return target
 
 
+def _selection(given: Any, total: int, name: str, axis: str) -> np.ndarray:
+    """Packed row indices (default all), checked against the packed length."""
+    if given is None:
+        return np.arange(total)
+    idx = np.asarray(given, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= total):
+        raise ValueError(
+            f"{name} are packed {axis} rows and must lie in [0, {total}) ({axis}.shape[0]), "
+            f"got {given!r}"
+        )
+    return idx
+
+
+def _dense_do(do: Any, batch: VarlenBatch) -> np.ndarray:
+    do_arr, do_fmt = as_exact_array(do, "do")
+    if do_fmt != batch.fmt:
+        raise TypeError(
+            f"do has dtype {do_fmt.name} but q, k, v are {batch.fmt.name}: pass the "
+            "upstream gradient in the inputs' format (a kernel's dO has O's dtype)"
+        )
+    want = (batch.q.shape[0], batch.q.shape[1], batch.v.shape[2])
+    if do_arr.shape != want:
+        raise ValueError(f"do must have O's shape {want}, got {do_arr.shape}")
+    return do_arr
+
+
 def varlen_oracle(
     batch: VarlenBatch,
     *,
@@ -107,45 +133,52 @@ def varlen_oracle(
     prec: int = 128,
     max_prec: int = 4096,
     do: Any = None,
+    rows: Any = None,
+    keys: Any = None,
 ) -> LayoutResult:
     """Certified ``O``, ``LSE`` (and with ``do`` the gradients) of a varlen batch, per
     sequence: sequence ``b`` is ``softmax(scale·Q_b K_bᵀ + mask_b)·V_b`` with its masks aligned
-    to its own bottom-right corner. ``do``: ``dO (total_q, Hq, dv)`` in the inputs' format."""
+    to its own bottom-right corner. ``do``: ``dO (total_q, Hq, dv)`` in the inputs' format.
+    ``rows`` (packed query rows, default all) selects the rows of ``O``, ``LSE`` and ``dQ``;
+    ``keys`` (packed key rows, needs ``do``) those of ``dK`` and ``dV``, in the order given."""
     target = _options(fmt, batch.fmt)
     total_q, hq, d = batch.q.shape
     total_k, hk, dv = batch.v.shape
-    do_arr = None
-    if do is not None:
-        do_arr, do_fmt = as_exact_array(do, "do")
-        if do_fmt != batch.fmt:
-            raise TypeError(
-                f"do has dtype {do_fmt.name} but q, k, v are {batch.fmt.name}: pass the "
-                "upstream gradient in the inputs' format (a kernel's dO has O's dtype)"
-            )
-        if do_arr.shape != (total_q, hq, dv):
-            raise ValueError(f"do must have O's shape {(total_q, hq, dv)}, got {do_arr.shape}")
-    shapes = {"o": (total_q, hq, dv), "lse": (hq, total_q)}
+    do_arr = None if do is None else _dense_do(do, batch)
+    if keys is not None and do_arr is None:
+        raise ValueError("keys selects dK/dV rows: pass the upstream gradient do= as well")
+    row_idx = _selection(rows, total_q, "rows", "q")
+    key_idx = _selection(keys, total_k, "keys", "k")
+    shapes = {"o": (row_idx.size, hq, dv), "lse": (hq, row_idx.size)}
     if do_arr is not None:
-        shapes.update(dq=(total_q, hq, d), dk=(total_k, hk, d), dv=(total_k, hk, dv))
+        shapes.update(dq=(row_idx.size, hq, d), dk=(key_idx.size, hk, d), dv=(key_idx.size, hk, dv))
     out = {name: _empty(shape) for name, shape in shapes.items()}
     parts = []
     opts = {"causal": causal, "window": window, "scale": scale, "fmt": target, "mode": mode}
     for b in range(batch.batch):
         qs, ks = batch.query_rows(b), batch.key_rows(b)
-        dense_do = None
+        at_q = np.flatnonzero((row_idx >= qs.start) & (row_idx < qs.stop))
+        at_k = np.flatnonzero((key_idx >= ks.start) & (key_idx < ks.stop))
+        extra = {}
         if do_arr is not None:
-            dense_do = do_arr[qs].transpose(1, 0, 2)[None].astype(batch.fmt.numpy_dtype)
-        res = oracle(*batch.sequence(b), prec=prec, max_prec=max_prec, do=dense_do, **opts)
+            extra["do"] = do_arr[qs].transpose(1, 0, 2)[None].astype(batch.fmt.numpy_dtype)
+            extra["keys"] = key_idx[at_k] - ks.start
+        res = oracle(
+            *batch.sequence(b),
+            prec=prec,
+            max_prec=max_prec,
+            rows=row_idx[at_q] - qs.start,
+            **extra,
+            **opts,
+        )
         parts.append(res)
         for name in out:
-            tensor = res[name]
             for f in FIELDS:
-                dense = getattr(tensor, f)[0]
+                dense = getattr(res[name], f)[0]
                 if name == "lse":
-                    out[name][f][:, qs] = dense
+                    out[name][f][:, at_q] = dense
                 else:
-                    rows = ks if name in ("dk", "dv") else qs
-                    out[name][f][rows] = dense.transpose(1, 0, 2)
+                    out[name][f][at_k if name in ("dk", "dv") else at_q] = dense.transpose(1, 0, 2)
     tensors = {n: CertifiedTensor(**out[n]) for n in TENSORS if n in out}
     return LayoutResult("varlen", target, mode, tensors, tuple(parts), _merge_stats(parts))
 
