@@ -234,3 +234,20 @@ def test_unused_table_entries_are_not_checked():
     table[1] = 99
     batch = paged_batch(q, kc, vc, block_table=table, cache_seqlens=lens)
     assert batch.pages(0).tolist() == [4, 0] and batch.pages(1).size == 0
+
+
+def test_torch_paged_inputs_are_checked_as_numpy_ones():
+    q, kc, vc, table, lens = _paged()
+    tq, tkc, tvc = (torch.from_numpy(x) for x in (q, kc, vc))
+    batch = paged_batch(
+        tq, tkc, tvc, block_table=torch.from_numpy(table), cache_seqlens=torch.from_numpy(lens)
+    )
+    np.testing.assert_array_equal(
+        batch.sequence(1)[1],
+        paged_batch(q, kc, vc, block_table=table, cache_seqlens=lens).sequence(1)[1],
+    )
+    with pytest.raises(TypeError, match=re.escape("cast with block_table.to(torch.int32)")):
+        paged_batch(tq, tkc, tvc, block_table=torch.from_numpy(table).long(), cache_seqlens=lens)
+    bad = torch.from_numpy(np.array([6, 13], np.int32))
+    with pytest.raises(ValueError, match=re.escape("cache_seqlens[1] = 13 must lie in")):
+        paged_batch(tq, tkc, tvc, block_table=torch.from_numpy(table), cache_seqlens=bad)
