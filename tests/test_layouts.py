@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from flashcheck.harness.core.layouts import paged_batch, varlen_batch
+from flashcheck.harness.core.layouts import pack_varlen, paged_batch, paginate, varlen_batch
 
 torch = pytest.importorskip("torch")
 
@@ -251,3 +251,57 @@ def test_torch_paged_inputs_are_checked_as_numpy_ones():
     bad = torch.from_numpy(np.array([6, 13], np.int32))
     with pytest.raises(ValueError, match=re.escape("cache_seqlens[1] = 13 must lie in")):
         paged_batch(tq, tkc, tvc, block_table=torch.from_numpy(table), cache_seqlens=bad)
+
+
+def test_pack_varlen_round_trips():
+    rng = np.random.default_rng(1)
+    lens_q, lens_k = (2, 0, 3), (1, 4, 0)
+    qs = [_f(rng, n, 2, 4) for n in lens_q]
+    ks = [_f(rng, n, 1, 4) for n in lens_k]
+    vs = [_f(rng, n, 1, 3) for n in lens_k]
+    q, k, v, cq, ck = pack_varlen(qs, ks, vs)
+    assert cq.dtype == np.int32 and cq.tolist() == [0, 2, 2, 5] and ck.tolist() == [0, 1, 5, 5]
+    batch = varlen_batch(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck)
+    for b in range(3):
+        sq, sk, sv = batch.sequence(b)
+        np.testing.assert_array_equal(sq[0].transpose(1, 0, 2), qs[b])
+        np.testing.assert_array_equal(sk[0].transpose(1, 0, 2), ks[b])
+        np.testing.assert_array_equal(sv[0].transpose(1, 0, 2), vs[b])
+    with pytest.raises(ValueError, match="one query, key and value array per sequence"):
+        pack_varlen(qs, ks[:2], vs)
+
+
+@pytest.mark.parametrize("page", [1, 3, 16])
+def test_paginate_round_trips_through_a_permuted_pool_with_nan_spares(page):
+    rng = np.random.default_rng(page)
+    lens = (7, 0, 3)
+    ks = [_f(rng, n, 2, 4) for n in lens]
+    vs = [_f(rng, n, 2, 5) for n in lens]
+    counts = [-(-n // page) for n in lens]
+    total = sum(counts) + 2
+    order = rng.permutation(total)
+    kc, vc, table, seqlens = paginate(
+        ks, vs, page_size=page, spare_pages=2, pool_order=order, max_pages=max(counts) + 1
+    )
+    assert kc.shape == (total, page, 2, 4) and vc.shape == (total, page, 2, 5)
+    assert table.dtype == np.int32 and seqlens.tolist() == list(lens)
+    q = _f(rng, 3, 1, 2, 4)
+    batch = paged_batch(q, kc, vc, block_table=table, cache_seqlens=seqlens)
+    for b in range(3):
+        _, sk, sv = batch.sequence(b)
+        np.testing.assert_array_equal(sk[0].transpose(1, 0, 2), ks[b])
+        np.testing.assert_array_equal(sv[0].transpose(1, 0, 2), vs[b])
+    spare = order[sum(counts)]
+    assert np.isnan(kc[spare]).all() and (table[:, -1] == spare).all()
+    stored = sum(lens) * 2 * 4
+    assert np.isnan(kc).sum() == kc.size - stored  # every slot not holding a key is NaN
+
+
+def test_paginate_refuses_what_it_cannot_build():
+    k = [np.zeros((5, 1, 2), np.float16)]
+    with pytest.raises(ValueError, match="pool_order must be a permutation of the 2 pages"):
+        paginate(k, k, page_size=4, pool_order=[0, 0])
+    with pytest.raises(ValueError, match="max_pages=1 is below the 2 pages"):
+        paginate(k, k, page_size=4, max_pages=1)
+    with pytest.raises(ValueError, match="page_size must be >= 1"):
+        paginate(k, k, page_size=0)

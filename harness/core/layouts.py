@@ -18,6 +18,10 @@ Either way sequence ``b`` is the dense problem ``q_b (1, Hq, Nq_b, d)``, ``k_b (
 ``v_b (1, Hk, Nk_b, dv)`` of :mod:`flashcheck.harness.core.semantics`: masks are aligned to the
 bottom-right corner of each sequence, and a sequence with no queries or no keys is valid (its
 rows keep no key: ``O = 0``, ``LSE = −inf``).
+
+:func:`varlen_batch` and :func:`paged_batch` validate a call's inputs; :func:`pack_varlen`
+and :func:`paginate` build the layouts from per-sequence arrays (a permuted page pool, spare
+pages and unused slots filled with NaN).
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ import numpy as np
 from .formats import Format
 from .semantics import as_exact_array
 
-__all__ = ["LAYOUTS", "PagedBatch", "VarlenBatch", "index_array", "paged_batch", "varlen_batch"]
+__all__ = [
+    "LAYOUTS",
+    "PagedBatch",
+    "VarlenBatch",
+    "index_array",
+    "pack_varlen",
+    "paged_batch",
+    "paginate",
+    "varlen_batch",
+]
 
 LAYOUTS = ("dense", "varlen", "paged")
 
@@ -266,3 +279,81 @@ def paged_batch(
                 f"(cache_seqlens[{b}] = {n}, page_size {page})"
             )
     return PagedBatch(qa, ka, va, fmt, table, seqlens)
+
+
+def pack_varlen(
+    queries: list[np.ndarray], keys: list[np.ndarray], values: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A varlen batch from its sequences: ``queries[b]`` ``(Nq_b, Hq, d)``, ``keys[b]``
+    ``(Nk_b, Hk, d)``, ``values[b]`` ``(Nk_b, Hk, dv)`` numpy arrays (one dtype). Returns
+    ``(q, k, v, cu_seqlens_q, cu_seqlens_k)``, the sequences concatenated in order and the
+    int32 prefix sums of their lengths."""
+    if not (len(queries) == len(keys) == len(values)) or not queries:
+        raise ValueError(
+            f"pass one query, key and value array per sequence (B >= 1), got {len(queries)}, "
+            f"{len(keys)} and {len(values)}"
+        )
+    cu = [np.concatenate([[0], np.cumsum([x.shape[0] for x in xs])]) for xs in (queries, keys)]
+    return (
+        np.concatenate(queries),
+        np.concatenate(keys),
+        np.concatenate(values),
+        cu[0].astype(np.int32),
+        cu[1].astype(np.int32),
+    )
+
+
+def paginate(
+    keys: list[np.ndarray],
+    values: list[np.ndarray],
+    *,
+    page_size: int,
+    spare_pages: int = 0,
+    pool_order: np.ndarray | None = None,
+    max_pages: int | None = None,
+    fill: float = float("nan"),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A paged KV cache holding ``keys[b]`` ``(N_b, Hk, d)`` and ``values[b]`` ``(N_b, Hk, dv)``.
+
+    Sequence ``b`` gets ``⌈N_b / page_size⌉`` pages of its own, in order; ``spare_pages``
+    more pages hold nothing. Page ``i`` of that list is stored at pool position
+    ``pool_order[i]`` (a permutation of every page; default in order). Slots past a sequence's
+    end and the spare pages are ``fill`` (NaN by default: a kernel that reads them shows it);
+    table entries past a sequence's pages point at the first spare page (page 0 without one).
+    Returns ``(k_cache, v_cache, block_table, cache_seqlens)``, the tables int32.
+    """
+    if len(keys) != len(values) or not keys:
+        raise ValueError(
+            f"pass one key and one value array per sequence, got {len(keys)} and {len(values)}"
+        )
+    if page_size < 1 or spare_pages < 0:
+        raise ValueError(
+            f"page_size must be >= 1 and spare_pages >= 0, got {page_size}, {spare_pages}"
+        )
+    lengths = [k.shape[0] for k in keys]
+    counts = [-(-n // page_size) for n in lengths]
+    total = sum(counts) + spare_pages
+    order = np.arange(total) if pool_order is None else np.asarray(pool_order, dtype=np.int64)
+    if sorted(order.tolist()) != list(range(total)):
+        raise ValueError(f"pool_order must be a permutation of the {total} pages")
+    width = max(counts) if max_pages is None else max_pages
+    if width < max(counts) or width < 1:
+        raise ValueError(
+            f"max_pages={width} is below the {max(counts)} pages of the longest "
+            "sequence (and must be >= 1)"
+        )
+    pad = int(order[sum(counts)]) if spare_pages else 0
+    table = np.full((len(keys), width), pad, dtype=np.int32)
+    caches = []
+    for seqs in (keys, values):
+        pool = np.full((total, page_size, *seqs[0].shape[1:]), fill, dtype=np.float64)
+        caches.append(pool.astype(seqs[0].dtype))
+    first = 0
+    for b, (k, v) in enumerate(zip(keys, values, strict=True)):
+        pages = order[first : first + counts[b]]
+        table[b, : counts[b]] = pages
+        for j in range(lengths[b]):
+            caches[0][pages[j // page_size], j % page_size] = k[j]
+            caches[1][pages[j // page_size], j % page_size] = v[j]
+        first += counts[b]
+    return caches[0], caches[1], table, np.asarray(lengths, dtype=np.int32)
