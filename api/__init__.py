@@ -5,7 +5,9 @@ and ``flashcheck.properties`` is internal and may change.
 
 - :func:`oracle`: the exact ``softmax(scale·QKᵀ + mask)·V`` and its log-sum-exp, with
   certified error bounds and correctly rounded values in the input format (and, given an
-  upstream gradient ``do=``, the exact dQ, dK, dV likewise);
+  upstream gradient ``do=``, the exact dQ, dK, dV likewise); it also takes FlashAttention's
+  varlen and paged layouts (``cu_seqlens_q=``/``cu_seqlens_k=``, ``block_table=``/
+  ``cache_seqlens=``) and the split-KV merge (``op="combine"``);
 - :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
 - :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV;
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
@@ -39,15 +41,20 @@ if TYPE_CHECKING:
         check,
         check_gradients,
     )
-    from flashcheck.harness.oracle.evaluate import OracleResult, oracle
+    from flashcheck.harness.oracle.combine import CombineResult
+    from flashcheck.harness.oracle.dispatch import oracle
+    from flashcheck.harness.oracle.evaluate import OracleResult
+    from flashcheck.harness.oracle.layouts import LayoutResult
     from flashcheck.properties.assertions import AttentionMismatch, assert_attention
 
 __all__ = [
     "AttentionMismatch",
     "Case",
     "CheckResult",
+    "CombineResult",
     "GradientCheckResult",
     "Kernel",
+    "LayoutResult",
     "OracleResult",
     "__version__",
     "assert_attention",
@@ -64,8 +71,10 @@ __all__ = [
 _WHERE = {
     "call": "flashcheck.harness.checks.accuracy",
     "load_case": ("flashcheck.harness.cases.store", "saved_case"),
-    "oracle": "flashcheck.harness.oracle.evaluate",
+    "oracle": "flashcheck.harness.oracle.dispatch",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
+    "LayoutResult": "flashcheck.harness.oracle.layouts",
+    "CombineResult": "flashcheck.harness.oracle.combine",
     "check": "flashcheck.harness.checks.accuracy",
     "CheckResult": "flashcheck.harness.checks.accuracy",
     "check_gradients": "flashcheck.harness.checks.accuracy",
