@@ -57,3 +57,36 @@ def test_a_kernel_that_compiles_10_s_per_shape_has_its_batch_bug_found_in_3_minu
     keys = Counter(line.split(" ", 1)[1] for line in lines)
     assert max(keys.values()) == 1, keys
     assert len(keys) <= 7 + 3 * 4 + 3, keys
+
+
+def test_flashcheck_test_on_it_exits_1_in_5_minutes_under_a_budget(tmp_path):
+    """`flashcheck test --budget 3m`: the probe and each property say what they are doing from
+    the first seconds; batch/head independence runs first and fails for every dtype; what the
+    budget left out is skipped with that reason, and the run says so."""
+    shutil.copy(HERE / "user_compile.py", tmp_path / "user_compile.py")
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    env["USER_COMPILE_SECONDS"] = "10"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [*cmd, "test", "user_compile:jit_batch_bug", "--budget", "3m"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    first = proc.stdout.readline()
+    first_s = time.monotonic() - t0
+    rest, _ = proc.communicate(timeout=420)
+    secs = time.monotonic() - t0
+    text = first + rest
+    assert first.startswith("flashcheck: probing the contract of user_compile:jit_batch_bug")
+    assert first_s <= 5, f"the first line came after {first_s:.1f} s"
+    assert proc.returncode == 1, text
+    assert secs <= 300, f"took {secs:.0f} s\n{text}"
+    for dt in ("fp16", "bf16", "fp32"):
+        assert f"test_batch_and_head_independence[user_compile:jit_batch_bug-{dt}] FAILED" in text
+    assert "compiling user_compile:jit_batch_bug for dtype=" in text, text
+    assert "were not started, each skipped with that reason" in text

@@ -107,3 +107,19 @@ def test_a_failing_run_reads_like_a_report(user_dir):
     assert "FAILED test_error_within_bounds_and_policy: accuracy: FAIL-HARD:" in summary
     assert "consistent with the scale left out (scale 1)" in summary, summary
     assert "flashcheck replay " in summary
+
+
+def test_a_bug_past_1024_keys_fails_the_suite_as_it_fails_the_report(user_dir):
+    """Correct up to 1024 keys, wrong past them: the drawn cases (lengths up to 129) cannot see
+    it; the fixed 2048-key cases do."""
+    args = ["test", "user_kernels:drops_keys_past_1024", "--dtype", "fp16", "-k", "accuracy"]
+    out, _ = _flashcheck(args, user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert (
+        "test_error_within_bounds_and_policy[user_kernels:drops_keys_past_1024-fp16] PASSED" in text
+    )
+    assert (
+        "FAILED test_error_within_bounds_and_policy_over_2048_keys[randn]: accuracy: FAIL-HARD"
+        in text
+    )

@@ -235,3 +235,9 @@ def split_kv_when_small(q, k, v, *, causal=False, scale=None):
 split_kv_declared = flashcheck.kernel(
     split_kv_when_small, name="split_kv_declared", batch_invariant=True
 )
+
+
+def drops_keys_past_1024(q, k, v, *, causal=False, scale=None):
+    """Bug: a fixed 1024-key buffer; keys past it are silently left out. Right at every length
+    up to 1024."""
+    return textbook(q, k[..., :1024, :], v[..., :1024, :], causal=causal, scale=scale)
