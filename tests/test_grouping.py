@@ -81,3 +81,16 @@ def test_the_eta_counts_compile_waits_apart():
     plain.t0 = time.monotonic() - 30.0
     plain.advance(10)
     assert abs(plain.eta() - 270) < 1.0
+
+
+def test_the_first_eta_is_the_plans_estimate_then_the_measured_rate():
+    import io
+
+    from flashcheck.harness.core.progress import Progress
+
+    p = Progress(1000, stream=io.StringIO(), prior_rate=0.15)
+    assert p.eta() == 150 and "ETA ~2:30" in p.line()
+    p.advance(10)  # 1 %: still the estimate (not the rate of one item)
+    assert p.eta() == 990 * 0.15 and "ETA ~" in p.line()
+    p.advance(90)  # 10 %: the measured rate
+    assert "ETA ~" not in p.line()

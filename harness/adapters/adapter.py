@@ -32,6 +32,7 @@ __all__ = [
     "COMPILE_DIMS",
     "CONTRACT_FIELDS",
     "NAN_POLICIES",
+    "NO_TENSOR",
     "Before",
     "Kernel",
     "KernelCall",
@@ -64,6 +65,9 @@ CONTRACT_FIELDS = (
 # The dimensions a kernel may specialize (compile, autotune) on, by their Recipe field names;
 # ``d`` and ``dv`` are the query/key and value head dims.
 COMPILE_DIMS = ("dtype", "nq", "nk", "d", "dv", "causal")
+
+
+NO_TENSOR = "returned no tensor"
 
 
 class KernelOutputError(ValueError):
@@ -261,7 +265,7 @@ class Kernel:
             masks += " (the signature names no causal, window or mask keyword)"
         lines = [
             f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
-            f"devices {', '.join(self.devices)}",
+            f"devices {_devices_here(self.devices)}",
             f"head dims {dims}; masks {masks}; sequence lengths multiple of {self.seq_multiple}",
             f"GQA {yes[self.gqa]}; Nq != Nk {yes[self.unequal_lengths]}; dv != d "
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
@@ -394,6 +398,10 @@ class Kernel:
         """A forward call's ``O`` (and ``LSE``) checked and copied exactly to float64."""
         res = call.result
         o, lse = (res if isinstance(res, tuple | list) else (res, None))[:2]
+        if o is None:
+            raise KernelOutputError(
+                f"{self.name} {NO_TENSOR} (None): return O, or (O, LSE), as tensors or arrays"
+            )
         try:
             o64, fmt = as_exact_array(o, "kernel output")
         except (TypeError, ValueError) as err:
@@ -407,6 +415,20 @@ class Kernel:
                 f"{self.name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
             )
         return KernelOutput(o64, lse64, fmt.name)
+
+
+def _devices_here(devices: tuple[str, ...]) -> str:
+    """The devices of a contract, those this machine lacks marked so ("cuda (not available
+    here)"): a contract printout must not promise a GPU run that cannot happen."""
+    has_cuda = False
+    if "cuda" in devices:
+        try:
+            import torch
+
+            has_cuda = torch.cuda.is_available()
+        except ImportError:
+            pass
+    return ", ".join(d if d != "cuda" or has_cuda else "cuda (not available here)" for d in devices)
 
 
 def _named(q: Any, k: Any, v: Any, opts: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ import numpy as np
 from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
-from .adapter import ALL_DTYPES, Kernel
+from .adapter import ALL_DTYPES, NO_TENSOR, Kernel
 from .compilekeys import CallTimes, infer_keys
 from .outcome import Outcome, call_kernel
 
@@ -142,8 +142,8 @@ class _Prober:
             raise TypeError(f"a probe runner returns an Outcome, got {type(out).__name__}")
         if out.status is Status.TIMEOUT:
             return "hung", out.message
-        if out.status is Status.BAD_OUTPUT:
-            return "ran", out.message
+        if out.status is Status.BAD_OUTPUT and NO_TENSOR not in out.message:
+            return "ran", out.message  # a wrong shape: judged (BAD-OUTPUT) where it happens
         if out.ok:
             causal = bool(opts.get("causal", False))
             self.calls.append(((dtype, nq, nk, d, dv, causal), self.seconds))

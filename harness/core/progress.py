@@ -8,6 +8,9 @@ For a kernel that compiles per shape, compile waits are counted apart: with ``ke
 keys to go through at ``compile_seconds`` each, of which ``k`` started (:meth:`compiling`), the
 ETA is ``(keys - k)·compile_seconds`` plus the remaining cost at the rate measured without the
 time spent waiting for compiles (:attr:`compile_time`, kept by the caller).
+
+Until 5 % of the work is done, a ``prior_rate`` (seconds per unit of cost, from the plan) gives
+the ETA, marked ``~``: a rate measured on the first item or two can be off by a factor of 100.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Progress:
         width: int = 28,
         keys: int = 0,
         compile_seconds: float = 0.0,
+        prior_rate: float | None = None,
     ) -> None:
         self.total = max(float(total_cost), 1e-12)
         self.done = float(done_cost)
@@ -57,15 +61,26 @@ class Progress:
             raise ValueError(f"keys and compile_seconds are >= 0, got {keys}, {compile_seconds}")
         self.keys, self.compile_seconds, self.compiled = keys, compile_seconds, 0
         self.compile_time = 0.0  # seconds of the elapsed time spent waiting for compiles
+        # Seconds per unit of cost expected before any is measured (the plan's estimate): the
+        # first lines then show an estimate ("~") instead of a rate from one item.
+        self.prior_rate = prior_rate
+
+    def _estimating(self) -> bool:
+        """Whether the ETA still comes from :attr:`prior_rate`: until 5 % of the work is done
+        (a rate measured on the first items says little)."""
+        return self.prior_rate is not None and self.done - self.start_done < 0.05 * self.total
 
     def eta(self) -> float | None:
-        """Seconds left at the rate of this session (``None`` before any work is measured),
-        compile waits counted apart (see the module)."""
+        """Seconds left at the rate of this session (``None`` before any work is measured;
+        the prior rate's estimate while :meth:`_estimating`), compile waits counted apart
+        (see the module)."""
+        waits = max(0, self.keys - self.compiled) * self.compile_seconds
+        if self._estimating():
+            return (self.total - self.done) * self.prior_rate + waits
         spent = time.monotonic() - self.t0 - self.compile_time
         worked = self.done - self.start_done
         if worked <= 0 or spent <= 0 or (self.keys and worked < 0.01 * self.total):
             return None  # (with compiles ahead, a rate from the first 1 % says little)
-        waits = max(0, self.keys - self.compiled) * self.compile_seconds
         return (self.total - self.done) * spent / worked + waits
 
     def compiling(self, note: str) -> None:
@@ -81,7 +96,7 @@ class Progress:
         fill = int(frac * self.width)
         bar = "#" * fill + "-" * (self.width - fill)
         eta = self.eta()
-        eta_s = "?" if eta is None else format_seconds(eta)
+        eta_s = "?" if eta is None else ("~" * self._estimating()) + format_seconds(eta)
         spent = format_seconds(time.monotonic() - self.t0)
         note = f"  {self.note}" if self.note else ""
         return f"{self.label}[{bar}] {100 * frac:5.1f}%  {spent} elapsed, ETA {eta_s}{note}"
