@@ -11,11 +11,11 @@ means no compile keys. A later call of time ``t`` on a new shape is a first call
 ``t - repeat >= C / 2``.
 
 Each later call is compared with the first one (the base shape), in the dimensions of
-:data:`~flashcheck.harness.adapters.adapter.COMPILE_DIMS` it changes. A first call that changed
-one dimension ``X`` alone shows ``X`` is a compile key (its key is new, and only ``X`` differs);
-a repeated-cost call that changed ``X`` alone, to a value no earlier call had, shows ``X`` is
-not. A first call that changed several dimensions (a kernel that needs ``Nq = Nk`` changes both)
-makes keys of those among them not shown otherwise. Dimensions no call changed are not keys.
+:data:`COMPILE_DIMS` it changes. A first call that changed one dimension ``X`` alone shows ``X``
+is a compile key (its key is new, and only ``X`` differs); a repeated-cost call that changed
+``X`` alone, to a value no earlier call had, shows ``X`` is not. A first call that changed
+several dimensions (a kernel that needs ``Nq = Nk`` changes both) makes keys of those among them
+not shown otherwise. Dimensions no call changed are not keys.
 """
 
 from __future__ import annotations
@@ -23,9 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .adapter import COMPILE_DIMS
+__all__ = [
+    "COMPILE_DIMS",
+    "COMPILE_MIN_S",
+    "FIRST_RATIO",
+    "CallTimes",
+    "compile_cost",
+    "infer_keys",
+]
 
-__all__ = ["COMPILE_MIN_S", "FIRST_RATIO", "CallTimes", "compile_cost", "infer_keys"]
+# The dimensions a kernel may specialize (compile, autotune) on, by their Recipe field names;
+# ``d`` and ``dv`` are the query/key and value head dims.
+COMPILE_DIMS = ("dtype", "nq", "nk", "d", "dv", "causal")
 
 # A first call must cost this much more than a repeat to count as a compile: below it, a
 # torch or CUDA warm-up on the first call (not repeated per shape) is not mistaken for one.
