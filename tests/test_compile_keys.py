@@ -2,11 +2,13 @@
 whose new values cost a compile. The planted kernels advance a fake clock by a "compile" on
 every new key of their own (and a little per call), so the tests take no real time."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import flashcheck
-from flashcheck.harness.adapters.compilekeys import CallTimes, infer_keys
+from flashcheck.harness.adapters.compilekeys import CallTimes, compile_cost, infer_keys
 from flashcheck.harness.adapters.probe import probe
 
 COMPILE, CALL = 10.0, 0.01
@@ -93,6 +95,18 @@ def test_a_kernel_without_compile_cost_has_no_keys_and_its_usual_contract():
     assert len(jit.seen) > 15
 
 
+def test_a_warm_up_longer_than_the_compiles_does_not_hide_them():
+    class WarmUp(FakeJit):
+        def __call__(self, q, k, v, **opts):
+            if not self.seen:
+                self.now += 5 * COMPILE  # imports, a CUDA context: once per process
+            return super().__call__(q, k, v, **opts)
+
+    kern = _probe(WarmUp(_triton_like))
+    assert kern.compile_keys == ("dtype", "nq", "nk", "d", "causal")
+    assert kern.compile_seconds == pytest.approx(COMPILE)
+
+
 def test_a_slow_first_call_alone_is_no_compile_key():
     """A warm-up on the very first call (a CUDA context, lazy imports), not repeated for new
     shapes, finds the kernel compiling but no dimension a key."""
@@ -107,6 +121,9 @@ def test_a_slow_first_call_alone_is_no_compile_key():
 
     kern = _probe(WarmUp(None))
     assert kern.compile_keys == () and kern.compile_seconds == 0.0
+    # and it is probed as if it had declared no compile keys: the same contract
+    declared = _probe(FakeJit(lambda *a: 0, compile_s=0.0), compile_keys=())
+    assert replace(kern, fn=declared.fn, name=declared.name) == declared
 
 
 def test_declared_compile_keys_are_trusted_and_not_timed():
@@ -121,7 +138,6 @@ def test_declared_compile_keys_are_trusted_and_not_timed():
 def test_call_times_and_inference():
     t = CallTimes(first=10.5, repeat=0.5)
     assert t.compiles and t.overhead == 10.0
-    assert t.is_first_call(6.0) and not t.is_first_call(4.0)
     assert not CallTimes(first=0.4, repeat=0.01).compiles  # under COMPILE_MIN_S
     assert not CallTimes(first=3.0, repeat=1.0).compiles  # not 4x a repeat
     base = ("fp16", 16, 16, 64, 64, False)
@@ -133,6 +149,9 @@ def test_call_times_and_inference():
         (("fp16", 16, 16, 64, 64, True), 9.0),  # causal alone, slow
     ]
     assert infer_keys(calls, t) == ("nq", "nk", "causal")
+    assert compile_cost(calls, t) == 9.5  # the slowest later first call, less a repeat
+    # a slow first call and no later one: no keys
+    assert infer_keys([*calls[:3], (("fp16", 16, 16, 64, 64, True), 0.6)], t) == ()
     assert infer_keys(calls, CallTimes(1.0, 1.0)) == ()
     with pytest.raises(ValueError, match="one value per"):
         infer_keys([(("fp16", 16), 1.0)], t)

@@ -3,16 +3,31 @@ each compiling kernel's work runs one key at a time, every key on one kernel wor
 progress line's ETA counts compile waits apart."""
 
 import io
+import os
 import time
+from dataclasses import replace
+from pathlib import Path
 
 from flashcheck.harness.adapters.adapter import Kernel
 from flashcheck.harness.adapters.palette import compile_key, palette_for
+from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.adapters.worker import KernelRef
+from flashcheck.harness.campaign.executor import LocalExecutor
 from flashcheck.harness.campaign.fitting import fit_recipe
 from flashcheck.harness.campaign.grouping import affinity, compile_waits, grouped
 from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
+from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.core.progress import Progress
 
 KEYS = ("dtype", "nq", "nk", "d", "causal")
+HERE = Path(__file__).stem  # the kernel workers import this module by the kernel's spec
+
+
+def which_process(q, k, v, *, causal=False):
+    """O filled with (a residue of) the id of the process that computed it."""
+    import torch
+
+    return torch.full((*q.shape[:3], v.shape[3]), float(os.getpid() % 1024))
 
 
 def _kernel(name, **kw):
@@ -94,3 +109,16 @@ def test_the_first_eta_is_the_plans_estimate_then_the_measured_rate():
     assert p.eta() == 990 * 0.15 and "ETA ~" in p.line()
     p.advance(90)  # 10 %: the measured rate
     assert "ETA ~" not in p.line()
+
+
+def test_pinned_calls_run_on_their_worker_and_free_calls_on_any():
+    spec = f"{HERE}:which_process"
+    ref = KernelRef.of(replace(resolve(spec), pending=frozenset()), spec)
+    case = make_case(Recipe("fp32", "randn", 1, 1, 1, 4, 4, 4, 4, seed=0))
+    with LocalExecutor(workers=1, kernel_workers=2, timeout=120) as ex:
+        pinned = [ex.run(ref, case, "cpu", affinity=a) for a in (0, 1, 2, 3) * 3]
+        free = [ex.run(ref, case, "cpu") for _ in range(4)]
+        pids = [f.result().value.o.flat[0] for f in pinned]
+        anywhere = {f.result().value.o.flat[0] for f in free}
+    assert len(set(pids[0::2])) == len(set(pids[1::2])) == 1 and pids[0] != pids[1]
+    assert anywhere <= {pids[0], pids[1]}

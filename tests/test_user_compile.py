@@ -7,6 +7,7 @@ compile keys, the palette keep the campaign to a few compiles, and the batch bug
 (exit 1, FAIL-HARD) within 3 minutes on 2 CPU cores.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,3 +91,20 @@ def test_flashcheck_test_on_it_exits_1_in_5_minutes_under_a_budget(tmp_path):
         assert f"test_batch_and_head_independence[user_compile:jit_batch_bug-{dt}] FAILED" in text
     assert "compiling user_compile:jit_batch_bug for dtype=" in text, text
     assert "were not started, each skipped with that reason" in text
+
+
+def test_palette_sets_the_keys_per_dtype_and_the_configuration_records_it(tmp_path):
+    shutil.copy(HERE / "user_compile.py", tmp_path / "user_compile.py")
+    args = ["--preset", "smoke", "--dtype", "fp16", "--palette", "2", "--no-render"]
+    out, _ = _report(tmp_path, *args, compile_s=1)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    lines = (tmp_path / "compiles.log").read_text().splitlines()
+    pids = Counter(line.split(" ", 1)[0] for line in lines)
+    # the probe's 7 shapes and its worker's palette keys; the other worker: its palette keys
+    # (a causal key's options check adds its non-causal variant)
+    assert len(lines) <= 7 + 2 + 1, lines
+    assert len(pids) <= 2
+    results = next((tmp_path / "reports").glob("*/results.jsonl"))
+    header = json.loads(results.read_text().splitlines()[0])
+    assert header["config"]["palette"] == 2 and "--palette 2" in header["command"]

@@ -29,7 +29,6 @@ from ..core.semantics import as_exact_array
 
 __all__ = [
     "ALL_DTYPES",
-    "COMPILE_DIMS",
     "CONTRACT_FIELDS",
     "NAN_POLICIES",
     "NO_TENSOR",
@@ -62,9 +61,6 @@ CONTRACT_FIELDS = (
     "batched",
     "compile_keys",
 )
-# The dimensions a kernel may specialize (compile, autotune) on, by their Recipe field names;
-# ``d`` and ``dv`` are the query/key and value head dims.
-COMPILE_DIMS = ("dtype", "nq", "nk", "d", "dv", "causal")
 
 
 NO_TENSOR = "returned no tensor"
@@ -140,11 +136,9 @@ class Kernel:
     ``backward_score_limit``: the largest ``scale·Σ|q||k|`` the backward is specified for (a
     FlashAttention-2 backward recomputes P from fp32 scores and LSE, each rounded by about
     ``2^-24·|s|``: at huge logits P itself overflows).
-    ``compile_keys``: the dimensions among :data:`COMPILE_DIMS` whose every new value costs a
-    compile (a Triton kernel's ``constexpr`` lengths and head dims, an autotuner's key): the
-    campaign and the strategies draw them from a small palette
-    (:mod:`flashcheck.harness.adapters.palette`). ``compile_seconds``: what one such compile
-    costs (probed: a first call minus a repeated one; 0 when declared or unknown).
+    ``compile_keys``: the dimensions (Recipe field names, ``compilekeys.COMPILE_DIMS``) whose
+    every new value costs a compile; generators draw them from a palette
+    (:mod:`~flashcheck.harness.adapters.palette`). ``compile_seconds``: one compile (0: unknown).
     ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
     ``pending``: contract fields not declared and not yet probed
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).

@@ -4,15 +4,18 @@ A JIT-specialized or autotuned kernel (Triton's ``constexpr`` lengths and head d
 autotuner keyed on them) pays a compile on the first call of every new key and runs fast on a
 repeat. With ``first`` the time of the first call of a shape and ``repeat`` that of the same
 call again, the compile overhead is ``c = first - repeat``; the kernel compiles at all when
-``c >= COMPILE_MIN_S`` and ``first >= FIRST_RATIO · repeat``. A later call of time ``t`` on a
-shape not called before is a first call when ``t - repeat >= c / 2``.
+``c >= COMPILE_MIN_S`` and ``first >= FIRST_RATIO · repeat``. The first call may hold one-time
+costs besides (imports, a CUDA context), so the compile cost ``C`` is measured on later calls:
+the slowest call on a shape not called before, less a repeat; none reaching ``COMPILE_MIN_S``
+means no compile keys. A later call of time ``t`` on a new shape is a first call when
+``t - repeat >= C / 2``.
 
 Each later call is compared with the first one (the base shape), in the dimensions of
-:data:`~flashcheck.harness.adapters.adapter.COMPILE_DIMS` it changes. A first call that changed
-one dimension ``X`` alone shows ``X`` is a compile key (its key is new, and only ``X`` differs);
-a repeated-cost call that changed ``X`` alone, to a value no earlier call had, shows ``X`` is
-not. A first call that changed several dimensions (a kernel that needs ``Nq = Nk`` changes both)
-makes keys of those among them not shown otherwise. Dimensions no call changed are not keys.
+:data:`COMPILE_DIMS` it changes. A first call that changed one dimension ``X`` alone shows ``X``
+is a compile key (its key is new, and only ``X`` differs); a repeated-cost call that changed
+``X`` alone, to a value no earlier call had, shows ``X`` is not. A first call that changed
+several dimensions (a kernel that needs ``Nq = Nk`` changes both) makes keys of those among them
+not shown otherwise. Dimensions no call changed are not keys.
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .adapter import COMPILE_DIMS
+__all__ = [
+    "COMPILE_DIMS",
+    "COMPILE_MIN_S",
+    "FIRST_RATIO",
+    "CallTimes",
+    "compile_cost",
+    "infer_keys",
+]
 
-__all__ = ["COMPILE_MIN_S", "FIRST_RATIO", "CallTimes", "infer_keys"]
+# The dimensions a kernel may specialize (compile, autotune) on, by their Recipe field names;
+# ``d`` and ``dv`` are the query/key and value head dims.
+COMPILE_DIMS = ("dtype", "nq", "nk", "d", "dv", "causal")
 
 # A first call must cost this much more than a repeat to count as a compile: below it, a
 # torch or CUDA warm-up on the first call (not repeated per shape) is not mistaken for one.
@@ -50,35 +62,50 @@ class CallTimes:
         """Whether the first call was markedly slower than the repeat (see the module)."""
         return self.overhead >= COMPILE_MIN_S and self.first >= FIRST_RATIO * self.repeat
 
-    def is_first_call(self, seconds: float) -> bool:
-        """Whether a call of ``seconds`` on a new shape paid a compile like the first call."""
-        return self.compiles and seconds - self.repeat >= self.overhead / 2
+
+def _new_calls(calls: Sequence[Call]) -> list[tuple[int, set[str], float]]:
+    """``(index, dims changed from the first call, seconds)`` of each call on a shape not
+    called before."""
+    base = calls[0][0]
+    out = []
+    for i, (key, seconds) in enumerate(calls):
+        if len(key) != len(COMPILE_DIMS):
+            raise ValueError(f"a call's key has one value per {COMPILE_DIMS}, got {key!r}")
+        changed = {dim for dim, a, b in zip(COMPILE_DIMS, base, key, strict=True) if a != b}
+        if changed and all(key != earlier for earlier, _ in calls[:i]):
+            out.append((i, changed, seconds))
+    return out
+
+
+def compile_cost(calls: Sequence[Call], times: CallTimes) -> float:
+    """The compile estimate: the slowest call on a new shape after the first one, less a
+    repeat (0 without such calls). The first call itself may hold one-time costs besides."""
+    if not calls:
+        return 0.0
+    return max((s - times.repeat for _, _, s in _new_calls(calls)), default=0.0)
 
 
 def infer_keys(calls: Sequence[Call], times: CallTimes) -> tuple[str, ...]:
     """The compile keys shown by ``calls`` (in call order, the first on the base shape; each
     the values of :data:`COMPILE_DIMS` and its seconds), in the order of :data:`COMPILE_DIMS`;
-    ``()`` when the kernel does not compile (:attr:`CallTimes.compiles`)."""
+    ``()`` when the kernel does not compile (:attr:`CallTimes.compiles`) or no later call on a
+    new shape cost :data:`COMPILE_MIN_S` more than a repeat."""
     if not times.compiles or not calls:
         return ()
-    for key, _ in calls:
-        if len(key) != len(COMPILE_DIMS):
-            raise ValueError(f"a call's key has one value per {COMPILE_DIMS}, got {key!r}")
-    base = calls[0][0]
+    cost = compile_cost(calls, times)
+    if cost < COMPILE_MIN_S:
+        return ()
     single: dict[str, bool] = {}  # dim -> a first call, from the first call changing it alone
     joint: list[set[str]] = []  # the dims changed together by first calls
-    for i, (key, seconds) in enumerate(calls):
-        changed = {dim for dim, a, b in zip(COMPILE_DIMS, base, key, strict=True) if a != b}
-        if not changed or any(key == earlier for earlier, _ in calls[:i]):
-            continue  # a repeat says nothing about keys
-        slow = times.is_first_call(seconds)
+    for i, changed, seconds in _new_calls(calls):
+        slow = seconds - times.repeat >= cost / 2
         if len(changed) > 1:
             if slow:
                 joint.append(changed)
             continue
         (dim,) = changed
         j = COMPILE_DIMS.index(dim)
-        fresh = all(earlier[j] != key[j] for earlier, _ in calls[:i])
+        fresh = all(earlier[j] != calls[i][0][j] for earlier, _ in calls[:i])
         if dim not in single and (slow or fresh):
             single[dim] = slow
     keys = {dim for dim, slow in single.items() if slow}

@@ -46,7 +46,7 @@ from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
 from .adapter import ALL_DTYPES, NO_TENSOR, Kernel
-from .compilekeys import CallTimes, infer_keys
+from .compilekeys import CallTimes, compile_cost, infer_keys
 from .outcome import Outcome, call_kernel
 
 __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
@@ -220,11 +220,30 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
         return _no_run(kernel, f"it hung: {err}")
     if base is None:
         return _no_run(kernel, first_error)
-    dt0, n0, d0 = p.base = base
+    p.base = base
     times = _time_base(p) if "compile_keys" in todo else None
-    keyed = times is not None and times.compiles
-    if keyed:
+    keys: tuple[str, ...] = ()
+    out = None
+    if times is not None and times.compiles:
         p.memo = {}
+        out = _contract(p, todo, keyed=True)
+        keys = infer_keys(p.calls, times)
+        if not keys:
+            # The first call was slow for another reason (imports, a CUDA context) and no new
+            # shape compiled: probed as any other kernel, for the same contract.
+            p.memo, p.notes, out = None, [], None
+    if out is None:
+        out = _contract(p, todo, keyed=False)
+    if "compile_keys" in todo:
+        cost = round(compile_cost(p.calls, times), 3) if keys and times else 0.0
+        out.update(compile_keys=keys, compile_seconds=cost)
+    return replace(kernel, **out, unsupported=tuple(p.notes), pending=frozenset())
+
+
+def _contract(p: _Prober, todo: frozenset[str], *, keyed: bool) -> dict[str, Any]:
+    """The pending contract fields but compile keys, probed from the base shape: for a
+    compiling kernel (``keyed``) on as few new shapes as possible (see the module)."""
+    dt0, n0, d0 = p.base
     out: dict[str, Any] = {}
     check = p.check
     if "dtypes" in todo:
@@ -244,15 +263,12 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
     if "batched" in todo:
         out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=s, nk=s, d=d0)
     if "masks" in todo or "options" in todo:
-        ok = _probe_options(kernel, check, s, d0)
+        ok = _probe_options(p.kernel, check, s, d0)
         if "masks" in todo:
             out["masks"] = frozenset(ok - {"scale"})
         if "options" in todo:
             out["options"] = frozenset(ok)
-    if "compile_keys" in todo:
-        out["compile_keys"] = infer_keys(p.calls, times) if keyed and times else ()
-        out["compile_seconds"] = round(times.overhead, 3) if out["compile_keys"] else 0.0
-    return replace(kernel, **out, unsupported=tuple(p.notes), pending=frozenset())
+    return out
 
 
 def _time_base(p: _Prober) -> CallTimes | None:

@@ -19,15 +19,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..judging.bounds import ARITHMETIC_CLASSES
-from .adapter import (
-    ALL_DTYPES,
-    ALL_MASKS,
-    COMPILE_DIMS,
-    CONTRACT_FIELDS,
-    NAN_POLICIES,
-    Kernel,
-)
+from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
 from .builtin import project_kernels
+from .compilekeys import COMPILE_DIMS
 from .library import library_kernels
 
 __all__ = [

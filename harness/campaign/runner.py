@@ -19,7 +19,9 @@ is recorded as ``ERROR``, ``TIMEOUT`` or ``BAD-OUTPUT`` and the campaign goes on
 failed the same way :data:`STREAK` times in a row: then that kernel and dtype stop, and one
 ``stopped`` record says why.
 
-At the end the worst and failing cases are re-run and saved as case files next to the report
+A kernel that compiles per shape has its work grouped by compile key, each key on one kernel
+worker (:mod:`flashcheck.harness.campaign.grouping`). At the end the worst and failing cases are
+re-run and saved as case files next to the report
 (:mod:`flashcheck.harness.campaign.casefiles`), each replayable with ``flashcheck replay``.
 """
 
