@@ -28,7 +28,7 @@ _SUITE = Path(__file__).resolve().parent
 class _Outcome:
     test: str  # the property test's name
     param: str  # kernel-dtype
-    outcome: str  # passed, failed, skipped
+    outcome: str  # passed, FAILED, skipped
     reason: str = ""
     replay: str | None = None
 
@@ -73,11 +73,11 @@ class Brief:
         # An AttentionMismatch (by its fields: assertions imports the plugin that loads this)
         if not (hasattr(exc, "case_id") and hasattr(exc, "summary")):
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
-            return _Outcome(name, param, "failed", crash.splitlines()[0] if crash else "error")
+            return _Outcome(name, param, "FAILED", crash.splitlines()[0] if crash else "error")
         drawn = [n for n in getattr(exc, "__notes__", ()) if n.startswith("Draw ")]
         report.longrepr = "\n".join([str(exc), *drawn])
         replay = f"flashcheck replay {exc.case_id}" if exc.case_id else None
-        return _Outcome(name, param, "failed", exc.summary, replay)
+        return _Outcome(name, param, "FAILED", exc.summary, replay)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -89,13 +89,11 @@ class Brief:
         for o in self.outcomes:
             by[o.param].append(o)
         for param, rows in by.items():
-            n = {k: sum(o.outcome == k for o in rows) for k in ("passed", "failed", "skipped")}
-            tr.line(
-                f"{param}: {n['passed']} properties passed, {n['failed']} failed, "
-                f"{n['skipped']} skipped"
-            )
+            n = {k: sum(o.outcome == k for o in rows) for k in ("passed", "FAILED", "skipped")}
+            counts = ", ".join(f"{v} {k}" for k, v in n.items() if v)
+            tr.line(f"{param}: {counts}")
             for o in rows:
-                if o.outcome == "failed":
+                if o.outcome == "FAILED":
                     tr.line(f"  FAILED {o.test}: {o.reason}", red=True)
                     if o.replay:
                         tr.line(f"      {o.replay}")

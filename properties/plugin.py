@@ -266,9 +266,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("--flashcheck-device cuda: torch sees no CUDA device here")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        _TERMINAL[:] = [reporter]
+    _TERMINAL[:] = [config]  # (its terminal reporter is registered after this hook)
     if specs:
         from .brief import Brief
 
@@ -312,6 +310,8 @@ def _resolve_all(
             if nan_inputs is not None and kern.nan_inputs == "propagate":
                 kern = replace(kern, nan_inputs=nan_inputs)
             dev = kernel_device(kern, device)
+            if dtypes and "dtypes" in kern.pending:  # only the dtypes this run tests are probed
+                kern = replace(kern, dtypes=tuple(dt for dt in kern.dtypes if dt in dtypes))
             if not kern.pending:
                 try:
                     why = [kern.unavailable(dt, dev) for dt in (dtypes or kern.dtypes)]
@@ -353,7 +353,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
-_TERMINAL: list[Any] = []  # the session's terminal reporter, once configured
+_TERMINAL: list[Any] = []  # the session's config, whose terminal reporter says what compiles
 _SEEN_KEYS: set[tuple[str, tuple[Any, ...]]] = set()
 
 
@@ -363,13 +363,14 @@ def compile_notice(kernel: Any, key: tuple[Any, ...]) -> None:
     if not key or (kernel.name, key) in _SEEN_KEYS:
         return
     _SEEN_KEYS.add((kernel.name, key))
-    if _TERMINAL:
+    reporter = _TERMINAL[0].pluginmanager.get_plugin("terminalreporter") if _TERMINAL else None
+    if reporter is not None:
         about = f" (about {kernel.compile_seconds:.0f} s)" if kernel.compile_seconds else ""
         from ..harness.adapters.palette import PALETTE_DIMS
 
         names = ("dtype", *(x for x in PALETTE_DIMS if x in kernel.compile_keys))
         dims = ", ".join(f"{k}={v}" for k, v in zip(names, key, strict=False))
-        _TERMINAL[0].write_line(f"  compiling {kernel.name} for {dims}{about} ...")
+        reporter.write_line(f"  compiling {kernel.name} for {dims}{about} ...")
 
 
 def note_measurement(kernel: str, dtype: str, what: str, finding: str | None) -> None:

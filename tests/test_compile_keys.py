@@ -155,3 +155,21 @@ def test_call_times_and_inference():
     assert infer_keys(calls, CallTimes(1.0, 1.0)) == ()
     with pytest.raises(ValueError, match="one value per"):
         infer_keys([(("fp16", 16), 1.0)], t)
+
+
+def test_compile_costs_that_differ_fourfold_between_keys_still_show_every_key():
+    # The call times an autotuned Triton kernel showed on an H100 (16 configurations keyed on
+    # Nq, Nk, d, dv; benchmarks/probe_autotuned_times.py): fp32 compiled 4x longer than a
+    # new length, which half the slowest first call would have taken for a repeat.
+    base = ("fp16", 16, 16, 64, 64, False)
+    calls = [
+        (base, 14.384),
+        (("bf16", 16, 16, 64, 64, False), 11.821),
+        (("fp32", 16, 16, 64, 64, False), 46.308),
+        (("fp16", 16, 17, 64, 64, False), 12.870),
+        (("fp16", 17, 16, 64, 64, False), 13.492),
+        (("fp16", 16, 16, 64, 128, False), 15.544),
+        (("fp16", 16, 16, 128, 128, False), 16.081),
+    ]
+    times = CallTimes(14.384, 0.0004)
+    assert infer_keys(calls, times) == ("dtype", "nq", "nk", "d", "dv")

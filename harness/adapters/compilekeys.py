@@ -8,14 +8,16 @@ call again, the compile overhead is ``c = first - repeat``; the kernel compiles 
 costs besides (imports, a CUDA context), so the compile cost ``C`` is measured on later calls:
 the slowest call on a shape not called before, less a repeat; none reaching ``COMPILE_MIN_S``
 means no compile keys. A later call of time ``t`` on a new shape is a first call when
-``t - repeat >= C / 2``.
+``t - repeat`` reaches ``COMPILE_MIN_S`` and :data:`FIRST_SHARE` of ``C``, and ``t`` is
+``FIRST_RATIO`` repeats: compile costs differ widely between keys (a new dtype can cost four
+times a new length), while a repeat costs milliseconds.
 
 Each later call is compared with the first one (the base shape), in the dimensions of
 :data:`COMPILE_DIMS` it changes. A first call that changed one dimension ``X`` alone shows ``X``
 is a compile key (its key is new, and only ``X`` differs); a repeated-cost call that changed
 ``X`` alone, to a value no earlier call had, shows ``X`` is not. A first call that changed
 several dimensions (a kernel that needs ``Nq = Nk`` changes both) makes keys of those among them
-not shown otherwise. Dimensions no call changed are not keys.
+no call showed are not. Dimensions no call changed are not keys.
 """
 
 from __future__ import annotations
@@ -77,6 +79,21 @@ def _new_calls(calls: Sequence[Call]) -> list[tuple[int, set[str], float]]:
     return out
 
 
+# A later call on a new shape counts as a first call when it costs this share of the slowest
+# such call beyond a repeat (and COMPILE_MIN_S at least). Measured on an H100 with an autotuned
+# Triton kernel (16 configurations; benchmarks/probe_autotuned_times.py): a new dtype cost
+# 11.8 s (bf16) and 46.3 s (fp32), a new length or head dim 12.9-16.1 s, a new length of the
+# same specialization 1.8 s (a re-tune only): half the slowest would call most keys repeats.
+FIRST_SHARE = 0.02
+
+
+def _is_first(seconds: float, repeat: float, cost: float) -> bool:
+    extra = seconds - repeat
+    return (
+        extra >= COMPILE_MIN_S and extra >= FIRST_SHARE * cost and seconds >= FIRST_RATIO * repeat
+    )
+
+
 def compile_cost(calls: Sequence[Call], times: CallTimes) -> float:
     """The compile estimate: the slowest call on a new shape after the first one, less a
     repeat (0 without such calls). The first call itself may hold one-time costs besides."""
@@ -98,7 +115,7 @@ def infer_keys(calls: Sequence[Call], times: CallTimes) -> tuple[str, ...]:
     single: dict[str, bool] = {}  # dim -> a first call, from the first call changing it alone
     joint: list[set[str]] = []  # the dims changed together by first calls
     for i, changed, seconds in _new_calls(calls):
-        slow = seconds - times.repeat >= cost / 2
+        slow = _is_first(seconds, times.repeat, cost)
         if len(changed) > 1:
             if slow:
                 joint.append(changed)
@@ -110,6 +127,7 @@ def infer_keys(calls: Sequence[Call], times: CallTimes) -> tuple[str, ...]:
             single[dim] = slow
     keys = {dim for dim, slow in single.items() if slow}
     for dims in joint:
-        if not dims & keys:
-            keys |= {dim for dim in dims if dim not in single}
+        # A dimension changed only together with others is a key unless a call showed it is
+        # not: taking it from the palette costs variety, missing it costs a compile per value.
+        keys |= {dim for dim in dims if single.get(dim) is not False}
     return tuple(dim for dim in COMPILE_DIMS if dim in keys)

@@ -185,6 +185,10 @@ def probe(
     return _CACHE[key]
 
 
+def _candidates(kernel: Kernel) -> tuple[str, ...]:
+    return tuple(dt for dt in ALL_DTYPES if dt in kernel.dtypes) or ALL_DTYPES
+
+
 def _no_run(kernel: Kernel, why: str) -> Kernel:
     return replace(
         kernel, dtypes=(), pending=frozenset(), unsupported=(("every probe input", why),)
@@ -211,7 +215,9 @@ def _base(p: _Prober, dtypes, lengths, dims) -> tuple[tuple[str, int, int] | Non
 def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> Kernel:
     p = _Prober(kernel, device, runner, clock)
     todo = kernel.pending
-    dtypes = kernel.dtypes if "dtypes" not in todo else ALL_DTYPES
+    # (pending dtypes: those still possible, every one unless a caller narrowed them to what
+    # it will run; a compiling kernel pays a compile per dtype probed)
+    dtypes = kernel.dtypes if "dtypes" not in todo else _candidates(kernel)
     lengths = (kernel.seq_multiple,) if "seq_multiple" not in todo else BASE_LENGTHS
     dims = BASE_DIMS if kernel.head_dims is None else kernel.head_dims
     try:
@@ -224,6 +230,8 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
     times = _time_base(p) if "compile_keys" in todo else None
     keys: tuple[str, ...] = ()
     out = None
+    if "compile_keys" not in todo and kernel.compile_keys:
+        out = _contract(p, todo, keyed=True)  # declared: probed on as few shapes as possible
     if times is not None and times.compiles:
         p.memo = {}
         out = _contract(p, todo, keyed=True)
@@ -248,7 +256,9 @@ def _contract(p: _Prober, todo: frozenset[str], *, keyed: bool) -> dict[str, Any
     check = p.check
     if "dtypes" in todo:
         out["dtypes"] = tuple(
-            dt for dt in ALL_DTYPES if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
+            dt
+            for dt in _candidates(p.kernel)
+            if dt == dt0 or check(dt, dtype=dt, nq=n0, nk=n0, d=d0)
         )
     m = _probe_lengths(p, todo, keyed, out)
     # Where a compiling kernel is probed: on the base shape, which it has compiled already.

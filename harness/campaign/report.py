@@ -266,6 +266,8 @@ def _probe(executor: Executor, setup: _Setup, opts: ReportOptions, echo) -> dict
     devices, dtypes = setup.devices, setup.header.config.dtypes
     adapters = {}
     for spec, kern in setup.declared.items():
+        if "dtypes" in kern.pending:  # only the dtypes this campaign runs are worth probing
+            kern = replace(kern, dtypes=tuple(dt for dt in kern.dtypes if dt in dtypes))
         if kern.pending:
             echo(f"probing the contract of {spec} on {devices[spec]} ...")
         runner = executor.runner(KernelRef.of(kern, spec), devices[spec])
