@@ -405,7 +405,8 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _mark("finished")
+    if exitstatus != pytest.ExitCode.INTERRUPTED:  # (Ctrl-C: the test it stopped in stays)
+        _mark("finished")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

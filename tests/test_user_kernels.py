@@ -123,3 +123,54 @@ def test_a_bug_past_1024_keys_fails_the_suite_as_it_fails_the_report(user_dir):
         "FAILED test_error_within_bounds_and_policy_over_2048_keys[randn]: accuracy: FAIL-HARD"
         in text
     )
+
+
+def test_ctrl_c_says_where_the_run_stopped(user_dir):
+    import signal
+
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    proc = subprocess.Popen(
+        [*cmd, "test", "user_kernels:textbook", "--dtype", "fp16"],
+        cwd=user_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches the whole group, as from a terminal
+    )
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if " PASSED" in line or " FAILED" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.communicate(timeout=120)[0]
+    text = "".join(seen) + rest
+    assert proc.returncode == 130, text
+    assert "flashcheck test: interrupted in " in text, text
+    assert "Run the same command again" in text
+
+
+def test_a_kernel_that_returns_nothing_is_stopped_by_the_probe_with_one_message(tmp_path):
+    import flashcheck
+    from flashcheck.harness.adapters.probe import probe
+
+    def returns_none(q, k, v, *, causal=False, scale=None):
+        q.mul(1)
+
+    kern = probe(flashcheck.kernel(returns_none, name="returns_none", devices=("cpu",)), "cpu")
+    assert kern.dtypes == ()
+    assert "returned no tensor (None): return O, or (O, LSE)" in kern.unsupported[0][1]
+
+
+def test_the_contract_marks_a_device_this_machine_lacks():
+    import torch
+
+    import flashcheck
+
+    kern = flashcheck.kernel(lambda q, k, v: q, name="k", dtypes=("fp16",), devices=("cpu", "cuda"))
+    line = kern.contract_lines()[0]
+    want = "devices cpu, cuda" if torch.cuda.is_available() else "cuda (not available here)"
+    assert want in line, line
