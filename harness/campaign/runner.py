@@ -27,6 +27,7 @@ re-run and saved as case files next to the report
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 import time
 from collections import deque
@@ -99,6 +100,15 @@ class _Task:
     done: list[str]
     groups: list[_Group] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # the new compile keys it calls
+
+
+def _cancelled(task: _Task) -> bool:
+    """Cancel what ``task`` still waits for; ``True`` if any part of it had not started (the
+    task is then dropped: a part that was running finishes in the background, unrecorded)."""
+    futures = [
+        f for g in task.groups for f in (g.reference, *g.runs.values()) if isinstance(f, cf.Future)
+    ]
+    return any([f.cancel() for f in futures])  # (a list: cancel every one)
 
 
 @dataclass
@@ -203,6 +213,9 @@ class Campaign:
                 break
         while pending:
             task = pending.popleft()
+            if self.budget.spent and _cancelled(task):
+                self._cut = True  # not started when the budget ran out: left for a resume
+                continue
             t0 = time.monotonic()
             if task.compiles:
                 progress.compiling(f"compiling {'; '.join(task.compiles)}")
