@@ -396,8 +396,10 @@ def _mark(text: str) -> None:
     progress, or "finished". A kernel that kills the test process leaves its test's name."""
     path = os.environ.get("FLASHCHECK_SESSION_FILE")
     if path:
-        with open(path, "w", encoding="utf-8") as f:
+        # Written aside and renamed: a Ctrl-C mid-write leaves the previous name, not nothing.
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(path + ".tmp", path)
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:

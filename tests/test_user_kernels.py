@@ -132,7 +132,7 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
     proc = subprocess.Popen(
-        [*cmd, "test", "user_kernels:textbook", "--dtype", "fp16"],
+        [*cmd, "test", "user_kernels:sleepy", "--dtype", "fp16"],
         cwd=user_dir,
         env=env,
         stdout=subprocess.PIPE,

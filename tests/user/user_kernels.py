@@ -241,3 +241,11 @@ def drops_keys_past_1024(q, k, v, *, causal=False, scale=None):
     """Bug: a fixed 1024-key buffer; keys past it are silently left out. Right at every length
     up to 1024."""
     return textbook(q, k[..., :1024, :], v[..., :1024, :], causal=causal, scale=scale)
+
+
+def sleepy(q, k, v, *, causal=False, scale=None):
+    """Correct, and 0.1 s per call: a run long enough to be interrupted."""
+    import time
+
+    time.sleep(0.1)
+    return textbook(q, k, v, causal=causal, scale=scale)
