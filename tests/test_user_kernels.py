@@ -139,6 +139,9 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # Ctrl-C reaches the whole group, as from a terminal
+        # A terminal's Ctrl-C: CI may run this suite with SIGINT ignored (a background job),
+        # which its children would inherit.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     for line in proc.stdout:
