@@ -1,14 +1,17 @@
 """The time budget of a campaign: durations, the order that finds bugs first, coverage."""
 
+import time
 from dataclasses import replace
 
 import pytest
 
 from flashcheck.harness.campaign.budget import (
+    TAIL_MAX,
     Budget,
     missing_by_part,
     parse_duration,
     priority_order,
+    process_age,
 )
 from flashcheck.harness.campaign.logrecords import CoverageRecord
 from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
@@ -52,6 +55,55 @@ def test_budget_and_coverage():
     rec = CoverageRecord(budget=180, planned=6, ran=1, missing={"structural": 5}, search=False)
     assert CoverageRecord.from_json(rec.to_json()) == rec
     assert rec.text().startswith("1 of 6 planned results ran within the time budget of 3:00")
+
+
+def test_the_cases_leave_a_tail_of_the_budget_for_the_case_files():
+    now = time.monotonic()
+    b = Budget(100.0, started=now - 90.0)  # 15 s tail: the cases' share ended at 85 s
+    assert b.spent and not b.over and b.left() == 0.0
+    assert Budget(100.0, started=now - 80.0).left() == pytest.approx(5.0, abs=0.5)
+    assert Budget(100.0, started=now - 101.0).over
+    assert Budget(3600.0).tail == TAIL_MAX and Budget(None).tail == 0.0
+
+
+def test_the_process_age_counts_this_interpreter_since_it_started():
+    # A budget given on the command line counts the interpreter's start and the imports.
+    age = process_age()
+    assert 0.0 < age < 7 * 24 * 3600
+
+
+def test_a_compile_that_cannot_fit_the_budget_is_not_started(tmp_path):
+    from flashcheck.harness.adapters.registry import resolve
+    from flashcheck.harness.campaign.executor import LocalExecutor
+    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
+    from flashcheck.harness.campaign.runner import Campaign
+    from flashcheck.harness.core.resultlog import ResultLog
+
+    # Every shape of this kernel compiles for longer than the whole budget: no case starts,
+    # and the run says so instead of overrunning by a compile.
+    kern = replace(resolve("naive-numpy"), compile_keys=("nq", "nk"), compile_seconds=1e6)
+    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
+    header = Header(config, "flashcheck report ...")
+    with (
+        LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
+        ResultLog.open(tmp_path / "r.jsonl", header.to_json()) as log,
+    ):
+        camp = Campaign(
+            log,
+            PRESETS["smoke"],
+            0,
+            {"k": kern},
+            {"k": "cpu"},
+            ("fp16",),
+            ex,
+            tmp_path / "cases",
+            echo=lambda _: None,
+            budget=Budget(600.0),
+        )
+        camp.run()
+        covered = camp.coverage()
+    assert not camp.results() and covered is not None
+    assert covered.ran == 0 and covered.planned > 0
 
 
 def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_path):

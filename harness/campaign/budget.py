@@ -9,6 +9,12 @@ is spent, writes its report and says what it covered:
 2. then the rest, round-robin over the same groups (breadth before depth), in plan order
    within each group.
 
+The budget counts from the process's start (imports and probing included). The cases get it
+less a tail (15 %, at most 30 s) kept for re-running the failing cases that get case files and
+for the summary; cases not started when their share is spent are cancelled, and a case that
+would first compile a new key is not started when the kernel's compile time no longer fits.
+Case files are saved failing cases first, until the whole budget is spent.
+
 The reordering is a function of the plan alone, so a budgeted run resumed without a budget
 (or with a larger one) computes only what is missing and ends with the same results as an
 unbudgeted run. A budgeted run that stops early appends a
@@ -17,6 +23,7 @@ unbudgeted run. A budgeted run that stops early appends a
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -25,7 +32,7 @@ from typing import TypeVar
 
 from .plan import Item
 
-__all__ = ["Budget", "missing_by_part", "parse_duration", "priority_order"]
+__all__ = ["Budget", "missing_by_part", "parse_duration", "priority_order", "process_age"]
 
 T = TypeVar("T")
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -79,21 +86,56 @@ def priority_order(work: Sequence[tuple[Item, T]]) -> list[tuple[Item, T]]:
     return out
 
 
+# What a budget keeps back from the campaign's cases for what follows them: the re-runs that
+# save the failing cases' files, and the summary. A share of the budget, capped.
+TAIL_SHARE = 0.15
+TAIL_MAX = 30.0
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux; 0 where that cannot be read), so a budget
+    given on the command line counts the interpreter's start and the imports too."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 @dataclass
 class Budget:
-    """A time budget from the moment it is made (``seconds``: ``None``, no budget)."""
+    """A time budget of ``seconds`` from ``started`` (a ``time.monotonic()`` reading; default
+    now; ``seconds=None``: no budget). The campaign's cases get the budget less its
+    :attr:`tail`; the tail is for saving case files and ending (:attr:`over`)."""
 
     seconds: float | None
     started: float = field(default_factory=time.monotonic)
 
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def tail(self) -> float:
+        return 0.0 if self.seconds is None else min(TAIL_SHARE * self.seconds, TAIL_MAX)
+
     @property
     def spent(self) -> bool:
-        return self.seconds is not None and time.monotonic() - self.started >= self.seconds
+        """The cases' share is spent: start no more of them."""
+        return self.seconds is not None and self.elapsed() >= self.seconds - self.tail
+
+    @property
+    def over(self) -> bool:
+        """The whole budget is spent: save no more case files."""
+        return self.seconds is not None and self.elapsed() >= self.seconds
 
     def left(self) -> float:
+        """Seconds left of the cases' share."""
         if self.seconds is None:
             return float("inf")
-        return max(0.0, self.seconds - (time.monotonic() - self.started))
+        return max(0.0, self.seconds - self.tail - self.elapsed())
 
 
 def missing_by_part(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) -> dict[str, int]:

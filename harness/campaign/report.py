@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -92,6 +93,7 @@ class ReportOptions:
     parts: tuple[str, ...] = ()  # campaign parts to run (default: every one, plan.PARTS)
     palette: int = DEFAULT_PALETTE  # compile keys per dtype of kernels that compile per shape
     budget: float | None = None  # seconds: stop cleanly then, the work that finds bugs first
+    started: float | None = None  # when the budget starts (time.monotonic()); None: now
 
 
 def _has_cuda() -> bool:
@@ -336,7 +338,8 @@ def _campaign(
 
 def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     """Run the campaign described by ``opts`` and render it; returns the exit status."""
-    budget = Budget(opts.budget)  # from the start: probing counts too
+    # From the start (the process's, as the command line passes it): probing counts too.
+    budget = Budget(opts.budget, started=opts.started or time.monotonic())
     if opts.budget is not None and opts.budget <= 0:
         raise ValueError(f"budget must be a positive number of seconds, got {opts.budget!r}")
     setup = _setup(opts)

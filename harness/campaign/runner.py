@@ -208,7 +208,8 @@ class Campaign:
         pending: deque[_Task] = deque()
         todo = iter(work)
         for item, specs in todo:
-            pending.append(self._submit(item, specs))
+            if self._fits(item, specs):
+                pending.append(self._submit(item, specs))
             if len(pending) >= window:
                 break
         while pending:
@@ -227,10 +228,33 @@ class Campaign:
                 item = task.item
                 progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
             nxt = next(todo, None)
+            while nxt is not None and not self.budget.spent and not self._fits(*nxt):
+                nxt = next(todo, None)
             if nxt is not None and self.budget.spent:
                 self._cut, nxt = True, None
             if nxt is not None:
                 pending.append(self._submit(*nxt))
+
+    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
+        """Whether the compiles ``item`` would start (its new compile keys, at each kernel's
+        probed compile time) fit in the budget left; an item that does not is left for a
+        resume."""
+        if self.budget.seconds is None:
+            return True
+        need = 0.0
+        for spec in specs:
+            kern = self.kernels[spec]
+            if not kern.compile_keys or item.key(spec) in self._done:
+                continue
+            if not self._runnable(spec, item.recipe.dtype):
+                continue
+            key = compile_key(kern, fit_recipe(item.recipe, kern, palette=self.preset.palette))
+            if key and (spec, key) not in self._keys:
+                need += kern.compile_seconds
+        if need <= self.budget.left():
+            return True
+        self._cut = True
+        return False
 
     def _submit(self, item: Item, specs: Sequence[str]) -> _Task:
         dtype = item.recipe.dtype
@@ -499,7 +523,15 @@ class Campaign:
             self.echo(f"case files: re-running {len(todo)} worst or failing cases")
         files = CaseFiles(self.executor, self.kernels, self.devices, self.case_dir, self.echo)
         files.palette = self.preset.palette
-        for spec, r in todo:
+        if self.budget.seconds is not None:  # failing cases first: they are what a replay needs
+            todo.sort(key=lambda e: -e[1].status.severity)
+        for n, (spec, r) in enumerate(todo):
+            if self.budget.over:
+                self.echo(
+                    f"case files: {len(todo) - n} left unsaved at the time budget; the same "
+                    "command without --budget saves them"
+                )
+                break
             rec = files.save(spec, r, self._grad_refs)
             if rec is not None:
                 self.log.append(rec.to_json())

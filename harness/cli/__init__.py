@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     add_campaign_commands(sub)
     add_bench(sub)
     args, extra = parser.parse_known_args(argv)
+    args.entry = argv is None  # the program's own command line, not a call from Python
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from .args import duration, positive, positive_float
 
@@ -12,6 +13,7 @@ __all__ = ["add_campaign_commands"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from ..campaign.budget import process_age
     from ..campaign.report import ReportOptions, run_report
     from ..core.resultlog import ResultLogError
 
@@ -38,6 +40,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         parts=tuple(args.part or ()),
         palette=args.palette,
         budget=args.budget,
+        # A budget on the command line counts from the process's start (imports too).
+        started=time.monotonic() - process_age() if args.entry else None,
     )
     try:
         return run_report(opts)
