@@ -10,7 +10,8 @@ is spent, writes its report and says what it covered:
    within each group.
 
 The budget counts from the process's start (imports and probing included). The cases get it
-less a tail (15 %, at most 30 s) kept for re-running the failing cases that get case files and
+less a tail (15 %, at most 30 s, plus the slowest compile a case in flight may still be
+doing) kept for re-running the failing cases that get case files and
 for the summary; cases not started when their share is spent are cancelled, and a case that
 would first compile a new key is not started when the kernel's compile time no longer fits.
 Case files are saved failing cases first, until the whole budget is spent.
@@ -113,13 +114,18 @@ class Budget:
 
     seconds: float | None
     started: float = field(default_factory=time.monotonic)
+    # Kept back as well: what a case started just before the cases' share ends may still
+    # take (a compile of the slowest compiling kernel), since a started case is not stopped.
+    in_flight: float = 0.0
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     @property
     def tail(self) -> float:
-        return 0.0 if self.seconds is None else min(TAIL_SHARE * self.seconds, TAIL_MAX)
+        if self.seconds is None:
+            return 0.0
+        return min(TAIL_SHARE * self.seconds, TAIL_MAX) + self.in_flight
 
     @property
     def spent(self) -> bool:

@@ -426,6 +426,9 @@ class Campaign:
     def run(self) -> None:
         """Run every part not yet on file: the fixed parts, then the search."""
         p = self.preset
+        self.budget.in_flight = max(
+            (k.compile_seconds for k in self.kernels.values() if k.compile_keys), default=0.0
+        )
         fixed = grouped(self._fixed_work(), self.kernels, palette=p.palette)
         if self.budget.seconds is not None:
             fixed = priority_order(fixed)
