@@ -46,6 +46,19 @@ def test_priority_order_runs_every_group_once_batches_first_then_breadth():
     assert priority_order(work) == ordered  # a function of the plan alone
 
 
+def test_priority_order_takes_the_dtypes_in_turn():
+    items = [it for dt in ("fp16", "bf16") for it in structural_items(CPU, dt, 0)]
+    ordered = priority_order([(it, ["k"]) for it in items])
+    groups = {(it.check, it.recipe.dtype) for it in items}
+    head = [it for it, _ in ordered[: len(groups)]]
+    assert {(it.check, it.recipe.dtype) for it in head} == groups
+    # within each batch class the dtypes alternate: neither waits behind the other's cases
+    for batched in (True, False):
+        dts = [it.recipe.dtype for it in head if (it.recipe.b > 1) == batched]
+        n = min(dts.count("fp16"), dts.count("bf16"))
+        assert set(zip(dts[: 2 * n : 2], dts[1 : 2 * n : 2], strict=True)) <= {("fp16", "bf16")}
+
+
 def test_budget_and_coverage():
     assert not Budget(None).spent and Budget(None).left() == float("inf")
     assert Budget(0.0).spent

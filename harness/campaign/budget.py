@@ -4,8 +4,8 @@ Without a budget a campaign runs its plan in plan order, to the end. With one, t
 reordered so that what finds bugs comes first, and the campaign stops cleanly when the budget
 is spent, writes its report and says what it covered:
 
-1. one item of every (part, input family) and every structural property, items with several
-   sequences (batch > 1: where indexing bugs live) first;
+1. one item of every (part, input family) and every structural property in each dtype, items
+   with several sequences (batch > 1: where indexing bugs live) first, the dtypes in turn;
 2. then the rest, round-robin over the same groups (breadth before depth), in plan order
    within each group.
 
@@ -62,10 +62,10 @@ def parse_duration(text: str) -> float:
     return value
 
 
-def _group(item: Item) -> tuple[str, str]:
+def _group(item: Item) -> tuple[str, str, str]:
     """The group an item's first pass takes one of: its part and input family, or its
-    structural property."""
-    return (item.part, item.check or item.recipe.family)
+    structural property, in its dtype."""
+    return (item.part, item.check or item.recipe.family, item.recipe.dtype)
 
 
 def priority_order(work: Sequence[tuple[Item, T]]) -> list[tuple[Item, T]]:
@@ -79,7 +79,15 @@ def priority_order(work: Sequence[tuple[Item, T]]) -> list[tuple[Item, T]]:
         pick = next((e for e in members if e[0].recipe.b > 1), members[0])
         first.append(pick)
         rest.append([e for e in members if e is not pick])
-    first.sort(key=lambda e: e[0].recipe.b == 1)  # stable: batch > 1 first, plan order kept
+    # Batch > 1 first; within each, the dtypes in turn (a bug of one dtype is not left
+    # behind every case of another), plan order kept otherwise.
+    turn: dict[tuple[bool, str], int] = {}
+    rank = []
+    for e in first:
+        at = (e[0].recipe.b == 1, e[0].recipe.dtype)
+        rank.append((at[0], turn.get(at, 0)))
+        turn[at] = turn.get(at, 0) + 1
+    first = [e for _, e in sorted(zip(rank, first, strict=True), key=lambda x: x[0])]
     out = list(first)
     depth = max((len(r) for r in rest), default=0)
     for i in range(depth):
