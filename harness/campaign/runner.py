@@ -202,16 +202,34 @@ class Campaign:
         in the order of ``work``, as a one-worker run writes them. Work is submitted far ahead
         (a slow case must not leave the other workers idle) and collected in order."""
         window = max(256, 8 * (self.executor.workers + self.executor.kernel_workers))
-        if self.budget.seconds is not None:
+        budgeted = self.budget.seconds is not None
+        if budgeted:
             # Little submitted ahead: at the budget, only what is in flight still finishes.
             window = 2 * (self.executor.workers + self.executor.kernel_workers)
         pending: deque[_Task] = deque()
         todo = iter(work)
-        for item, specs in todo:
-            if self._fits(item, specs):
-                pending.append(self._submit(item, specs))
-            if len(pending) >= window:
-                break
+        held: list[tuple[Item, Sequence[str]]] = []  # the next item, waiting for a compile slot
+
+        def feed() -> None:
+            while len(pending) < window:
+                nxt = held.pop() if held else next(todo, None)
+                if nxt is None:
+                    return
+                if self.budget.spent:
+                    self._cut = True  # left for a resume
+                    return
+                if not self._fits(*nxt):
+                    continue
+                if budgeted and self._compile_need(*nxt) > 0:
+                    # A submitted call cannot be taken back once its worker starts it, so under
+                    # a budget a new compile waits until it is the worker's next call; whether
+                    # it fits is decided then.
+                    if sum(bool(t.compiles) for t in pending) >= self.executor.kernel_workers:
+                        held.append(nxt)
+                        return
+                pending.append(self._submit(*nxt))
+
+        feed()
         while pending:
             task = pending.popleft()
             if self.budget.spent and _cancelled(task):
@@ -227,20 +245,11 @@ class Campaign:
             if ran:
                 item = task.item
                 progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
-            nxt = next(todo, None)
-            while nxt is not None and not self.budget.spent and not self._fits(*nxt):
-                nxt = next(todo, None)
-            if nxt is not None and self.budget.spent:
-                self._cut, nxt = True, None
-            if nxt is not None:
-                pending.append(self._submit(*nxt))
+            feed()
 
-    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
-        """Whether the compiles ``item`` would start (its new compile keys, at each kernel's
-        probed compile time) fit in the budget left; an item that does not is left for a
-        resume."""
-        if self.budget.seconds is None:
-            return True
+    def _compile_need(self, item: Item, specs: Sequence[str]) -> float:
+        """Seconds of compiling ``item`` would start: its new compile keys, at each kernel's
+        probed compile time."""
         need = 0.0
         for spec in specs:
             kern = self.kernels[spec]
@@ -251,7 +260,12 @@ class Campaign:
             key = compile_key(kern, fit_recipe(item.recipe, kern, palette=self.preset.palette))
             if key and (spec, key) not in self._keys:
                 need += kern.compile_seconds
-        if need <= self.budget.left():
+        return need
+
+    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
+        """Whether the compiles ``item`` would start fit in the budget left; an item that does
+        not is left for a resume."""
+        if self.budget.seconds is None or self._compile_need(item, specs) <= self.budget.left():
             return True
         self._cut = True
         return False
