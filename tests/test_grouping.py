@@ -14,7 +14,12 @@ from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.adapters.worker import KernelRef
 from flashcheck.harness.campaign.executor import LocalExecutor
 from flashcheck.harness.campaign.fitting import fit_recipe
-from flashcheck.harness.campaign.grouping import affinity, compile_waits, grouped
+from flashcheck.harness.campaign.grouping import (
+    affinity,
+    compile_waits,
+    grouped,
+    palette_first,
+)
 from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.core.progress import Progress
@@ -79,6 +84,27 @@ def test_each_key_goes_to_one_worker_and_the_palette_shares_them_evenly():
     fp16 = [next(iter(p)) for k, p in pins.items() if k[0] == "fp16"]
     assert sorted(x % 2 for x in fp16) == [0, 0, 1, 1] and len(fp16) == len(pal)
     assert compile_waits(_work({"jit": jit}), {"jit": jit})[1] == 10.0
+
+
+def test_under_a_budget_the_palettes_first_key_is_compiled_first():
+    jit = _kernel("jit", compile_keys=KEYS, compile_seconds=10.0)
+    kernels = {"jit": jit, "plain": _kernel("plain")}
+    pal = palette_for(jit)
+    work = _work(["jit"])
+    out = palette_first(work, kernels)
+    places = []
+    for it, _ in out:
+        r = fit_recipe(it.recipe, jit)
+        places.append(pal.entries.index(tuple(getattr(r, x) for x in pal.dims)))
+    # the first key (block-aligned, several key blocks: where batch indexing bugs show) first,
+    # in every dtype, then the next; each key's cases in their earlier order
+    assert places == sorted(places) and places[0] == 0
+    first = [it for (it, _), p in zip(out, places, strict=True) if p == 0]
+    assert {it.recipe.dtype for it in first} == {"fp16", "bf16"}
+    order = {id(it): i for i, (it, _) in enumerate(work)}
+    assert [order[id(it)] for it in first] == sorted(order[id(it)] for it in first)
+    plain = _work(["plain"])
+    assert palette_first(plain, kernels) == plain  # no compile keys: the order is kept
 
 
 def test_the_eta_counts_compile_waits_apart():

@@ -21,7 +21,7 @@ from ..cases.families import Recipe
 from .fitting import fit_recipe
 from .plan import Item
 
-__all__ = ["affinity", "compile_waits", "grouped"]
+__all__ = ["affinity", "compile_waits", "grouped", "palette_first"]
 
 Work = list[tuple[Item, list[str]]]
 
@@ -82,3 +82,32 @@ def grouped(
                 key = compile_key(kern, fit_recipe(it.recipe, kern, palette=palette))
                 groups.setdefault((spec, key), []).append((it, [spec]))
     return plain + [entry for run in groups.values() for entry in run]
+
+
+def _rank(item: Item, specs: Sequence[str], kernels: Mapping[str, Kernel], palette: int) -> int:
+    """The place of ``item``'s compile key in its compiling kernels' palettes (the least over
+    them; 0 for work of kernels without compile keys, past the end for a key off the palette)."""
+    ranks = []
+    for spec in specs:
+        kern = kernels[spec]
+        keys = palette_for(kern, palette) if kern.compile_keys else None
+        if keys is None:
+            continue
+        r = fit_recipe(item.recipe, kern, palette=palette)
+        values = tuple(getattr(r, dim) for dim in keys.dims)
+        ranks.append(keys.entries.index(values) if values in keys.entries else len(keys.entries))
+    return min(ranks, default=0)
+
+
+def palette_first(
+    work: Sequence[tuple[Item, Sequence[str]]],
+    kernels: Mapping[str, Kernel],
+    *,
+    palette: int = DEFAULT_PALETTE,
+) -> list[tuple[Item, Sequence[str]]]:
+    """``work`` stably ordered by the palette place of its compile key. Under a time budget a
+    compiling kernel spends most of it compiling: the palette's first key (a block-aligned
+    length with several key blocks, where indexing bugs show) is compiled first, in each dtype,
+    and its cases run before the next key is compiled. Work of kernels without compile keys
+    keeps its order."""
+    return sorted(work, key=lambda e: _rank(e[0], e[1], kernels, palette))

@@ -51,7 +51,7 @@ from . import search
 from .budget import Budget, missing_by_part, priority_order
 from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
-from .grouping import affinity, compile_waits, grouped
+from .grouping import affinity, compile_waits, grouped, palette_first
 from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
 from .plan import (
     PARTS,
@@ -445,7 +445,7 @@ class Campaign:
         )
         fixed = grouped(self._fixed_work(), self.kernels, palette=p.palette)
         if self.budget.seconds is not None:
-            fixed = priority_order(fixed)
+            fixed = palette_first(priority_order(fixed), self.kernels, palette=p.palette)
         generations = p.search_generations if "search" in self.parts else 0
         per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
         search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
