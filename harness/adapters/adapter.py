@@ -271,6 +271,8 @@ class Kernel:
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
             f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",
         ]
+        if self.op == "combine" or self.layout != "dense":
+            lines[0] += "; split-KV merge" if self.op == "combine" else f"; layout {self.layout}"
         if self.compile_keys:
             cost = f" (about {self.compile_seconds:.2g} s each)" if self.compile_seconds else ""
             lines.append(f"compile keys {', '.join(self.compile_keys)}{cost}")

@@ -299,12 +299,11 @@ def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]
     what = "op='combine'" if op == "combine" else f"layout={layout!r}"
     bad = sorted(key for key in refused if given.get(key) not in (None, {}))
     if bad:
-        why = (
-            "a merge has no attention options or shapes to declare"
-            if op == "combine"
-            else "lengths and batch shapes are the layout's own, and ragged gradient checks "
-            "are not offered yet"
-        )
+        why = "a merge has no attention options or shapes to declare"
+        if op == "attention":
+            why = "lengths and batch shapes are the layout's own"
+            if "backward" in bad:
+                why = "gradient checks of ragged layouts are not offered yet"
         raise ValueError(f"{what} takes no {', '.join(bad)}: {why}; leave them out")
     masks = given.get("masks")
     if op == "attention" and masks is not None and "mask" in _as_tuple(masks):

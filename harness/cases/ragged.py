@@ -227,7 +227,7 @@ class RaggedCase:
         floats, index = {}, {}
         for name, x in tensors.items():
             if name in INDEX[layout]:
-                index[name] = index_array(x, name, ndim=np.ndim(x))
+                index[name] = index_array(x, name, ndim=np.ndim(x)).astype(np.int32)
             elif name in FLOATS[layout]:
                 exact, fmt = as_exact_array(x, name)
                 floats[name] = exact.astype(DTYPES[fmt.name])

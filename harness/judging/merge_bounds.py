@@ -6,11 +6,12 @@ roundoff ``u`` (fp32: 2⁻²⁴), with ``m = max_s lse_s`` and ``x_s = lse_s −
 
     w_s = exp(x_s),  Z = Σ_s w_s,  O_c = Σ_s w_s·o_sc / Z,  LSE = m + log Z
 
-then rounds ``O`` once into the output format (unit roundoff ``u_o``). With the exact weights
+then rounds ``O`` once into the output format (unit roundoff ``u_o``, smallest subnormal
+``σ_o``). With the exact weights
 ``p_s = exp(lse_s − LSE)``, ``W_c = Σ_s p_s·|o_sc|`` (the oracle's floor) and
 ``A_c = Σ_s p_s·|o_sc|·|x_s|``, every such merge satisfies, to first order::
 
-    |Ô_c − O_c|  ≤ u·(2·A_c + (3S + 6)·W_c) + u_o·W_c
+    |Ô_c − O_c|  ≤ u·(2·A_c + (3S + 6)·W_c) + u_o·W_c + σ_o/2
     |LSE^ − LSE| ≤ u·(2S + 4 + 2·(|LSE| + |m|))
 
 (the ``2`` on ``A_c``: the subtraction ``lse_s − m`` and a scaling by ``log₂ e`` for an
@@ -82,7 +83,9 @@ def merge_bounds(
         a_o = np.abs(np.where(keep[..., None], o, 0.0))
     w = np.einsum("s...,s...c->...c", p, a_o)
     a = np.einsum("s...,s...c->...c", p * x, a_o)
-    det_o = _HIGHER_ORDER * (u * (2 * a + (3 * n_split + 6) * w) + u_o * w)
+    # The final rounding: relative u_o above the output format's normal range, at most half
+    # its smallest subnormal below it.
+    det_o = _HIGHER_ORDER * (u * (2 * a + (3 * n_split + 6) * w) + u_o * w) + fmt.min_subnormal / 2
     det_o = np.where(live[..., None], det_o, 0.0)
     det_l = _HIGHER_ORDER * u * (2 * n_split + 4 + 2 * (np.abs(lse_exact) + np.abs(m_safe)))
     det_l = np.where(live, det_l, 0.0)
