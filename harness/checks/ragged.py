@@ -242,23 +242,33 @@ def check_ragged(
     return res
 
 
-_DENSE_OPTIONS = ("causal", "window", "mask", "scale")
-
-
-def check(kernel: Any, q: Any, k: Any = None, v: Any = None, **options: Any) -> Any:
-    """``flashcheck.check``: :func:`check_ragged` when ``q`` is a :class:`RaggedCase`, else the
-    dense check :func:`flashcheck.harness.checks.accuracy.check` (same arguments)."""
-    if isinstance(q, RaggedCase):
-        if k is not None or v is not None:
-            raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
-        dense_only = sorted(
-            name for name in _DENSE_OPTIONS if options.get(name) not in (None, False)
+def check(
+    kernel: Any,
+    q: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: Any = None,
+    scale: float | None = None,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> Any:
+    """``flashcheck.check``: :func:`check_ragged` when ``q`` is a :class:`RaggedCase` (which
+    carries its own options), else the dense check
+    :func:`flashcheck.harness.checks.accuracy.check` with the same arguments."""
+    if not isinstance(q, RaggedCase):
+        opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+        return accuracy.check(kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts)
+    if k is not None or v is not None:
+        raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
+    given = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
+    extra = sorted(name for name, val in given.items() if val is not None)
+    if extra:
+        raise ValueError(
+            f"a RaggedCase carries its own options: build it with {extra} instead of passing "
+            "them to check"
         )
-        if dense_only:
-            raise ValueError(
-                f"a RaggedCase carries its own options: build it with {dense_only} instead "
-                "of passing them to check"
-            )
-        rest = {key: val for key, val in options.items() if key not in _DENSE_OPTIONS}
-        return check_ragged(kernel, q, **rest)
-    return accuracy.check(kernel, q, k, v, **options)
+    return check_ragged(kernel, q, device=device, save=save, case_dir=case_dir)
