@@ -36,14 +36,13 @@ if TYPE_CHECKING:
     from flashcheck.harness.adapters.registry import kernel
     from flashcheck.harness.cases.case import Case
     from flashcheck.harness.cases.ragged import RaggedCase
-    from flashcheck.harness.cases.store import saved_case as load_case
+    from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
     from flashcheck.harness.checks.accuracy import (
         CheckResult,
         GradientCheckResult,
-        call,
         check_gradients,
     )
-    from flashcheck.harness.checks.ragged import RaggedCheckResult, check
+    from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
     from flashcheck.harness.oracle.combine import CombineResult
     from flashcheck.harness.oracle.dispatch import oracle
     from flashcheck.harness.oracle.evaluate import OracleResult
@@ -74,8 +73,8 @@ __all__ = [
 
 # Each public name: the module that defines it (and its name there, where it differs).
 _WHERE = {
-    "call": "flashcheck.harness.checks.accuracy",
-    "load_case": ("flashcheck.harness.cases.store", "saved_case"),
+    "call": "flashcheck.harness.checks.ragged",
+    "load_case": ("flashcheck.harness.cases.ragged_store", "saved_any_case"),
     "oracle": "flashcheck.harness.oracle.dispatch",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
     "LayoutResult": "flashcheck.harness.oracle.layouts",

@@ -87,6 +87,11 @@ BUGS = [
     ("varlen_empty_writes", _varlen, "sequence 2 (Nq=5, Nk=7), worst element O[3, "),
     ("paged_whole_page", _paged, "NaN/Inf where the oracle is finite"),
     ("combine_nan_when_empty", lambda: combine_case(5), "fully masked rows give NaN"),
+    (
+        "paged_lse_heads_by_modulo",
+        lambda: paged_case([40, 70], nq=2, hq=4, hk=2, page_size=16),
+        "LSE exceeds its deterministic bound",
+    ),
 ]
 
 
@@ -246,3 +251,14 @@ def test_a_ragged_case_refuses_what_its_layout_does_not_hold():
         )
     with pytest.raises(ValueError, match="takes no causal, window or scale"):
         RaggedCase("combine", dict(combine_case(2).tensors), causal=True)
+
+
+def test_load_case_and_call_take_ragged_cases(user, tmp_path):
+    case = _paged()
+    res = flashcheck.check(user.paged_whole_page, case, case_dir=tmp_path)
+    back = flashcheck.load_case(res.case_id, tmp_path)
+    assert isinstance(back, RaggedCase) and back.describe() == case.describe()
+    o, lse = flashcheck.call(user.paged_ok, back)
+    assert tuple(o.shape) == (4, 3, 2, 16) and tuple(lse.shape) == (4, 2, 3)
+    o, _ = flashcheck.call("split-kv-paged", back)
+    assert isinstance(o, np.ndarray) and not np.isnan(o.astype(np.float32)).any()

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..core.environment import environment
-from .case import DTYPES
+from .case import DTYPES, Case
 from .ragged import BITS, FLOATS, INDEX, RaggedCase, format_name
-from .store import CaseFileError, atomic_write, case_dir, case_path
+from .store import CaseFileError, atomic_write, case_dir, case_path, saved_case
 
 __all__ = [
     "RAGGED_SCHEMA",
@@ -29,6 +29,7 @@ __all__ = [
     "load_ragged_case",
     "ragged_case_id",
     "save_ragged_case",
+    "saved_any_case",
 ]
 
 RAGGED_SCHEMA = "flashcheck-ragged-case/1"
@@ -159,3 +160,12 @@ def load_ragged_case(
     except (KeyError, ValueError, TypeError, OSError) as err:
         raise CaseFileError(f"{npz}: cannot rebuild the case ({err})") from None
     return case, record
+
+
+def saved_any_case(ref: str, directory: str | os.PathLike | None = None) -> Case | RaggedCase:
+    """``flashcheck.load_case``: the case saved as ``ref`` (an id, or a path to
+    ``<id>.json``), rebuilt bit for bit: a :class:`~flashcheck.harness.cases.case.Case`, or a
+    :class:`RaggedCase` for a ragged layout or a merge."""
+    if is_ragged_case(ref, directory):
+        return load_ragged_case(ref, directory)[0]
+    return saved_case(ref, directory)

@@ -37,7 +37,14 @@ from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
 from .accuracy import CheckResult, check_case
 
-__all__ = ["RaggedCheckResult", "check", "check_ragged", "check_ragged_case", "format_ragged_check"]
+__all__ = [
+    "RaggedCheckResult",
+    "call",
+    "check",
+    "check_ragged",
+    "check_ragged_case",
+    "format_ragged_check",
+]
 
 
 @dataclass
@@ -97,19 +104,27 @@ class RaggedCheckResult:
         return out
 
     def _where(self, b: int, res: CheckResult) -> str:
+        """The sequence's lengths and its worst element, in the layout's own indices: O's
+        where O fails, else LSE's."""
         nq, nk = self.case.lengths(b)
         text = f"(Nq={nq}, Nk={nk})"
-        worst = res.verdict.worst
-        if worst:
-            _, h, i, c = worst[0]["index"]
-            text += f", worst element {self._element(b, i, h, c)}"
+        o, lse = res.verdict["o"], res.verdict.tensors.get("lse")
+        if o.verdict != Status.PASS and o.worst:
+            _, h, i, c = o.worst[0]["index"]
+            text += f", worst element {self._element('O', b, i, h, c)}"
+        elif lse is not None and lse.errors is not None and lse.errors.size:
+            errs = np.nan_to_num(lse.errors, nan=np.inf)
+            _, h, i = np.unravel_index(int(np.argmax(errs)), errs.shape)
+            text += f", worst element {self._element('LSE', b, int(i), int(h))}"
         return text
 
-    def _element(self, b: int, i: int, h: int, c: int) -> str:
+    def _element(self, name: str, b: int, i: int, h: int, c: int | None = None) -> str:
+        last = "" if c is None else f", {c}"
         if self.case.layout == "varlen":
             row = int(self.case.index["cu_seqlens_q"][b]) + i
-            return f"O[{row}, {h}, {c}] (query {i} of the sequence)"
-        return f"O[{b}, {i}, {h}, {c}]"
+            at = f"{row}, {h}{last}" if name == "O" else f"{h}, {row}"
+            return f"{name}[{at}] (query {i} of the sequence)"
+        return f"{name}[{b}, {i}, {h}{last}]" if name == "O" else f"LSE[{b}, {h}, {i}]"
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as stored in a case file: the status, the reasons and per sequence
@@ -272,3 +287,14 @@ def check(
             "them to check"
         )
     return check_ragged(kernel, q, device=device, save=save, case_dir=case_dir)
+
+
+def call(kernel: Any, case: Any, *, device: str | None = None) -> Any:
+    """``flashcheck.call``: ``kernel`` called on ``case`` as the checks call it, returning what
+    it returned; a :class:`RaggedCase` in its layout
+    (:func:`~flashcheck.harness.adapters.ragged_call.call_ragged`), a dense case as
+    :func:`flashcheck.harness.checks.accuracy.call` does."""
+    if not isinstance(case, RaggedCase):
+        return accuracy.call(kernel, case, device=device)
+    adapter = as_kernel(kernel)
+    return call_ragged(adapter, case, device or default_probe_device(adapter)).result

@@ -65,7 +65,18 @@ def _varlen_empty_writes(
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, fill_empty=True)
 
 
-def _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, *, whole_page=False):
+def _paged(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    causal,
+    scale,
+    *,
+    whole_page=False,
+    lse_mod=False,
+):
     bsz, nq, hq, _ = q.shape
     page = k_cache.shape[1]
     o = torch.zeros(bsz, nq, hq, v_cache.shape[3], dtype=q.dtype)
@@ -77,6 +88,11 @@ def _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, *, wh
         kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:keys]
         vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:keys]
         ob, lb = _attend(q[b], kb, vb, causal, scale)
+        if lse_mod:
+            # The bug: LSE stored as (kv head, group member) but indexed as (group member, kv
+            # head): query heads mapped to k/v heads by modulo, for grouped heads only.
+            hk = k_cache.shape[2]
+            lb = lb.reshape(hk, hq // hk, nq).transpose(0, 1).reshape(hq, nq)
         o[b], lse[b] = ob, lb
     return o, lse
 
@@ -87,6 +103,12 @@ def _paged_ok(q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, 
 
 def _paged_whole_page(q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, scale=None):
     return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, whole_page=True)
+
+
+def _paged_lse_heads_by_modulo(
+    q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, scale=None
+):
+    return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, lse_mod=True)
 
 
 def _merge(out_partial, lse_partial, guard):
@@ -115,6 +137,9 @@ varlen_empty_writes = flashcheck.kernel(
 paged_ok = flashcheck.kernel(_paged_ok, name="user_layouts:paged_ok", layout="paged")
 paged_whole_page = flashcheck.kernel(
     _paged_whole_page, name="user_layouts:paged_whole_page", layout="paged"
+)
+paged_lse_heads_by_modulo = flashcheck.kernel(
+    _paged_lse_heads_by_modulo, name="user_layouts:paged_lse_heads_by_modulo", layout="paged"
 )
 combine_ok = flashcheck.kernel(_combine_ok, name="user_layouts:combine_ok", op="combine")
 combine_nan_when_empty = flashcheck.kernel(
