@@ -21,7 +21,14 @@ import numpy as np
 
 from ..cases.ragged import RaggedCase
 from ..core.semantics import as_exact_array
-from .adapter import NO_TENSOR, Kernel, KernelCall, KernelOutput, KernelOutputError
+from .adapter import (
+    NO_TENSOR,
+    Kernel,
+    KernelCall,
+    KernelOutput,
+    KernelOutputError,
+    score_magnitude,
+)
 
 __all__ = ["call_ragged", "kernel_layout", "ragged_output", "ragged_supports", "shapes"]
 
@@ -58,6 +65,11 @@ def ragged_supports(kernel: Kernel, case: RaggedCase) -> str | None:
         return "dv != d unsupported"
     if hq != hk and not kernel.gqa:
         return "grouped-query heads (Hq != Hk) unsupported"
+    limit = kernel.score_limit.get(case.dtype)
+    if limit is not None:
+        mag = max((score_magnitude(case.sequence(b)) for b in range(case.sequences)), default=0.0)
+        if mag >= limit:
+            return f"scores reach {mag:.3g} >= the kernel's limit {limit:.3g}"
     return None
 
 

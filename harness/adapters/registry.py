@@ -210,6 +210,7 @@ def kernel(
     layout_args.update(unequal_lengths=unequal_lengths, batched=batched, key_block=key_block)
     layout_args.update(seq_multiple=seq_multiple, compile_keys=compile_keys)
     layout_args.update(distinct_dv=distinct_dv, score_limit=score_limit)
+    layout_args["arithmetic"] = None if arithmetic == "unknown" else arithmetic
     fixed = _check_layout(layout, op, layout_args)
     opts = accepted_options(fn)
     if fixed:
@@ -271,7 +272,10 @@ def kernel(
 # What a ragged layout fixes in the contract: every length and batch shape is the layout's own.
 _RAGGED_FIXED = {"unequal_lengths": True, "batched": True, "seq_multiple": 1, "compile_keys": ()}
 _NOT_RAGGED = ("unequal_lengths", "batched", "seq_multiple", "compile_keys", "backward")
-_NOT_COMBINE = (*_NOT_RAGGED, "masks", "head_dims", "gqa", "key_block", "distinct_dv")
+_NOT_COMBINE = (
+    *_NOT_RAGGED,
+    *("masks", "head_dims", "gqa", "key_block", "distinct_dv", "score_limit", "arithmetic"),
+)
 
 
 def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +303,10 @@ def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]
     what = "op='combine'" if op == "combine" else f"layout={layout!r}"
     bad = sorted(key for key in refused if given.get(key) not in (None, {}))
     if bad:
-        why = "a merge has no attention options or shapes to declare"
+        why = (
+            "a merge has no attention options or shapes to declare, and is judged by the "
+            "merge's own bounds (docs/error-bounds.md, section 12)"
+        )
         if op == "attention":
             why = "lengths and batch shapes are the layout's own"
             if "backward" in bad:
