@@ -186,10 +186,10 @@ def test_kernel_declarations_of_layouts_say_how_to_fix_the_call(user):
         flashcheck.kernel(fn, op="merge")
     with pytest.raises(ValueError, match="op='combine' takes no masks"):
         flashcheck.kernel(user._combine_ok, op="combine", masks=["causal"])
-    with pytest.raises(ValueError, match="op='combine' takes no arithmetic: .* merge's own"):
+    with pytest.raises(ValueError, match=r"op='combine' takes no arithmetic: .* merge's own"):
         flashcheck.kernel(user._combine_ok, op="combine", arithmetic="flash")
     limited = flashcheck.kernel(user._paged_ok, layout="paged", score_limit={"fp16": 3.0})
-    with pytest.raises(ValueError, match="scores reach .* >= the kernel's limit 3"):
+    with pytest.raises(ValueError, match=r"scores reach .* >= the kernel's limit 3"):
         flashcheck.check(limited, paged_case([3, 40], sigma=3.0), save="never")
     with pytest.raises(ValueError, match="op='combine' takes no layout"):
         flashcheck.kernel(user._combine_ok, op="combine", layout="paged")
