@@ -36,6 +36,7 @@ from ..judging.verdict import judge
 from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
 from .accuracy import CheckResult, check_case
+from .text import format_check
 
 __all__ = [
     "RaggedCheckResult",
@@ -85,16 +86,19 @@ class RaggedCheckResult:
         judged = [(b, r) for b, r in enumerate(self.sequences) if r is not None]
         if not judged:
             return None
-        rank = {s: s.severity for s in Status}
         return max(
             judged,
-            key=lambda br: (rank[br[1].verdict.verdict], _finite(br[1].verdict.det_util)),
+            key=lambda br: (br[1].verdict.verdict.severity, _finite(br[1].verdict.det_util)),
         )[0]
 
     @property
     def reasons(self) -> list[str]:
         if self.merge is not None:
-            return list(self.merge.reasons)
+            o = self.merge["o"]
+            at = ""
+            if o.verdict != Status.PASS and o.worst:
+                at = f"worst element O[{', '.join(map(str, o.worst[0]['index']))}]: "
+            return [at + r for r in self.merge.reasons]
         out = []
         for b, res in enumerate(self.sequences):
             if res is None or res.passed:
@@ -186,7 +190,9 @@ def check_ragged_case(
         extra: dict[str, Any] = {}
         if nk == 0:
             # Every row keeps no key: the result must be exactly O = 0, LSE = −inf, which the
-            # judge demands of such rows without bounds or a baseline.
+            # judge demands of such rows by itself. The dense bounds and the naive baseline
+            # are not asked: with no keys they have nothing to bound (and the bounds' reductions
+            # over the keys would be empty).
             extra = {"bounds_cache": {(adapter.arithmetic, adapter.key_block): None}}
             extra["naive"] = (None, None)
         got = _sequence_output(case, out, b)
@@ -205,8 +211,6 @@ def _judge_merge(res: RaggedCheckResult) -> RaggedCheckResult:
 
 def format_ragged_check(res: RaggedCheckResult) -> str:
     """The verdict, its reasons and, for the worst sequence, the dense side-by-side."""
-    from .text import format_check
-
     lines = [f"kernel {res.kernel} on {res.device}: {res.case.describe()}"]
     lines.append(f"verdict {res.verdict}")
     lines += [f"  - {r}" for r in res.reasons]
