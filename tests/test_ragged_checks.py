@@ -267,3 +267,17 @@ def test_load_case_and_call_take_ragged_cases(user, tmp_path):
     assert tuple(o.shape) == (4, 3, 2, 16) and tuple(lse.shape) == (4, 2, 3)
     o, _ = flashcheck.call("split-kv-paged", back)
     assert isinstance(o, np.ndarray) and not np.isnan(o.astype(np.float32)).any()
+
+
+def test_an_output_in_the_wrong_layout_is_named_with_the_shape_expected():
+    from flashcheck.harness.adapters.adapter import KernelOutputError
+
+    def dense_shaped(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        return q.transpose(0, 1)[None]  # (1, H, total_q, d): the dense layout, not varlen's
+
+    kern = flashcheck.kernel(dense_shaped, layout="varlen")
+    with pytest.raises(
+        KernelOutputError,
+        match=re.escape("returned O of shape (1, 4, 27, 16), expected (27, 4, 16) (varlen)"),
+    ):
+        flashcheck.check(kern, _varlen(), save="never")
