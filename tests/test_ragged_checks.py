@@ -24,7 +24,7 @@ from flashcheck.harness.cases.ragged import RaggedCase
 from flashcheck.harness.cases.ragged_inputs import combine_case, paged_case, varlen_case
 from flashcheck.harness.cases.ragged_store import load_ragged_case, save_ragged_case
 from flashcheck.harness.checks.replay import replay
-from flashcheck.harness.core.formats import FP16
+from flashcheck.harness.core.formats import BF16, FP16
 from flashcheck.harness.judging.merge_bounds import merge_bounds
 from flashcheck.harness.oracle.combine import combine_oracle
 from flashcheck.kernels.split_kv import merge_partials
@@ -281,3 +281,18 @@ def test_an_output_in_the_wrong_layout_is_named_with_the_shape_expected():
         match=re.escape("returned O of shape (1, 4, 27, 16), expected (27, 4, 16) (varlen)"),
     ):
         flashcheck.check(kern, _varlen(), save="never")
+
+
+@pytest.mark.parametrize("out", ["fp16", "bf16", "fp32"])
+def test_a_merge_is_judged_in_the_format_it_writes(out):
+    # fp32 partials merged into a narrower output, as FlashAttention's combine kernel does.
+    def merge(out_partial, lse_partial):
+        o, lse = merge_partials(out_partial, lse_partial)
+        return o.astype(
+            {"fp16": np.float16, "bf16": BF16.numpy_dtype, "fp32": np.float32}[out]
+        ), lse
+
+    kern = flashcheck.kernel(merge, op="combine", api="numpy")
+    res = flashcheck.check(kern, combine_case(9, (3, 4), lse_spread=20.0), save="never")
+    assert res.passed and res.ref.fmt.name == out
+    assert 0.05 < res.merge.det_util <= 1

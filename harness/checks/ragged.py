@@ -201,8 +201,10 @@ def check_ragged_case(
 
 
 def _judge_merge(res: RaggedCheckResult) -> RaggedCheckResult:
+    """The merge judged in the format its ``O`` comes back in: fp32 partials are commonly
+    merged into an fp16 or bf16 output (FlashAttention's combine writes the input format)."""
     o_p, lse_p = res.case.tensors["out_partial"], res.case.tensors["lse_partial"]
-    ref = combine_oracle(o_p, lse_p)
+    ref = combine_oracle(o_p, lse_p, fmt=res.output.o_dtype)
     bounds = merge_bounds(o_p, lse_p, ref.lse.hi + ref.lse.lo, fmt=ref.fmt)
     res.ref, res.bounds = ref, bounds
     res.merge = judge(res.output.o, res.output.lse, ref, bounds, naive_ulp=None)

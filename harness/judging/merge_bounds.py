@@ -6,8 +6,8 @@ roundoff ``u`` (fp32: 2⁻²⁴), with ``m = max_s lse_s`` and ``x_s = lse_s −
 
     w_s = exp(x_s),  Z = Σ_s w_s,  O_c = Σ_s w_s·o_sc / Z,  LSE = m + log Z
 
-then rounds ``O`` once into the output format (unit roundoff ``u_o``, smallest subnormal
-``σ_o``). With the exact weights
+then rounds ``O`` once into the output format (the one the kernel returns ``O`` in: unit
+roundoff ``u_o``, smallest subnormal ``σ_o``). With the exact weights
 ``p_s = exp(lse_s − LSE)``, ``W_c = Σ_s p_s·|o_sc|`` (the oracle's floor) and
 ``A_c = Σ_s p_s·|o_sc|·|x_s|``, every such merge satisfies, to first order::
 
