@@ -8,7 +8,9 @@ and ``flashcheck.properties`` is internal and may change.
   upstream gradient ``do=``, the exact dQ, dK, dV likewise); it also takes FlashAttention's
   varlen and paged layouts (``cu_seqlens_q=``/``cu_seqlens_k=``, ``block_table=``/
   ``cache_seqlens=``) and the split-KV merge (``op="combine"``);
-- :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay);
+- :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay),
+  or on a :class:`RaggedCase` (a varlen or paged batch, or split-KV partials) for a kernel
+  declared with ``kernel(fn, layout=...)`` or ``op="combine"``;
 - :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV;
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
 - :func:`load_case`: a saved failing case, rebuilt bit for bit; :func:`call`: a kernel called
@@ -33,14 +35,14 @@ if TYPE_CHECKING:
     from flashcheck.harness.adapters.adapter import Kernel
     from flashcheck.harness.adapters.registry import kernel
     from flashcheck.harness.cases.case import Case
-    from flashcheck.harness.cases.store import saved_case as load_case
+    from flashcheck.harness.cases.ragged import RaggedCase
+    from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
     from flashcheck.harness.checks.accuracy import (
         CheckResult,
         GradientCheckResult,
-        call,
-        check,
         check_gradients,
     )
+    from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
     from flashcheck.harness.oracle.combine import CombineResult
     from flashcheck.harness.oracle.dispatch import oracle
     from flashcheck.harness.oracle.evaluate import OracleResult
@@ -56,6 +58,8 @@ __all__ = [
     "Kernel",
     "LayoutResult",
     "OracleResult",
+    "RaggedCase",
+    "RaggedCheckResult",
     "__version__",
     "assert_attention",
     "call",
@@ -69,13 +73,15 @@ __all__ = [
 
 # Each public name: the module that defines it (and its name there, where it differs).
 _WHERE = {
-    "call": "flashcheck.harness.checks.accuracy",
-    "load_case": ("flashcheck.harness.cases.store", "saved_case"),
+    "call": "flashcheck.harness.checks.ragged",
+    "load_case": ("flashcheck.harness.cases.ragged_store", "saved_any_case"),
     "oracle": "flashcheck.harness.oracle.dispatch",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
     "LayoutResult": "flashcheck.harness.oracle.layouts",
     "CombineResult": "flashcheck.harness.oracle.combine",
-    "check": "flashcheck.harness.checks.accuracy",
+    "check": "flashcheck.harness.checks.ragged",
+    "RaggedCheckResult": "flashcheck.harness.checks.ragged",
+    "RaggedCase": "flashcheck.harness.cases.ragged",
     "CheckResult": "flashcheck.harness.checks.accuracy",
     "check_gradients": "flashcheck.harness.checks.accuracy",
     "GradientCheckResult": "flashcheck.harness.checks.accuracy",

@@ -142,6 +142,8 @@ class Kernel:
     ``unsupported``: ``(what, why)`` for each input class a probe found the kernel to reject.
     ``pending``: contract fields not declared and not yet probed
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
+    ``layout`` (``"dense"``, ``"varlen"``, ``"paged"``) and ``op`` (``"attention"``,
+    ``"combine"``): how the kernel is called (:mod:`~flashcheck.harness.adapters.ragged_call`).
     """
 
     name: str
@@ -173,6 +175,8 @@ class Kernel:
     compile_seconds: float = 0.0
     unsupported: tuple[tuple[str, str], ...] = ()
     pending: frozenset[str] = frozenset()
+    layout: str = "dense"
+    op: str = "attention"
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name!r}: {'; '.join(self.contract_lines()[:3])}>"
@@ -196,6 +200,8 @@ class Kernel:
     def supports(self, case: Case, device: str | None = None) -> str | None:
         """Why ``case`` is outside this kernel's contract (on ``device``, if given), or ``None``
         if it is inside."""
+        if self.layout != "dense" or self.op != "attention":
+            return f"a {self.layout} {self.op} kernel takes no dense (B, H, N, d) case"
         b, hq, hk, nq, nk, d, dv = case.shape
         if case.causal and "causal" not in self.masks:
             return "causal masks unsupported"
@@ -265,6 +271,8 @@ class Kernel:
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
             f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",
         ]
+        if self.op == "combine" or self.layout != "dense":
+            lines[0] += "; split-KV merge" if self.op == "combine" else f"; layout {self.layout}"
         if self.compile_keys:
             cost = f" (about {self.compile_seconds:.2g} s each)" if self.compile_seconds else ""
             lines.append(f"compile keys {', '.join(self.compile_keys)}{cost}")

@@ -3,7 +3,10 @@
 ``recurrence-fa2`` / ``recurrence-fa1``: the numpy online-softmax recurrence (flash arithmetic,
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
 precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and backward (IEEE
-fp32 or tf32 dots for fp32 inputs). docs/kernels.md describes each.
+fp32 or tf32 dots for fp32 inputs). Ragged layouts (docs/api.md, "Ragged batches"):
+``recurrence-varlen`` (the recurrence per packed sequence), ``split-kv-paged`` (paged decode,
+split-KV with 64 keys per split) and ``split-kv-combine`` (the fp32 merge of split-KV
+partials). docs/kernels.md describes each.
 """
 
 from __future__ import annotations
@@ -113,6 +116,50 @@ def _triton_backward(q, k, v, do, *, causal, window, scale, mask=None, allow_tf3
 
 def _triton_tf32_backward(q, k, v, do, *, causal, window, scale, mask=None):
     return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale, allow_tf32=True)
+
+
+def _recurrence_varlen(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, window, scale
+):
+    from ...kernels.ragged import varlen_attention
+    from ...kernels.recurrence import PrecisionPolicy
+    from ..core.formats import format_of
+
+    policy = PrecisionPolicy.flash(format_of(q.dtype).name)
+    opts = {"causal": causal, "window": window, "scale": scale}
+    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, policy=policy, **opts)
+
+
+# Keys per split of the paged decode kernel: fixed, never derived from the batch.
+SPLIT_SIZE = 64
+
+
+def _split_kv_paged(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, window, scale):
+    from ...kernels.ragged import paged_attention
+    from ...kernels.recurrence import PrecisionPolicy
+    from ..core.formats import format_of
+
+    policy = PrecisionPolicy.flash(format_of(q.dtype).name)
+    return paged_attention(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens=cache_seqlens,
+        block_table=block_table,
+        policy=policy,
+        split_size=SPLIT_SIZE,
+        causal=causal,
+        window=window,
+        scale=scale,
+    )
+
+
+def _split_kv_combine(out_partial, lse_partial):
+    """The fp32 merge, O written in the partials' format (LSE stays fp32)."""
+    from ...kernels.split_kv import merge_partials
+
+    o, lse = merge_partials(out_partial, lse_partial, accum="fp32")
+    return o.astype(out_partial.dtype), lse
 
 
 def _triton_available(dtype: str, device: str) -> str | None:
@@ -303,5 +350,37 @@ def project_kernels() -> dict[str, Kernel]:
             backward_score_limit=BWD_FLASH_SCORES,
             deterministic=True,
             batch_invariant=True,
+        ),
+        **_ragged_kernels(),
+    }
+
+
+def _ragged_kernels() -> dict[str, Kernel]:
+    """The numpy kernels of the ragged layouts and the split-KV merge."""
+    ragged = {"api": "numpy", "devices": ("cpu",), "deterministic": True, "batch_invariant": True}
+    ragged["masks"] = frozenset({"causal", "window"})
+    return {
+        "recurrence-varlen": Kernel(
+            "recurrence-varlen",
+            _recurrence_varlen,
+            "flash",
+            key_block=16,
+            layout="varlen",
+            **ragged,
+        ),
+        "split-kv-paged": Kernel(
+            "split-kv-paged", _split_kv_paged, "flash", key_block=16, layout="paged", **ragged
+        ),
+        "split-kv-combine": Kernel(
+            "split-kv-combine",
+            _split_kv_combine,
+            "unknown",
+            api="numpy",
+            devices=("cpu",),
+            masks=frozenset(),
+            options=frozenset(),
+            deterministic=True,
+            batch_invariant=True,
+            op="combine",
         ),
     }

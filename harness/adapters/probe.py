@@ -48,6 +48,7 @@ from ..core.status import Status
 from .adapter import ALL_DTYPES, NO_TENSOR, Kernel
 from .compilekeys import CallTimes, compile_cost, infer_keys
 from .outcome import Outcome, call_kernel
+from .ragged_probe import probe_ragged
 
 __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
 
@@ -180,6 +181,9 @@ def probe(
     the calls are timed with (compile keys)."""
     device = device or default_probe_device(kernel)
     key = (kernel.name, id(kernel.fn), device, kernel.pending, kernel.dtypes, kernel.head_dims)
+    if key not in _CACHE and (kernel.layout != "dense" or kernel.op != "attention"):
+        # A ragged layout or a merge: probed in its own layout, in this process.
+        _CACHE[key] = probe_ragged(kernel, device)
     if key not in _CACHE:
         _CACHE[key] = _probe(kernel, device, runner, clock)
     return _CACHE[key]

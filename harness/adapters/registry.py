@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from ..core.layouts import LAYOUTS
 from ..judging.bounds import ARITHMETIC_CLASSES
 from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
 from .builtin import project_kernels
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "flashcheck.kernels"
+OPS = ("attention", "combine")
 OPTION_NAMES = frozenset({"causal", "window", "mask", "scale"})
 # The project's own kernels: what `flashcheck test builtin` and the repository's suite run.
 SUITE_KERNELS = (
@@ -119,6 +121,8 @@ def kernel(
     backward_score_limit: float | None = None,
     nan_inputs: str = "propagate",
     compile_keys: Iterable[str] | None = None,
+    layout: str = "dense",
+    op: str = "attention",
 ) -> Any:
     """Declare the contract of an attention function ``fn(q, k, v, *, causal=..., window=...,
     mask=..., scale=...) -> O or (O, LSE)``; usable as ``kernel(fn, ...)`` or as a decorator
@@ -159,6 +163,13 @@ def kernel(
             ``causal`` whose every new value costs the kernel a compile (autotuning, constexpr
             shapes): then every generator draws them from a small palette. ``()`` declares
             none; ``None`` has a probe time the kernel's first and repeated calls to find them.
+        layout: ``"dense"`` (the signature above), ``"varlen"`` (``fn(q, k, v, cu_seqlens_q,
+            cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=..., window=..., scale=...)``,
+            as ``flash_attn_varlen_func``) or ``"paged"`` (``fn(q, k_cache, v_cache, *,
+            cache_seqlens, block_table, causal=..., scale=...)``, as
+            ``flash_attn_with_kvcache``): docs/api.md, "Ragged batches".
+        op: ``"attention"`` or ``"combine"``: ``fn(out_partial, lse_partial) -> (O, LSE)``,
+            the merge of split-KV partials (no attention options).
 
     Returns:
         a :class:`~flashcheck.harness.adapters.adapter.Kernel` (or a decorator making one).
@@ -195,7 +206,15 @@ def kernel(
             f"nan_inputs must be one of {NAN_POLICIES} ('any' accepts finite outputs where a "
             f"NaN input is involved), got {nan_inputs!r}"
         )
+    layout_args = {"masks": masks, "head_dims": head_dims, "gqa": gqa, "backward": backward}
+    layout_args.update(unequal_lengths=unequal_lengths, batched=batched, key_block=key_block)
+    layout_args.update(seq_multiple=seq_multiple, compile_keys=compile_keys)
+    layout_args.update(distinct_dv=distinct_dv, score_limit=score_limit)
+    layout_args["arithmetic"] = None if arithmetic == "unknown" else arithmetic
+    fixed = _check_layout(layout, op, layout_args)
     opts = accepted_options(fn)
+    if fixed:
+        opts = opts - {"mask"} if op == "attention" else frozenset()
     # Until a probe narrows them, the masks are those the signature can take at all.
     declared: dict[str, Any] = {"options": opts}
     undeclared_masks = frozenset(m for m in ALL_MASKS if m in opts)
@@ -226,6 +245,7 @@ def kernel(
     ):
         if val is not None:
             declared[key] = val
+    declared.update(fixed)
     label = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
     return Kernel(
         label,
@@ -243,8 +263,69 @@ def kernel(
         backward_score_limit=backward_score_limit,
         nan_inputs=nan_inputs,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
+        layout=layout,
+        op=op,
         **{"masks": undeclared_masks, **declared},
     )
+
+
+# What a ragged layout fixes in the contract: every length and batch shape is the layout's own.
+_RAGGED_FIXED = {"unequal_lengths": True, "batched": True, "seq_multiple": 1, "compile_keys": ()}
+_NOT_RAGGED = ("unequal_lengths", "batched", "seq_multiple", "compile_keys", "backward")
+_NOT_COMBINE = (
+    *_NOT_RAGGED,
+    *("masks", "head_dims", "gqa", "key_block", "distinct_dv", "score_limit", "arithmetic"),
+)
+
+
+def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The contract fields a ragged layout or the merge fixes (``{}`` for dense attention);
+    a declaration that does not apply to them is refused, saying what to leave out."""
+    if layout not in LAYOUTS:
+        raise ValueError(
+            f"layout must be one of {LAYOUTS}, got {layout!r}: 'varlen' for packed sequences "
+            "with cu_seqlens (flash_attn_varlen_func), 'paged' for a paged KV cache with a "
+            "block table (flash_attn_with_kvcache)"
+        )
+    if op not in OPS:
+        raise ValueError(
+            f"op must be one of {OPS}, got {op!r}: 'combine' declares a merge of split-KV "
+            "partials fn(out_partial, lse_partial) -> (O, LSE)"
+        )
+    if op == "combine" and layout != "dense":
+        raise ValueError(
+            "op='combine' takes no layout: a merge reads (out_partial, lse_partial) whatever "
+            "layout made them; leave layout out"
+        )
+    if layout == "dense" and op == "attention":
+        return {}
+    refused = _NOT_COMBINE if op == "combine" else _NOT_RAGGED
+    what = "op='combine'" if op == "combine" else f"layout={layout!r}"
+    bad = sorted(key for key in refused if given.get(key) not in (None, {}))
+    if bad:
+        why = (
+            "a merge has no attention options or shapes to declare, and is judged by the "
+            "merge's own bounds (docs/error-bounds.md, section 12)"
+        )
+        if op == "attention":
+            why = "lengths and batch shapes are the layout's own"
+            if "backward" in bad:
+                why = "gradient checks of ragged layouts are not offered yet"
+        raise ValueError(f"{what} takes no {', '.join(bad)}: {why}; leave them out")
+    masks = given.get("masks")
+    if op == "attention" and masks is not None and "mask" in _as_tuple(masks):
+        raise ValueError(
+            f"{what} takes causal and window masks, not an explicit mask: drop 'mask' from masks"
+        )
+    fixed = dict(_RAGGED_FIXED)
+    if op == "combine":
+        fixed.update(masks=frozenset(), options=frozenset(), gqa=True, head_dims=None)
+        fixed["distinct_dv"] = True
+    return fixed
+
+
+def _as_tuple(value: Iterable[str] | str) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def as_kernel(obj: Any, spec: str | None = None) -> Kernel:

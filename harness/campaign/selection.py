@@ -17,18 +17,30 @@ def kernel_device(adapter: Kernel, device: str) -> str:
 
 
 def default_kernels() -> list[str]:
-    """Every built-in kernel (the project's and the library adapters)."""
-    from ..adapters.registry import BUILTIN
+    """Every built-in kernel of dense attention (the project's and the library adapters)."""
+    from ..adapters.registry import builtin_kernels
 
-    return list(BUILTIN)
+    return [name for name, k in builtin_kernels().items() if _dense(k)]
+
+
+def _dense(kernel: Kernel) -> bool:
+    return kernel.layout == "dense" and kernel.op == "attention"
 
 
 def resolve_kernels(specs: Sequence[str]) -> dict[str, Kernel]:
-    """Adapters for ``specs`` (duplicates dropped, order kept); ``ValueError`` names a bad one."""
+    """Adapters for ``specs`` (duplicates dropped, order kept); ``ValueError`` names a bad one,
+    and a kernel of a ragged layout or a merge, whose campaigns are not offered yet."""
     out: dict[str, Kernel] = {}
     for spec in specs:
         if spec not in out:
             out[spec] = resolve(spec)
+            if not _dense(out[spec]):
+                what = "op='combine'" if out[spec].op == "combine" else out[spec].layout
+                raise ValueError(
+                    f"{spec} is a {what} kernel: campaigns for ragged layouts and split-KV "
+                    "merges come in a later release; judge it on a case with "
+                    "flashcheck.check(kernel, flashcheck.RaggedCase...)"
+                )
     return out
 
 

@@ -27,7 +27,17 @@ import numpy as np
 from ..core.environment import environment
 from .case import DTYPES, Case
 
-__all__ = ["SCHEMA", "CaseFileError", "case_dir", "case_id", "load_case", "save_case", "saved_case"]
+__all__ = [
+    "SCHEMA",
+    "CaseFileError",
+    "atomic_write",
+    "case_dir",
+    "case_id",
+    "case_path",
+    "load_case",
+    "save_case",
+    "saved_case",
+]
 
 SCHEMA = "flashcheck-case/1"
 
@@ -70,7 +80,8 @@ def case_id(case: Case, kernel: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         # mkstemp creates the file 0600; a case file is shared like any other (0666 - umask).
@@ -108,7 +119,7 @@ def save_case(
         arrays["do"] = np.ascontiguousarray(case.do).view(case.bits("q").dtype)
     np.savez_compressed(buf, **arrays)
     data = buf.getvalue()
-    _atomic_write(out / f"{cid}.npz", data)
+    atomic_write(out / f"{cid}.npz", data)
     record = {
         "schema": SCHEMA,
         "id": cid,
@@ -130,11 +141,12 @@ def save_case(
         "replay": f"flashcheck replay {cid}",
     }
     text = json.dumps(record, indent=2, sort_keys=False, default=repr)
-    _atomic_write(out / f"{cid}.json", text.encode())
+    atomic_write(out / f"{cid}.json", text.encode())
     return cid
 
 
-def _resolve_path(ref: str, directory: str | os.PathLike | None) -> Path:
+def case_path(ref: str, directory: str | os.PathLike | None) -> Path:
+    """The ``.json`` record of case ``ref``: an id under :func:`case_dir`, or a path."""
     p = Path(ref)
     if p.suffix in (".json", ".npz") or p.exists():
         return p.with_suffix(".json")
@@ -143,7 +155,7 @@ def _resolve_path(ref: str, directory: str | os.PathLike | None) -> Path:
 
 def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Case, dict[str, Any]]:
     """Load a case by id or path; raise :class:`CaseFileError` with the reason if it is bad."""
-    path = _resolve_path(ref, directory)
+    path = case_path(ref, directory)
     if not path.exists():
         raise CaseFileError(
             f"no case file {path}: pass an id saved under {case_dir(directory)} (or set "

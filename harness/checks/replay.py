@@ -13,8 +13,10 @@ from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..adapters.registry import as_kernel
+from ..cases.ragged_store import is_ragged_case
 from ..cases.store import load_case
 from .accuracy import check_case, check_gradients_case
+from .ragged_replay import replay_ragged
 from .registry import CHECKS, GRADIENT_CHECKS
 from .text import format_check, format_gradient_check
 
@@ -48,7 +50,10 @@ def replay(
     forward's accuracy, the gradients' accuracy, or a structural property. ``kernel`` (a spec
     or a Kernel) replaces the recorded kernel. Returns that check's result (a
     :class:`~flashcheck.harness.checks.accuracy.CheckResult`, a ``GradientCheckResult`` or a
-    ``StructuralResult``), its verdict and the record."""
+    ``StructuralResult``), its verdict and the record; a ragged case
+    (:func:`~flashcheck.harness.checks.ragged_replay.replay_ragged`) its ``RaggedCheckResult``."""
+    if is_ragged_case(ref, directory):
+        return replay_ragged(ref, directory=directory, device=device, kernel=kernel, echo=echo)
     case, record = load_case(ref, directory)
     adapter = as_kernel(kernel if kernel is not None else record["kernel"])
     dev = device or default_device(adapter.devices, record.get("device"))

@@ -80,6 +80,8 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
             for dt in a.dtypes:
                 why = a.unavailable(dt, dev)
                 here.append(f"{dt}/{dev}: " + ("yes" if why is None else f"no ({why})"))
+        if a.op == "combine" or a.layout != "dense":
+            name += " (split-KV merge)" if a.op == "combine" else f" ({a.layout} layout)"
         print(
             f"| {name} | {a.arithmetic} | {', '.join(a.dtypes)} | {', '.join(a.devices)} "
             f"| {', '.join(sorted(a.masks)) or 'none'} | {'; '.join(here)} |"

@@ -1,0 +1,306 @@
+"""The accuracy check of a kernel of a ragged layout on one :class:`RaggedCase`.
+
+Varlen and paged: the kernel runs once on the whole batch; its output is cut into sequences,
+and each sequence is judged as the dense case it is (:func:`~.accuracy.check_case`: the oracle,
+the bounds of the kernel's class with the sequence's own lengths, the naive baseline). The worst
+sequence decides the case's verdict; its reasons name the sequence, its lengths and its worst
+element. Every row of the output belongs to a sequence, so a kernel that writes into a
+neighbour's rows fails on the neighbour; a sequence with no query rows has nothing to judge.
+The generated paged inputs hold NaN in every slot no sequence owns: a kernel that reads past
+``cache_seqlens`` returns NaN and fails.
+
+Combine: the merge's output against the merge oracle
+(:func:`~flashcheck.harness.oracle.combine.combine_oracle`) and the merge bounds
+(:mod:`flashcheck.harness.judging.merge_bounds`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..adapters.adapter import Kernel, KernelOutput
+from ..adapters.probe import default_probe_device
+from ..adapters.ragged_call import call_ragged, ragged_output, ragged_supports
+from ..adapters.registry import as_kernel
+from ..cases.ragged import RaggedCase
+from ..cases.ragged_store import save_ragged_case
+from ..core.status import Status
+from ..judging.merge_bounds import MergeBounds, merge_bounds
+from ..judging.tensor_verdict import Verdict
+from ..judging.verdict import judge
+from ..oracle.combine import CombineResult, combine_oracle
+from . import accuracy
+from .accuracy import CheckResult, check_case
+from .text import format_check
+
+__all__ = [
+    "RaggedCheckResult",
+    "call",
+    "check",
+    "check_ragged",
+    "check_ragged_case",
+    "format_ragged_check",
+]
+
+
+@dataclass
+class RaggedCheckResult:
+    """One kernel judged on one ragged case.
+
+    ``sequences``: the dense :class:`~.accuracy.CheckResult` of each sequence, in batch order
+    (``None`` for a sequence with no query rows); ``merge``: for a combine case, the
+    :class:`Verdict` of the merged ``O`` and ``LSE`` (with ``ref`` and ``bounds``);
+    ``verdict``: the worst status; ``reasons``: each failing sequence's reasons, prefixed by
+    the sequence and its lengths; ``case_id``: the saved case file's id, if one was.
+    """
+
+    kernel: str
+    device: str
+    case: RaggedCase
+    output: KernelOutput
+    sequences: list[CheckResult | None] = field(default_factory=list)
+    merge: Verdict | None = None
+    ref: CombineResult | None = None
+    bounds: MergeBounds | None = None
+    case_id: str | None = None
+    case_dir: str | None = None
+
+    @property
+    def verdict(self) -> Status:
+        if self.merge is not None:
+            return self.merge.verdict
+        return Status.worst(r.verdict.verdict for r in self.sequences if r is not None)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Status.PASS
+
+    @property
+    def worst_sequence(self) -> int | None:
+        """The index of the sequence that decides the verdict (``None`` for combine)."""
+        judged = [(b, r) for b, r in enumerate(self.sequences) if r is not None]
+        if not judged:
+            return None
+        return max(
+            judged,
+            key=lambda br: (br[1].verdict.verdict.severity, _finite(br[1].verdict.det_util)),
+        )[0]
+
+    @property
+    def reasons(self) -> list[str]:
+        if self.merge is not None:
+            o = self.merge["o"]
+            at = ""
+            if o.verdict != Status.PASS and o.worst:
+                at = f"worst element O[{', '.join(map(str, o.worst[0]['index']))}]: "
+            return [at + r for r in self.merge.reasons]
+        out = []
+        for b, res in enumerate(self.sequences):
+            if res is None or res.passed:
+                continue
+            where = self._where(b, res)
+            out += [f"sequence {b} {where}: {r}" for r in res.verdict.reasons]
+        return out
+
+    def _where(self, b: int, res: CheckResult) -> str:
+        """The sequence's lengths and its worst element, in the layout's own indices: O's
+        where O fails, else LSE's."""
+        nq, nk = self.case.lengths(b)
+        text = f"(Nq={nq}, Nk={nk})"
+        o, lse = res.verdict["o"], res.verdict.tensors.get("lse")
+        if o.verdict != Status.PASS and o.worst:
+            _, h, i, c = o.worst[0]["index"]
+            text += f", worst element {self._element('O', b, i, h, c)}"
+        elif lse is not None and lse.errors is not None and lse.errors.size:
+            errs = np.nan_to_num(lse.errors, nan=np.inf)
+            _, h, i = np.unravel_index(int(np.argmax(errs)), errs.shape)
+            text += f", worst element {self._element('LSE', b, int(i), int(h))}"
+        return text
+
+    def _element(self, name: str, b: int, i: int, h: int, c: int | None = None) -> str:
+        last = "" if c is None else f", {c}"
+        if self.case.layout == "varlen":
+            row = int(self.case.index["cu_seqlens_q"][b]) + i
+            at = f"{row}, {h}{last}" if name == "O" else f"{h}, {row}"
+            return f"{name}[{at}] (query {i} of the sequence)"
+        return f"{name}[{b}, {i}, {h}{last}]" if name == "O" else f"LSE[{b}, {h}, {i}]"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as stored in a case file: the status, the reasons and per sequence
+        (or for the merge) the dense verdict's numbers."""
+        out: dict[str, Any] = {"verdict": str(self.verdict), "reasons": self.reasons}
+        if self.merge is not None:
+            out["merge"] = self.merge.as_dict()
+        else:
+            out["sequences"] = [None if r is None else r.verdict.as_dict() for r in self.sequences]
+        return out
+
+    @property
+    def replay(self) -> str | None:
+        if self.case_id is None:
+            return None
+        where = "" if self.case_dir is None else f" --dir {self.case_dir}"
+        return f"flashcheck replay {self.case_id}{where}"
+
+    def __str__(self) -> str:
+        text = format_ragged_check(self)
+        return text + (f"\nreplay: {self.replay}" if self.replay else "")
+
+
+def _finite(x: float) -> float:
+    return math.inf if math.isnan(x) else x
+
+
+def _sequence_output(case: RaggedCase, out: KernelOutput, b: int) -> KernelOutput:
+    """Sequence ``b``'s rows of the kernel's output, as a dense ``(1, Hq, Nq_b, dv)`` output."""
+    if case.layout == "varlen":
+        cu = case.index["cu_seqlens_q"]
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        o = out.o[rows].transpose(1, 0, 2)[None]
+        lse = None if out.lse is None else out.lse[:, rows][None]
+    else:
+        o = out.o[b].transpose(1, 0, 2)[None]
+        lse = None if out.lse is None else out.lse[b][None]
+    return KernelOutput(np.ascontiguousarray(o), lse, out.o_dtype)
+
+
+def check_ragged_case(
+    adapter: Kernel, case: RaggedCase, *, device: str = "cpu"
+) -> RaggedCheckResult:
+    """Judge ``adapter`` on ``case`` (module docstring); the kernel must take the case's
+    layout (``ValueError`` otherwise)."""
+    why = ragged_supports(adapter, case)
+    if why:
+        raise ValueError(f"{case.layout} case outside {adapter.name}'s contract: {why}")
+    out = ragged_output(adapter, case, call_ragged(adapter, case, device))
+    res = RaggedCheckResult(adapter.name, device, case, out)
+    if case.layout == "combine":
+        return _judge_merge(res)
+    for b in range(case.sequences):
+        nq, nk = case.lengths(b)
+        if nq == 0:
+            res.sequences.append(None)
+            continue
+        seq = case.sequence(b)
+        extra: dict[str, Any] = {}
+        if nk == 0:
+            # Every row keeps no key: the result must be exactly O = 0, LSE = −inf, which the
+            # judge demands of such rows by itself. The dense bounds and the naive baseline
+            # are not asked: with no keys they have nothing to bound (and the bounds' reductions
+            # over the keys would be empty).
+            extra = {"bounds_cache": {(adapter.arithmetic, adapter.key_block): None}}
+            extra["naive"] = (None, None)
+        got = _sequence_output(case, out, b)
+        res.sequences.append(check_case(adapter, seq, device=device, output=got, **extra))
+    return res
+
+
+def _judge_merge(res: RaggedCheckResult) -> RaggedCheckResult:
+    """The merge judged in the format its ``O`` comes back in: fp32 partials are commonly
+    merged into an fp16 or bf16 output (FlashAttention's combine writes the input format)."""
+    o_p, lse_p = res.case.tensors["out_partial"], res.case.tensors["lse_partial"]
+    ref = combine_oracle(o_p, lse_p, fmt=res.output.o_dtype)
+    bounds = merge_bounds(o_p, lse_p, ref.lse.hi + ref.lse.lo, fmt=ref.fmt)
+    res.ref, res.bounds = ref, bounds
+    res.merge = judge(res.output.o, res.output.lse, ref, bounds, naive_ulp=None)
+    return res
+
+
+def format_ragged_check(res: RaggedCheckResult) -> str:
+    """The verdict, its reasons and, for the worst sequence, the dense side-by-side."""
+    lines = [f"kernel {res.kernel} on {res.device}: {res.case.describe()}"]
+    lines.append(f"verdict {res.verdict}")
+    lines += [f"  - {r}" for r in res.reasons]
+    if res.merge is not None:
+        for t in res.merge.tensors.values():
+            lines.append(t.line())
+        return "\n".join(lines)
+    b = res.worst_sequence
+    if b is not None:
+        lines += ["", f"sequence {b} (the worst), as a dense case:"]
+        lines.append(format_check(res.sequences[b]))
+    return "\n".join(lines)
+
+
+def check_ragged(
+    kernel: Any,
+    case: RaggedCase,
+    *,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> RaggedCheckResult:
+    """Judge ``kernel`` (declared with ``flashcheck.kernel(fn, layout=...)`` or ``op=``) on a
+    :class:`RaggedCase`; ``device``, ``save`` and ``case_dir`` as for
+    :func:`flashcheck.check`."""
+    if save not in ("failure", "always", "never"):
+        raise ValueError(f"save must be 'failure', 'always' or 'never', got {save!r}")
+    adapter = as_kernel(kernel)
+    if adapter.layout == "dense" and adapter.op == "attention":
+        raise ValueError(
+            f"{adapter.name} is declared for dense (B, H, N, d) inputs but the case is "
+            f"{case.layout}: declare it with flashcheck.kernel(fn, "
+            + ("op='combine')" if case.layout == "combine" else f"layout={case.layout!r})")
+        )
+    device = device or default_probe_device(adapter)
+    res = check_ragged_case(adapter, case, device=device)
+    if save == "always" or (save == "failure" and not res.passed):
+        context = {"property": "accuracy", "api": "check"}
+        res.case_id = save_ragged_case(
+            case,
+            kernel=adapter.name,
+            device=device,
+            verdict=res.as_dict(),
+            context=context,
+            directory=case_dir,
+        )
+        res.case_dir = None if case_dir is None else os.fspath(case_dir)
+    return res
+
+
+def check(
+    kernel: Any,
+    q: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    mask: Any = None,
+    scale: float | None = None,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> Any:
+    """``flashcheck.check``: :func:`check_ragged` when ``q`` is a :class:`RaggedCase` (which
+    carries its own options), else the dense check
+    :func:`flashcheck.harness.checks.accuracy.check` with the same arguments."""
+    if not isinstance(q, RaggedCase):
+        opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+        return accuracy.check(kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts)
+    if k is not None or v is not None:
+        raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
+    given = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
+    extra = sorted(name for name, val in given.items() if val is not None)
+    if extra:
+        raise ValueError(
+            f"a RaggedCase carries its own options: build it with {extra} instead of passing "
+            "them to check"
+        )
+    return check_ragged(kernel, q, device=device, save=save, case_dir=case_dir)
+
+
+def call(kernel: Any, case: Any, *, device: str | None = None) -> Any:
+    """``flashcheck.call``: ``kernel`` called on ``case`` as the checks call it, returning what
+    it returned; a :class:`RaggedCase` in its layout
+    (:func:`~flashcheck.harness.adapters.ragged_call.call_ragged`), a dense case as
+    :func:`flashcheck.harness.checks.accuracy.call` does."""
+    if not isinstance(case, RaggedCase):
+        return accuracy.call(kernel, case, device=device)
+    adapter = as_kernel(kernel)
+    return call_ragged(adapter, case, device or default_probe_device(adapter)).result

@@ -1,0 +1,59 @@
+"""``flashcheck replay <id>`` for a saved ragged case: the same check, the same words."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from ..adapters.adapter import Kernel
+from ..adapters.ragged_call import kernel_layout
+from ..adapters.registry import as_kernel, kernel
+from ..cases.ragged_store import load_ragged_case
+from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
+
+__all__ = ["replay_ragged"]
+
+
+def _in_layout(adapter: Kernel, layout: str) -> Kernel:
+    """``adapter`` as a kernel of ``layout``: a plain function found by its spec (a
+    ``module:function`` whose contract is probed, not declared) is declared in the layout its
+    case was saved in; a declared kernel must already take it."""
+    if kernel_layout(adapter) == layout:
+        return adapter
+    if adapter.pending and adapter.layout == "dense" and adapter.op == "attention":
+        spec = {"op": "combine"} if layout == "combine" else {"layout": layout}
+        return replace(kernel(adapter.fn, **spec), name=adapter.name)
+    raise RuntimeError(
+        f"{adapter.name} takes {kernel_layout(adapter)} inputs but the case is {layout}: "
+        "replay it with a kernel of that layout (--kernel)"
+    )
+
+
+def replay_ragged(
+    ref: str,
+    *,
+    directory: str | os.PathLike | None = None,
+    device: str | None = None,
+    kernel: str | Kernel | None = None,
+    echo: Any = print,
+) -> tuple[RaggedCheckResult, str, dict[str, Any]]:
+    """Re-run the saved ragged case ``ref`` (an id or a path) through its accuracy check;
+    ``kernel`` (a spec or a Kernel) replaces the recorded one. Returns the result, its verdict
+    and the record."""
+    case, record = load_ragged_case(ref, directory)
+    adapter = _in_layout(as_kernel(kernel if kernel is not None else record["kernel"]), case.layout)
+    recorded_dev = record.get("device")
+    dev = device or (recorded_dev if recorded_dev in adapter.devices else adapter.devices[0])
+    why = adapter.unavailable(case.dtype, dev)
+    if why:
+        raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
+    echo(f"case {record['id']} (saved by accuracy, on {recorded_dev}): {case.describe()}")
+    res = check_ragged_case(adapter, case, device=dev)
+    verdict = str(res.verdict)
+    echo(format_ragged_check(res))
+    recorded = (record.get("verdict") or {}).get("verdict")
+    if recorded is not None:
+        same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
+        echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    return res, verdict, record

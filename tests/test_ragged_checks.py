@@ -1,0 +1,298 @@
+"""Kernels of the ragged layouts (varlen, paged) and split-KV merges through flashcheck.check:
+the contract, per-sequence verdicts, the merge bounds, case files and replay. The buggy kernels
+of tests/user/user_layouts.py are real bug classes; each must fail with the sequence named and
+replay to the same verdict, while the correct ones and the built-in kernels pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flashcheck
+from flashcheck.harness.adapters.builtin import project_kernels
+from flashcheck.harness.adapters.probe import resolved
+from flashcheck.harness.campaign.selection import default_kernels, resolve_kernels
+from flashcheck.harness.cases.case import Case
+from flashcheck.harness.cases.ragged import RaggedCase
+from flashcheck.harness.cases.ragged_inputs import combine_case, paged_case, varlen_case
+from flashcheck.harness.cases.ragged_store import load_ragged_case, save_ragged_case
+from flashcheck.harness.checks.replay import replay
+from flashcheck.harness.core.formats import BF16, FP16
+from flashcheck.harness.judging.merge_bounds import merge_bounds
+from flashcheck.harness.oracle.combine import combine_oracle
+from flashcheck.kernels.split_kv import merge_partials
+
+USER = Path(__file__).parent / "user"
+KERNELS = project_kernels()
+
+
+@pytest.fixture
+def user(monkeypatch):
+    monkeypatch.syspath_prepend(str(USER))
+    import user_layouts
+
+    return user_layouts
+
+
+# A batch with a sequence of no query rows before one that has keys (its first row is the one
+# a kernel writing for the empty sequence hits), one without keys, GQA heads, causal.
+def _varlen(dtype="fp16"):
+    return varlen_case([3, 0, 5, 17, 2], [4, 2, 7, 40, 0], causal=True, hq=4, hk=2, dtype=dtype)
+
+
+def _paged(dtype="fp16", page_size=16):
+    return paged_case([5, 33, 0, 130], nq=3, page_size=page_size, causal=True, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_built_in_ragged_kernels_pass(dtype):
+    for name, case in (
+        ("recurrence-varlen", _varlen(dtype)),
+        ("split-kv-paged", _paged(dtype, page_size=7)),  # 130 keys: three splits of 64
+        ("split-kv-combine", combine_case(6, (3, 4), dtype=dtype, lse_spread=30.0)),
+    ):
+        res = flashcheck.check(name, case, save="never")
+        assert res.passed, (name, res.reasons)
+        if case.layout != "combine":
+            judged = [r for r in res.sequences if r is not None]
+            assert len(judged) == sum(case.lengths(b)[0] > 0 for b in range(case.sequences))
+            assert max(r.verdict.det_util for r in judged if r.case.shape[4]) > 0
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+def test_paged_kernel_passes_every_page_size(page_size):
+    assert flashcheck.check("split-kv-paged", _paged(page_size=page_size), save="never").passed
+
+
+def test_correct_user_kernels_pass(user):
+    for kern, case in (
+        (user.varlen_ok, _varlen()),
+        (user.paged_ok, _paged()),
+        (user.combine_ok, combine_case(5, dtype="fp16")),
+    ):
+        res = flashcheck.check(kern, case, save="never")
+        assert res.passed, res.reasons
+
+
+BUGS = [
+    # (kernel, case, the sequence or the words its failure names)
+    ("varlen_one_past", _varlen, "sequence 0 (Nq=3, Nk=4)"),
+    ("varlen_empty_writes", _varlen, "sequence 2 (Nq=5, Nk=7), worst element O[3, "),
+    ("paged_whole_page", _paged, "NaN/Inf where the oracle is finite"),
+    ("combine_nan_when_empty", lambda: combine_case(5), "fully masked rows give NaN"),
+    (
+        "paged_lse_heads_by_modulo",
+        lambda: paged_case([40, 70], nq=2, hq=4, hk=2, page_size=16),
+        "LSE exceeds its deterministic bound",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "named"), BUGS, ids=[b[0] for b in BUGS])
+def test_user_bug_classes_fail_and_replay(user, tmp_path, name, make, named):
+    res = flashcheck.check(getattr(user, name), make(), case_dir=tmp_path)
+    assert res.verdict == "FAIL-HARD"
+    assert any(named in r for r in res.reasons), res.reasons
+    assert res.case_id and res.replay == f"flashcheck replay {res.case_id} --dir {tmp_path}"
+    lines = []
+    _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lines.append)
+    assert record["kernel"] == f"user_layouts:{name}"
+    assert "recorded verdict: FAIL-HARD; replayed: FAIL-HARD (same verdict)" in "\n".join(lines)
+    # The correct built-in kernel on the same case passes: the replay judged the kernel.
+    fixed = {"varlen": "recurrence-varlen", "paged": "split-kv-paged"}
+    good = fixed.get(res.case.layout, "split-kv-combine")
+    _, verdict, _ = replay(res.case_id, directory=tmp_path, kernel=good, echo=lines.append)
+    assert verdict == "PASS"
+
+
+def test_flashcheck_replay_command_replays_a_ragged_case(user, tmp_path):
+    res = flashcheck.check(user.varlen_one_past, _varlen(), case_dir=tmp_path)
+    (tmp_path / "user_layouts.py").write_text((USER / "user_layouts.py").read_text())
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(
+        [*cmd, "replay", res.case_id, "--dir", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr
+    assert "sequence 0 (Nq=3, Nk=4)" in out.stdout
+    assert "replayed: FAIL-HARD (same verdict)" in out.stdout
+
+
+def test_a_ragged_case_file_rebuilds_the_case_bit_for_bit(tmp_path):
+    for case in (_varlen("bf16"), _paged(), combine_case(3, dtype="bf16")):
+        cid = save_ragged_case(case, kernel="k", device="cpu", directory=tmp_path)
+        back, record = load_ragged_case(cid, tmp_path)
+        assert record["layout"] == case.layout and back.describe() == case.describe()
+        for name, x in case.tensors.items():
+            assert back.tensors[name].dtype == x.dtype
+            assert back.bits(name).tobytes() == case.bits(name).tobytes()
+        for name, x in case.index.items():
+            assert back.index[name].dtype == np.int32 and np.array_equal(back.index[name], x)
+        assert json.loads((tmp_path / f"{cid}.json").read_text())["replay"].endswith(cid)
+
+
+def test_generated_paged_inputs_hold_nan_in_every_slot_no_sequence_owns():
+    case = _paged(page_size=16)
+    owned = np.zeros(case.tensors["k_cache"].shape[:2], dtype=bool)
+    for b in range(case.sequences):
+        n = case.lengths(b)[1]
+        for j in range(n):
+            owned[case.index["block_table"][b, j // 16], j % 16] = True
+    for name in ("k_cache", "v_cache"):
+        x = case.tensors[name].astype(np.float32)
+        assert np.isnan(x[~owned]).all() and not np.isnan(x[owned]).any()
+
+
+def test_the_merge_bounds_dominate_the_numpy_merge_and_are_not_vacuous():
+    # Spreads of the LSE from 1 to 300 and splits from 1 to 40, all-empty rows included.
+    utils = []
+    for seed, (splits, spread, dtype) in enumerate(
+        [(1, 1.0, "fp32"), (7, 30.0, "fp32"), (40, 300.0, "fp32"), (13, 5.0, "fp16")]
+    ):
+        case = combine_case(splits, (4, 5), dtype=dtype, lse_spread=spread, seed=seed)
+        o_p, lse_p = case.tensors["out_partial"], case.tensors["lse_partial"]
+        ref = combine_oracle(o_p, lse_p)
+        bounds = merge_bounds(o_p, lse_p, ref.lse.hi + ref.lse.lo, fmt=ref.fmt)
+        o, lse = merge_partials(o_p, lse_p)
+        o = o.astype(o_p.dtype).astype(np.float64)
+        live = np.isfinite(ref.lse.hi)
+        err_o = np.abs((o - ref.o.hi) - ref.o.lo)
+        assert np.all(err_o <= bounds.o.det) and np.all(bounds.o.det[~live] <= FP16.min_subnormal)
+        err_l = np.abs((lse[live] - ref.lse.hi[live]) - ref.lse.lo[live])
+        assert np.all(err_l <= bounds.lse.det[live])
+        assert np.all(np.isneginf(lse[~live])) and np.all(o[~live] == 0)
+        utils.append(float((err_o / np.where(bounds.o.det > 0, bounds.o.det, 1)).max()))
+    assert max(utils) > 0.05  # real rounding errors were measured against the bound
+
+
+def test_kernel_declarations_of_layouts_say_how_to_fix_the_call(user):
+    fn = user._varlen_ok
+    with pytest.raises(ValueError, match=r"layout must be one of .*'varlen' for packed"):
+        flashcheck.kernel(fn, layout="ragged")
+    with pytest.raises(ValueError, match="op must be one of"):
+        flashcheck.kernel(fn, op="merge")
+    with pytest.raises(ValueError, match="op='combine' takes no masks"):
+        flashcheck.kernel(user._combine_ok, op="combine", masks=["causal"])
+    with pytest.raises(ValueError, match=r"op='combine' takes no arithmetic: .* merge's own"):
+        flashcheck.kernel(user._combine_ok, op="combine", arithmetic="flash")
+    limited = flashcheck.kernel(user._paged_ok, layout="paged", score_limit={"fp16": 3.0})
+    with pytest.raises(ValueError, match=r"scores reach .* >= the kernel's limit 3"):
+        flashcheck.check(limited, paged_case([3, 40], sigma=3.0), save="never")
+    with pytest.raises(ValueError, match="op='combine' takes no layout"):
+        flashcheck.kernel(user._combine_ok, op="combine", layout="paged")
+    with pytest.raises(ValueError, match="not an explicit mask"):
+        flashcheck.kernel(fn, layout="varlen", masks=["causal", "mask"])
+    with pytest.raises(ValueError, match="gradient checks of ragged layouts are not offered"):
+        flashcheck.kernel(fn, layout="varlen", backward="autograd")
+    with pytest.raises(ValueError, match=re.escape("flashcheck.kernel(fn, layout='varlen')")):
+        flashcheck.check(lambda q, k, v: q, _varlen())
+    with pytest.raises(ValueError, match="takes varlen inputs, the case is paged"):
+        flashcheck.check(user.varlen_ok, _paged())
+    with pytest.raises(ValueError, match="a RaggedCase carries its own options"):
+        flashcheck.check(user.varlen_ok, _varlen(), causal=True)
+    dense = Case.from_arrays(*(np.ones((1, 1, 2, 4), np.float16),) * 3)
+    assert "takes no dense" in user.varlen_ok.supports(dense)
+
+
+def test_probing_a_ragged_kernel_finds_its_contract(user):
+    import torch
+
+    def fp16_mha(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        if q.dtype != torch.float16 or q.shape[1] != k.shape[1]:
+            raise ValueError("fp16 and as many k/v heads as q heads only")
+        return user._varlen_ok(q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, causal=causal)
+
+    got = resolved(flashcheck.kernel(fp16_mha, layout="varlen"), "cpu")
+    assert got.dtypes == ("fp16",) and not got.gqa and got.masks == {"causal"}
+    assert got.head_dims is None and got.distinct_dv and not got.pending
+    assert any("grouped-query" in what for what, _ in got.unsupported)
+    assert "layout varlen" in got.contract_lines()[0]
+    merge = resolved(user.combine_ok, "cpu")
+    assert merge.dtypes == ("fp16", "bf16", "fp32") and merge.options == frozenset()
+    paged = resolved(user.paged_ok, "cpu")
+    assert paged.gqa and paged.masks == {"causal"} and paged.options == {"causal", "scale"}
+
+
+def test_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_by_name(
+    tmp_path, monkeypatch, capsys
+):
+    from flashcheck.harness.cli import main
+
+    ragged = {"recurrence-varlen", "split-kv-paged", "split-kv-combine"}
+    assert ragged <= set(KERNELS) and not ragged & set(default_kernels())
+    with pytest.raises(ValueError, match=r"campaigns for ragged layouts .* come in a later"):
+        resolve_kernels(["split-kv-paged"])
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--kernel", "recurrence-varlen", "--preset", "smoke"]) == 2
+    assert "recurrence-varlen is a varlen kernel: campaigns" in capsys.readouterr().err
+    assert main(["test", "split-kv-combine"]) == 2
+    assert "split-kv-combine is a split-KV merge: the property suite" in capsys.readouterr().err
+
+
+def test_a_ragged_case_refuses_what_its_layout_does_not_hold():
+    with pytest.raises(ValueError, match="a varlen case holds"):
+        RaggedCase("varlen", {"q": np.zeros((1, 1, 4), np.float16)})
+    with pytest.raises(ValueError, match="cu_seqlens_q must end at the packed length 2"):
+        RaggedCase.from_arrays(
+            "varlen",
+            q=np.zeros((2, 1, 4), np.float16),
+            k=np.zeros((2, 1, 4), np.float16),
+            v=np.zeros((2, 1, 4), np.float16),
+            cu_seqlens_q=np.array([0, 3], np.int32),
+            cu_seqlens_k=np.array([0, 2], np.int32),
+        )
+    with pytest.raises(ValueError, match="takes no causal, window or scale"):
+        RaggedCase("combine", dict(combine_case(2).tensors), causal=True)
+
+
+def test_load_case_and_call_take_ragged_cases(user, tmp_path):
+    case = _paged()
+    res = flashcheck.check(user.paged_whole_page, case, case_dir=tmp_path)
+    back = flashcheck.load_case(res.case_id, tmp_path)
+    assert isinstance(back, RaggedCase) and back.describe() == case.describe()
+    o, lse = flashcheck.call(user.paged_ok, back)
+    assert tuple(o.shape) == (4, 3, 2, 16) and tuple(lse.shape) == (4, 2, 3)
+    o, _ = flashcheck.call("split-kv-paged", back)
+    assert isinstance(o, np.ndarray) and not np.isnan(o.astype(np.float32)).any()
+
+
+def test_an_output_in_the_wrong_layout_is_named_with_the_shape_expected():
+    from flashcheck.harness.adapters.adapter import KernelOutputError
+
+    def dense_shaped(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        return q.transpose(0, 1)[None]  # (1, H, total_q, d): the dense layout, not varlen's
+
+    kern = flashcheck.kernel(dense_shaped, layout="varlen")
+    with pytest.raises(
+        KernelOutputError,
+        match=re.escape("returned O of shape (1, 4, 27, 16), expected (27, 4, 16) (varlen)"),
+    ):
+        flashcheck.check(kern, _varlen(), save="never")
+
+
+@pytest.mark.parametrize("out", ["fp16", "bf16", "fp32"])
+def test_a_merge_is_judged_in_the_format_it_writes(out):
+    # fp32 partials merged into a narrower output, as FlashAttention's combine kernel does.
+    def merge(out_partial, lse_partial):
+        o, lse = merge_partials(out_partial, lse_partial)
+        return o.astype(
+            {"fp16": np.float16, "bf16": BF16.numpy_dtype, "fp32": np.float32}[out]
+        ), lse
+
+    kern = flashcheck.kernel(merge, op="combine", api="numpy")
+    res = flashcheck.check(kern, combine_case(9, (3, 4), lse_spread=20.0), save="never")
+    assert res.passed and res.ref.fmt.name == out
+    assert 0.05 < res.merge.det_util <= 1

@@ -1,0 +1,147 @@
+"""Ragged-layout kernels as a user would write them, outside the flashcheck package.
+
+Each is declared with ``flashcheck.kernel(fn, layout=...)`` (or ``op="combine"``) at module
+level, so ``flashcheck replay`` finds it again by its ``module:attribute`` name. The buggy ones
+are real bug classes of varlen, paged and split-KV kernels; the others are correct.
+"""
+
+import torch
+
+import flashcheck
+
+
+def _attend(q, k, v, causal, scale):
+    """fp32 attention of one sequence, ``q (Nq, Hq, d)``, ``k``/``v`` ``(Nk, Hk, ·)`` with GQA;
+    causal bottom-right aligned; rows that keep no key give ``O = 0``, ``LSE = −inf``."""
+    nq, hq, d = q.shape
+    nk, hk, dv = v.shape
+    rep = hq // hk
+    qf = q.float().transpose(0, 1)
+    kf = k.float().repeat_interleave(rep, 1).transpose(0, 1)
+    vf = v.float().repeat_interleave(rep, 1).transpose(0, 1)
+    s = (qf @ kf.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    if causal:
+        i = torch.arange(nq)[:, None]
+        j = torch.arange(nk)[None, :]
+        s = s.masked_fill(j > i + (nk - nq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (Hq, Nq); −inf for rows that keep no key
+    p = torch.exp(s - lse[..., None].clamp(min=-1e30))
+    o = (p @ vf).transpose(0, 1) if nk else torch.zeros(nq, hq, dv)
+    return o.to(q.dtype), lse
+
+
+def _varlen(q, k, v, cu_q, cu_k, causal, scale, *, extra_key=False, fill_empty=False):
+    o = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"))
+    for b in range(cu_q.numel() - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if extra_key:
+            k1 = min(k1 + 1, k.shape[0])  # the bug: the key range runs one past the end
+        if q1 > q0:
+            o[q0:q1], lse[:, q0:q1] = _attend(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale)
+    if fill_empty:
+        for b in range(cu_q.numel() - 1):
+            q0, q1 = int(cu_q[b]), int(cu_q[b + 1])
+            if q1 == q0 and q0 < o.shape[0]:
+                o[q0] = 0  # the bug: "clears" one row for an empty sequence: its neighbour's
+    return o, lse
+
+
+def _varlen_ok(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+
+
+def _varlen_one_past(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, extra_key=True)
+
+
+def _varlen_empty_writes(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, fill_empty=True)
+
+
+def _paged(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    causal,
+    scale,
+    *,
+    whole_page=False,
+    lse_mod=False,
+):
+    bsz, nq, hq, _ = q.shape
+    page = k_cache.shape[1]
+    o = torch.zeros(bsz, nq, hq, v_cache.shape[3], dtype=q.dtype)
+    lse = torch.full((bsz, hq, nq), float("-inf"))
+    for b in range(bsz):
+        n = int(cache_seqlens[b])
+        pages = block_table[b, : -(-n // page)].long()
+        keys = n if not whole_page else pages.numel() * page  # the bug: the last page whole
+        kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:keys]
+        vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:keys]
+        ob, lb = _attend(q[b], kb, vb, causal, scale)
+        if lse_mod:
+            # The bug: LSE stored as (kv head, group member) but indexed as (group member, kv
+            # head): query heads mapped to k/v heads by modulo, for grouped heads only.
+            hk = k_cache.shape[2]
+            lb = lb.reshape(hk, hq // hk, nq).transpose(0, 1).reshape(hq, nq)
+        o[b], lse[b] = ob, lb
+    return o, lse
+
+
+def _paged_ok(q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, scale=None):
+    return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
+
+
+def _paged_whole_page(q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, scale=None):
+    return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, whole_page=True)
+
+
+def _paged_lse_heads_by_modulo(
+    q, k_cache, v_cache, *, cache_seqlens, block_table, causal=False, scale=None
+):
+    return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, lse_mod=True)
+
+
+def _merge(out_partial, lse_partial, guard):
+    lse = torch.logsumexp(lse_partial, dim=0)  # −inf where every split is empty
+    base = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse) if guard else lse
+    w = torch.exp(lse_partial - base)  # the unguarded −inf − (−inf) is NaN
+    o = (w[..., None] * out_partial.float()).sum(0)
+    return o.to(out_partial.dtype), lse
+
+
+def _combine_ok(out_partial, lse_partial):
+    return _merge(out_partial, lse_partial, guard=True)
+
+
+def _combine_nan_when_empty(out_partial, lse_partial):
+    return _merge(out_partial, lse_partial, guard=False)
+
+
+varlen_ok = flashcheck.kernel(_varlen_ok, name="user_layouts:varlen_ok", layout="varlen")
+varlen_one_past = flashcheck.kernel(
+    _varlen_one_past, name="user_layouts:varlen_one_past", layout="varlen"
+)
+varlen_empty_writes = flashcheck.kernel(
+    _varlen_empty_writes, name="user_layouts:varlen_empty_writes", layout="varlen"
+)
+paged_ok = flashcheck.kernel(_paged_ok, name="user_layouts:paged_ok", layout="paged")
+paged_whole_page = flashcheck.kernel(
+    _paged_whole_page, name="user_layouts:paged_whole_page", layout="paged"
+)
+paged_lse_heads_by_modulo = flashcheck.kernel(
+    _paged_lse_heads_by_modulo, name="user_layouts:paged_lse_heads_by_modulo", layout="paged"
+)
+combine_ok = flashcheck.kernel(_combine_ok, name="user_layouts:combine_ok", op="combine")
+combine_nan_when_empty = flashcheck.kernel(
+    _combine_nan_when_empty, name="user_layouts:combine_nan_when_empty", op="combine"
+)
