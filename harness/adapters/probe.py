@@ -377,5 +377,7 @@ def _probe_options(kernel: Kernel, check: Callable[..., bool], m: int, d0: int) 
         "window": {"window": (min(4, m), 0)},
         "mask": {"mask": keep},
         "scale": {"scale": 0.5},
+        "softcap": {"softcap": 2.0},
+        "sinks": {"sinks": np.zeros(1, np.float32)},
     }
     return {opt for opt in offered if check(opt, nq=m, nk=m, d=d0, **trials[opt])}

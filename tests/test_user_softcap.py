@@ -1,0 +1,84 @@
+"""Soft-capping and sinks through the public checks, on kernels written outside the package
+(tests/user/user_softcap.py): each real bug class fails with a reason, the correct kernels pass,
+the options reach a kernel only through its signature, and a saved case replays them exactly."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flashcheck
+from flashcheck.harness.adapters.registry import accepted_options
+from flashcheck.harness.cases.store import load_case
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).parent / "user"))
+import user_softcap as user
+
+SINKS = np.array([2.0, -1.5], np.float32)
+
+
+def _inputs(dtype=np.float16, seed=0):
+    rng = np.random.default_rng(seed)
+    # scores of several times the cap (FlashAttention's tests scale q for the same reason)
+    q = (rng.standard_normal((1, 2, 6, 8)) * 3).astype(dtype)
+    k = (rng.standard_normal((1, 2, 7, 8)) * 3).astype(dtype)
+    v = rng.standard_normal((1, 2, 7, 8)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize(
+    "opts", [{"softcap": 2.0}, {"sinks": SINKS}, {"softcap": 2.0, "sinks": SINKS}]
+)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_the_correct_kernel_passes(opts, dtype):
+    res = flashcheck.check(user.correct, *_inputs(dtype), causal=True, save="never", **opts)
+    assert res.passed, res.verdict.reasons
+
+
+@pytest.mark.parametrize(
+    "bug,opts",
+    [
+        ("cap_unscaled", {"softcap": 2.0}),
+        ("cap_ignored", {"softcap": 2.0}),
+        ("sink_scaled", {"sinks": SINKS}),
+    ],
+)
+def test_each_forward_bug_fails_with_a_reason(bug, opts):
+    res = flashcheck.check(getattr(user, bug), *_inputs(), causal=True, save="never", **opts)
+    assert res.verdict.verdict == "FAIL-HARD", bug
+    assert any("exceed the deterministic bound" in r for r in res.verdict.reasons)
+
+
+def test_a_kernel_that_does_not_name_an_option_is_told_so():
+    def plain(q, k, v, *, causal=False, scale=None):
+        return user.correct(q, k, v, causal=causal, scale=scale)
+
+    assert "softcap" not in accepted_options(plain)
+    assert {"softcap", "sinks"} <= accepted_options(user.correct)
+    with pytest.raises(ValueError, match=r"needs \['softcap'\]"):
+        flashcheck.check(plain, *_inputs(), softcap=2.0, save="never")
+
+    def kw_only(q, k, v, **kw):
+        return plain(q, k, v)
+
+    # **kwargs is not taken to mean the softmax options, unless declared
+    assert "sinks" not in accepted_options(kw_only)
+    declared = flashcheck.kernel(kw_only, options=("causal", "scale", "sinks"))
+    res = flashcheck.check(declared, *_inputs(), sinks=SINKS, save="never")
+    assert res.verdict.verdict == "FAIL-HARD"  # it ignores the sinks it declared
+
+
+def test_a_saved_case_carries_both_options(tmp_path):
+    res = flashcheck.check(
+        user.cap_ignored, *_inputs(), softcap=2.5, sinks=SINKS, save="always", case_dir=tmp_path
+    )
+    case, record = load_case(res.case_id, tmp_path)
+    assert case.softcap == 2.5 and case.sinks.dtype == np.float32
+    np.testing.assert_array_equal(case.sinks, SINKS)
+    assert record["options"]["softcap"] == 2.5
+    again = flashcheck.check(user.cap_ignored, case, save="never")
+    np.testing.assert_array_equal(again.output.o, res.output.o)
+    assert again.verdict.verdict == res.verdict.verdict == "FAIL-HARD"
+    assert "softcap=2.5" in case.describe() and "sinks=" in case.describe()
