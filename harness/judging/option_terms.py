@@ -21,7 +21,7 @@ import numpy as np
 
 from .roundoff import RHO_TANH, U32
 
-__all__ = ["cap_scores", "with_sink"]
+__all__ = ["SinkTerms", "cap_scores", "cap_slope", "sink_keep", "with_sink"]
 
 
 def with_sink(
@@ -31,8 +31,12 @@ def with_sink(
     slot (its score is set by :func:`cap_scores`)."""
     k1 = np.concatenate([np.zeros((1, k.shape[1])), k])
     v1 = np.concatenate([np.zeros((1, v.shape[1])), v])
-    keep1 = np.concatenate([np.ones((keep.shape[0], 1), dtype=bool), keep], axis=1)
-    return k1, v1, keep1
+    return k1, v1, sink_keep(keep)
+
+
+def sink_keep(keep: np.ndarray) -> np.ndarray:
+    """``keep`` with the sink's slot first: every row keeps it."""
+    return np.concatenate([np.ones((keep.shape[0], 1), dtype=bool), keep], axis=1)
 
 
 def cap_scores(
@@ -55,3 +59,43 @@ def cap_scores(
         a = a.copy()
         y[:, 0], a[:, 0], extra[:, 0] = sink, 0.0, 0.0
     return y, a, extra
+
+
+def cap_slope(s_raw, score_err, cap: float, *, keep, sink):
+    """Bounds on the slope ``g = 1 − tanh²(s/c)`` a kernel recomputes for the backward: ``g_hi``,
+    the largest exact slope within the score's error ``score_err`` (the slope falls with
+    ``|s|``), and ``e_g ≥ |ĝ − g|`` for ``ĝ = fl(1 − fl(t̂²))``, ``t̂`` the kernel's tanh
+    (its argument off by ``score_err/c``, its own error ``RHO_TANH·|t|``)."""
+    z = np.abs(s_raw) / cap
+    dz = score_err / cap
+    g_hi = 1.0 - np.tanh(np.maximum(z - dz, 0.0)) ** 2
+    th = np.tanh(z)
+    dth = g_hi * dz + RHO_TANH * th
+    e_g = (2 * th + dth) * dth * (1 + 2 * U32) + U32 * (th + dth) ** 2 + U32
+    g_hi, e_g = np.where(keep, g_hi, 0.0), np.where(keep, e_g, 0.0)
+    if sink is not None:  # the sink's slot is not capped
+        g_hi[:, 0], e_g[:, 0] = 1.0, 0.0
+    return g_hi, e_g
+
+
+class SinkTerms:
+    """The rows' terms of ``dσ_h = −Σ_i P_iσ·D_i`` for one query head, summed over chunks and
+    batches: per row ``|P̂σ − Pσ|·(|D| + e_D) + Pσ·e_D`` and the product's rounding (linear
+    part), and ``|P̂σ·D̂|`` (the magnitudes an fp32 sum of the rows rounds)."""
+
+    def __init__(self) -> None:
+        self.lin = {True: 0.0, False: 0.0}
+        self.mag = {True: 0.0, False: 0.0}
+        self.rows = 0
+
+    def add(self, det: bool, *, p, err_p, d, e_d, has) -> None:
+        d_plus = np.abs(d) + e_d
+        lin = err_p * d_plus + p * e_d + U32 * (p + err_p) * d_plus
+        self.lin[det] += float(np.sum(np.where(has, lin, 0.0)))
+        self.mag[det] += float(np.sum(np.where(has, (p + err_p) * d_plus * (1 + U32), 0.0)))
+        if det:
+            self.rows += int(np.sum(has))
+
+    def bound(self, det: bool, acc) -> float:
+        """The bound, ``acc(n, det)`` the accumulation constant of a sum of ``n`` terms."""
+        return self.lin[det] + float(acc(self.rows, det)) * self.mag[det]
