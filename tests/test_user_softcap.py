@@ -82,3 +82,33 @@ def test_a_saved_case_carries_both_options(tmp_path):
     np.testing.assert_array_equal(again.output.o, res.output.o)
     assert again.verdict.verdict == res.verdict.verdict == "FAIL-HARD"
     assert "softcap=2.5" in case.describe() and "sinks=" in case.describe()
+
+
+@pytest.mark.parametrize(
+    "opts", [{"softcap": 2.0}, {"sinks": SINKS}, {"softcap": 2.0, "sinks": SINKS}]
+)
+@pytest.mark.parametrize("how", ["autograd", "manual"])
+def test_correct_gradients_pass_dsinks_included(opts, how):
+    kern = (
+        flashcheck.kernel(user.correct, backward="autograd") if how == "autograd" else user.manual
+    )
+    res = flashcheck.check_gradients(kern, *_inputs(), causal=True, save="never", **opts)
+    assert res.passed, res.reasons
+    assert ("dsinks" in res.verdicts) == ("sinks" in opts)
+    if "sinks" in opts:
+        assert res.grads.dsinks.shape == (2,)
+
+
+def test_a_sink_gradient_with_the_wrong_sign_fails_and_names_dsigma():
+    res = flashcheck.check_gradients(user.sink_grad_sign, *_inputs(), sinks=SINKS, save="never")
+    assert res.verdict == "FAIL-HARD"
+    assert res.verdicts["dsinks"].verdict == "FAIL-HARD"
+    assert all(res.verdicts[n].verdict == "PASS" for n in ("dq", "dk", "dv"))
+    assert any(r.startswith("FAIL-HARD") and "dσ" in r for r in res.reasons)
+
+
+def test_the_cap_on_the_unscaled_dot_product_fails_in_the_gradients_too():
+    kern = flashcheck.kernel(user.cap_unscaled, backward="autograd")
+    res = flashcheck.check_gradients(kern, *_inputs(), softcap=2.0, save="never")
+    assert res.verdict == "FAIL-HARD"
+    assert any("dQ elements exceed the deterministic bound" in r for r in res.reasons)

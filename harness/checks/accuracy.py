@@ -111,9 +111,9 @@ class GradientCheckResult(_Replayable):
     """One kernel's gradients judged on one case.
 
     ``verdicts``: a :class:`~flashcheck.harness.judging.tensor_verdict.TensorVerdict` per
-    gradient (``"dq"``, ``"dk"``, ``"dv"``); ``verdict``: the worst of them; ``grads``: the
-    kernel's gradients as exact float64; ``ref``: the oracle (with ``ref.dq``, ``ref.dk``,
-    ``ref.dv``); ``bounds``: the gradient bounds applied.
+    gradient (``"dq"``, ``"dk"``, ``"dv"``, and ``"dsinks"`` with sinks); ``verdict``: the worst
+    of them; ``grads``: the kernel's gradients as exact float64; ``ref``: the oracle (with
+    ``ref.dq``, ``ref.dk``, ``ref.dv``); ``bounds``: the gradient bounds applied.
     """
 
     kernel: str
@@ -184,8 +184,15 @@ def naive_gradient_reference(case: Case, ref: OracleResult) -> dict[str, float] 
     naive = naive_baseline()
     if naive.supports(case, "cpu") is not None:
         return None
-    g = naive.run_backward(case)
-    return gradient_errors({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref)
+    return gradient_errors(_grads(naive.run_backward(case)), ref)
+
+
+def _grads(g: KernelGradients) -> dict[str, Any]:
+    """A backward's gradients by name (``dsinks`` where the case has sinks)."""
+    out = {"dq": g.dq, "dk": g.dk, "dv": g.dv}
+    if g.dsinks is not None:
+        out["dsinks"] = g.dsinks
+    return out
 
 
 def kernel_bounds(adapter: Kernel, case: Case, **kw: Any) -> Bounds:
@@ -255,7 +262,7 @@ def check_gradients_case(
     ref = gradient_oracle(case) if ref is None else ref
     bounds = kernel_gradient_bounds(adapter, case) if bounds is None else bounds
     naive = naive_gradient_reference(case, ref) if naive is None else naive
-    verdicts = judge_gradients({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref, bounds, naive=naive)
+    verdicts = judge_gradients(_grads(g), ref, bounds, naive=naive)
     return GradientCheckResult(adapter.name, device, case, g, ref, bounds, verdicts)
 
 
