@@ -112,3 +112,33 @@ def test_the_cap_on_the_unscaled_dot_product_fails_in_the_gradients_too():
     res = flashcheck.check_gradients(kern, *_inputs(), softcap=2.0, save="never")
     assert res.verdict == "FAIL-HARD"
     assert any("dQ elements exceed the deterministic bound" in r for r in res.reasons)
+
+
+def test_probing_records_the_options_a_kernel_runs_with():
+    from flashcheck.harness.adapters.probe import resolved
+
+    def refuses_sinks(q, k, v, *, causal=False, scale=None, softcap=None, sinks=None):
+        if sinks is not None:
+            raise NotImplementedError("sinks are not implemented")
+        return user.correct(q, k, v, causal=causal, scale=scale, softcap=softcap)
+
+    got = resolved(flashcheck.kernel(refuses_sinks), device="cpu")
+    assert "softcap" in got.options and "sinks" not in got.options
+    case = flashcheck.Case.from_arrays(*_inputs(), sinks=SINKS)
+    assert "sinks" in got.supports(case)
+
+
+def test_flashcheck_replay_reruns_a_saved_case_with_its_options(tmp_path, monkeypatch):
+    from flashcheck.harness.checks.replay import replay
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "user"))
+    res = flashcheck.check(
+        "user_softcap:sink_scaled", *_inputs(), sinks=SINKS, save="always", case_dir=tmp_path
+    )
+    assert res.verdict.verdict == "FAIL-HARD"
+    again, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
+    assert verdict == "FAIL-HARD" and record["options"]["sinks"] == [2.0, -1.5]
+    np.testing.assert_array_equal(again.output.o, res.output.o)
+    # the same case on the correct kernel passes: the options reached the kernel and the oracle
+    fixed = replay(res.case_id, directory=tmp_path, kernel="user_softcap:correct", echo=print)
+    assert fixed[1] == "PASS"

@@ -45,9 +45,10 @@ import numpy as np
 from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
-from .adapter import ALL_DTYPES, NO_TENSOR, Kernel
+from .adapter import ALL_DTYPES, ALL_MASKS, NO_TENSOR, Kernel
 from .compilekeys import CallTimes, compile_cost, infer_keys
 from .outcome import Outcome, call_kernel
+from .softmax_options import SOFTMAX_OPTIONS
 
 __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
 
@@ -275,7 +276,11 @@ def _contract(p: _Prober, todo: frozenset[str], *, keyed: bool) -> dict[str, Any
     if "masks" in todo or "options" in todo:
         ok = _probe_options(p.kernel, check, s, d0)
         if "masks" in todo:
-            out["masks"] = frozenset(ok - {"scale"})
+            out["masks"] = frozenset(ok & ALL_MASKS)
+            # softcap/sinks the signature names but the kernel does not run with are dropped
+            soft = (p.kernel.options or frozenset()) & SOFTMAX_OPTIONS
+            if soft - ok and "options" not in todo:
+                out["options"] = p.kernel.options - (soft - ok)
         if "options" in todo:
             out["options"] = frozenset(ok)
     return out

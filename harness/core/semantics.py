@@ -16,7 +16,9 @@ agrees, with ``off = Nk − Nq`` (masks are aligned bottom-right when ``Nq != Nk
 - explicit boolean ``mask`` broadcastable to ``(B, Hq, Nq, Nk)``: ``True`` keeps the key.
 
 A row that keeps no key gives ``O = 0`` and ``LSE = −inf``. NaN and ±inf inputs follow the rule
-of :func:`nan_rows_and_cols`.
+of :func:`nan_rows_and_cols`. Two options change the softmax (:func:`check_softcap_sinks`):
+``softcap = c`` replaces every score by ``c·tanh(s_ij/c)``, and ``sinks`` adds ``exp(σ_h)`` to
+every denominator of head ``h`` (no value row; a row that keeps no key then has ``LSE = σ_h``).
 """
 
 from __future__ import annotations
