@@ -172,3 +172,21 @@ def test_bad_options_say_how_to_fix_them(kw, match):
     x = np.ones((1, 2, 2, 2), np.float32)
     with pytest.raises(ValueError, match=match):
         oracle(x, x, x, **kw)
+
+
+def test_row_samples_and_the_nan_rule_with_both_options():
+    q, k, v, cap, sinks = _case("fp32", 4, cap=1.5, sink_shift=4.0)
+    rng = np.random.default_rng(9)
+    do = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    full = oracle(q, k, v, softcap=cap, sinks=sinks, do=do)
+    part = oracle(q, k, v, softcap=cap, sinks=sinks, do=do, rows=[2, 0], keys=[3])
+    for name, sel in (("o", (slice(None), slice(None), [2, 0])), ("dk", (..., [3], slice(None)))):
+        np.testing.assert_array_equal(part[name].hi, full[name].hi[sel])
+    np.testing.assert_array_equal(part.dsinks.hi, full.dsinks.hi)  # dσ needs every row
+    q = q.copy()
+    q[0, 1, 1, 0] = np.nan  # row 1 of head 1
+    res = oracle(q, k, v, softcap=cap, sinks=sinks, do=do)
+    assert np.isnan(res.o.hi[0, 1, 1]).all() and np.isnan(res.lse.hi[0, 1, 1])
+    assert np.isfinite(res.o.hi[0, 0]).all() and np.isfinite(res.o.hi[0, 1, [0, 2]]).all()
+    assert np.isnan(res.dsinks.hi[1]) and np.isfinite(res.dsinks.hi[0])
+    assert np.isnan(res.dq.hi[0, 1, 1]).all() and np.isfinite(res.dq.hi[0, 0]).all()
