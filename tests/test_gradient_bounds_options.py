@@ -58,3 +58,20 @@ def test_a_sink_gradient_with_the_wrong_sign_is_far_outside():
     b = gradient_bounds(q, k, v, do, arithmetic="unknown", **opts)
     err = np.abs(-dsinks.astype(np.float64) - ref.dsinks.hi)
     assert np.max(err / b["dsinks"].det) > 10
+
+
+def test_a_sink_gradient_that_underflows_fp32_is_within_its_bound():
+    # Found by a random sweep: subnormal values and sinks far below the scores make every
+    # P_σ·D_i fall below fp32's range; the products and the sum round on the subnormal grid.
+    from flashcheck.harness.cases.families import Recipe
+    from flashcheck.properties.strategies import make_case
+
+    case = make_case(Recipe("fp32", "subnormal", 1, 4, 2, 5, 5, 8, 4, seed=753039053))
+    sinks = np.array([0.5473608, -22.747221, -18.267818, -54.327003], np.float32)
+    do = np.random.default_rng(0).standard_normal((1, 4, 5, 4)).astype(np.float32)
+    ref = oracle(case.q, case.k, case.v, do=do, sinks=sinks)
+    for kind in ("flash", "naive"):
+        *_, dsinks = _grads(kind, case.q, case.k, case.v, do, "fp32", {"sinks": sinks})
+        b = gradient_bounds(case.q, case.k, case.v, do, arithmetic=kind, sinks=sinks)
+        err = np.abs((dsinks.astype(np.float64) - ref.dsinks.hi) - ref.dsinks.lo)
+        assert np.all(err <= b["dsinks"].det), kind

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .roundoff import RHO_TANH, U32
+from .roundoff import HALF_SUB32, RHO_TANH, U32
 
 __all__ = ["SinkTerms", "cap_scores", "cap_slope", "sink_keep", "with_sink"]
 
@@ -81,7 +81,8 @@ def cap_slope(s_raw, score_err, cap: float, *, keep, sink):
 class SinkTerms:
     """The rows' terms of ``dσ_h = −Σ_i P_iσ·D_i`` for one query head, summed over chunks and
     batches: per row ``|P̂σ − Pσ|·(|D| + e_D) + Pσ·e_D`` and the product's rounding (linear
-    part), and ``|P̂σ·D̂|`` (the magnitudes an fp32 sum of the rows rounds)."""
+    part, with ``2^-150`` absolute for products below fp32's normal range), and ``|P̂σ·D̂|``
+    (the magnitudes an fp32 sum of the rows rounds)."""
 
     def __init__(self) -> None:
         self.lin = {True: 0.0, False: 0.0}
@@ -90,7 +91,8 @@ class SinkTerms:
 
     def add(self, det: bool, *, p, err_p, d, e_d, has) -> None:
         d_plus = np.abs(d) + e_d
-        lin = err_p * d_plus + p * e_d + U32 * (p + err_p) * d_plus
+        # the product P̂σ·D̂ rounds (relative u32, or on fp32's subnormal grid: 2^-150 absolute)
+        lin = err_p * d_plus + p * e_d + U32 * (p + err_p) * d_plus + HALF_SUB32
         self.lin[det] += float(np.sum(np.where(has, lin, 0.0)))
         self.mag[det] += float(np.sum(np.where(has, (p + err_p) * d_plus * (1 + U32), 0.0)))
         if det:
@@ -98,4 +100,5 @@ class SinkTerms:
 
     def bound(self, det: bool, acc) -> float:
         """The bound, ``acc(n, det)`` the accumulation constant of a sum of ``n`` terms."""
-        return self.lin[det] + float(acc(self.rows, det)) * self.mag[det]
+        # each addition of the fp32 sum may also round on the subnormal grid (2^-150 absolute)
+        return self.lin[det] + float(acc(self.rows, det)) * self.mag[det] + self.rows * HALF_SUB32
