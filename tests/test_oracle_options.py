@@ -190,3 +190,24 @@ def test_row_samples_and_the_nan_rule_with_both_options():
     assert np.isfinite(res.o.hi[0, 0]).all() and np.isfinite(res.o.hi[0, 1, [0, 2]]).all()
     assert np.isnan(res.dsinks.hi[1]) and np.isfinite(res.dsinks.hi[0])
     assert np.isnan(res.dq.hi[0, 1, 1]).all() and np.isfinite(res.dq.hi[0, 0]).all()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_fast_and_strict_agree_within_their_bounds(dtype):
+    from test_bounds_options import FAMILIES, _case
+
+    for family in sorted(FAMILIES):
+        q, k, v, opts = _case(family, dtype, seed=11)
+        f = oracle(q, k, v, **opts)
+        s = oracle(q, k, v, mode="strict", **opts)
+        for name in ("o", "lse"):
+            a, b = f[name], s[name]
+            assert a.certified.all() and b.certified.all(), (family, name)
+            np.testing.assert_array_equal(a.rounded, b.rounded)
+            fin = np.isfinite(b.hi)
+            np.testing.assert_array_equal(a.hi[~fin], b.hi[~fin])
+            gap = np.abs((a.hi[fin] - b.hi[fin]) + (a.lo[fin] - b.lo[fin]))
+            assert np.all(gap <= (a.err + b.err)[fin]), (family, name)
+            scale = a.floor if name == "o" else np.maximum(a.floor, np.abs(a.hi))
+            assert np.all(a.err[fin] <= np.ldexp(scale[fin], -100)), (family, name)
+        assert f.stats["fallback_elements"] == 0, family

@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import Format, format_of, round_to_format, ulp
+from ..core.formats import Format, format_of
 from ..core.semantics import AttentionProblem, as_exact_array, make_problem, nan_rows_and_cols
 from .backward import GRADIENTS, fast_group
 from .backward_strict import strict_group
-from .common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
+from .common import ACCURACY_BITS, MIN_PREC, Scale, decide, scale_of, target
 from .fast import fast_rows
 from .options import options_forward
 from .options_backward import gradient_nan, options_gradients
@@ -120,31 +120,6 @@ class OracleResult:
     @property
     def dsinks(self) -> CertifiedTensor | None:  # dσ (Hq,), with do and sinks given
         return self.tensors.get("dsinks")
-
-
-# ---------------------------------------------------------------------------------------------
-# Rounding decisions
-
-
-def _decide(hi: np.ndarray, lo: np.ndarray, err: np.ndarray, fmt: Format):
-    """Correctly rounded value of ``hi + lo ± err`` in ``fmt`` and whether it is decided."""
-    b = err + np.abs(lo)
-    with np.errstate(invalid="ignore", over="ignore"):
-        lo_end = np.nextafter(hi - b, -np.inf)
-        hi_end = np.nextafter(hi + b, np.inf)
-    r_lo = round_to_format(lo_end, fmt)
-    r_hi = round_to_format(hi_end, fmt)
-    decided = (r_lo == r_hi) | ~np.isfinite(hi)  # ±inf (LSE of a masked row) and NaN are exact
-    best = round_to_format(hi, fmt)
-    # hi exactly on a midpoint of fmt: the sign of lo decides (|lo| < half a double ulp of hi,
-    # so no other rounding boundary lies between hi and hi + lo).
-    with np.errstate(invalid="ignore"):
-        half = ulp(hi, fmt) / 2
-        tie = np.isfinite(hi) & (np.abs(hi - best) == half) & (lo != 0)
-    if np.any(tie):
-        toward = round_to_format(hi + np.sign(lo) * half, fmt)
-        best = np.where(tie, toward, best)
-    return np.where(np.isfinite(hi), np.where(decided, r_lo, best), hi), decided
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +213,7 @@ def problem_oracle(
     t0 = time.perf_counter()
     stats = {"strict_evaluations": 0, "max_prec_used": 0, "fallback_elements": 0}
     if problem.has_options:
-        tensors = options_forward(problem, sc, target_fmt, row_idx, prec, max_prec, stats)
+        tensors = options_forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
     else:
         tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
     key_idx = None
@@ -322,7 +297,7 @@ def _gradients(
                     work[name][...] = val
                 for name in GRADIENTS:
                     hi, lo, err = (work[f"{name}_{f}"] for f in ("hi", "lo", "err"))
-                    rounded, decided = _decide(hi, lo, err, fmt)
+                    rounded, decided = decide(hi, lo, err, fmt)
                     work[f"{name}_rounded"][...] = rounded
                     ok = decided & (err <= target(work[f"{name}_floor"], fmt))
                     work[f"{name}_certified"][...] = ok
@@ -392,10 +367,10 @@ def _forward(
                 res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
                 for name, val in res.items():
                     view[name][...] = val
-                view["o_rounded"][...], dec_o = _decide(
+                view["o_rounded"][...], dec_o = decide(
                     res["o_hi"], res["o_lo"], res["o_err"], target_fmt
                 )
-                view["lse_rounded"][...], dec_l = _decide(
+                view["lse_rounded"][...], dec_l = decide(
                     res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
                 )
                 ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], target_fmt))

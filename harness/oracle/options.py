@@ -26,7 +26,8 @@ from mpmath import iv
 
 from ..core.formats import Format, round_mpf, round_to_format
 from ..core.semantics import AttentionProblem, nan_rows_and_cols
-from .common import Scale, target
+from .common import MIN_PREC, Scale, decide, target
+from .options_fast import options_fast_rows
 from .strict import interval_to_dd, iv_prec, mpf_of, to_ints
 from .tensor import CertifiedTensor
 
@@ -131,18 +132,43 @@ def _fill_row(args, view, r, fmt, prec, max_prec, stats, cols, need_lse) -> None
         p = min(2 * p, max_prec)
 
 
+def _fast(view, args, fmt: Format, row_nan, elem_nan):
+    """The fast path's O and LSE of one head (:mod:`.options_fast`) into ``view``; returns the
+    elements it does not certify (``(R, dv)`` and ``(R,)``), for the interval path."""
+    res = options_fast_rows(*args)
+    has = args[3].any(axis=1)
+    for name in ("o", "lse"):
+        for f in ("hi", "lo", "err", "floor"):
+            key = f"{name}_{f}"
+            view[key][has] = res[key][has]
+    o_round, dec_o = decide(res["o_hi"], res["o_lo"], res["o_err"], fmt)
+    l_round, dec_l = decide(res["lse_hi"], res["lse_lo"], res["lse_err"], fmt)
+    ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], fmt))
+    lse_scale = np.maximum(res["lse_floor"], np.abs(res["lse_hi"]))
+    ok_l = dec_l & (res["lse_err"] <= target(lse_scale, fmt))
+    view["o_rounded"][has] = o_round[has]
+    view["lse_rounded"][has] = l_round[has]
+    view["o_certified"][has] = ok_o[has]
+    view["lse_certified"][has] = ok_l[has]
+    return ~ok_o & ~elem_nan & has[:, None], ~ok_l & ~row_nan & has
+
+
 def options_forward(
     problem: AttentionProblem,
     sc: Scale,
     fmt: Format,
     rows: np.ndarray,
+    mode: str,
     prec: int,
     max_prec: int,
     stats: dict[str, Any],
 ) -> dict[str, CertifiedTensor]:
-    """O and LSE of the requested rows with the problem's soft-cap and sinks, certified; NaN
-    inputs follow the rule of :func:`~flashcheck.harness.core.semantics.nan_rows_and_cols`
-    (a sink is finite and poisons nothing)."""
+    """O and LSE of the requested rows with the problem's soft-cap and sinks, certified: the
+    fast path (:mod:`.options_fast`) with the interval path for what it does not certify, or
+    the interval path throughout (``mode="strict"``). NaN inputs follow the rule of
+    :func:`~flashcheck.harness.core.semantics.nan_rows_and_cols` (a sink is finite and
+    poisons nothing). Longer than 80 lines: one loop over heads whose two paths share every
+    array view."""
     bsz, hq, _, _, _, _, dv = problem.shape
     r_n = rows.size
     arrays = {f"o_{f}": np.zeros((bsz, hq, r_n, dv)) for f in ("hi", "lo", "err", "floor")}
@@ -166,15 +192,25 @@ def options_forward(
             empty = -np.inf if sink is None else sink
             view["lse_hi"][...] = empty
             view["lse_rounded"][...] = round_to_format(np.array(empty), fmt)
-            k_int = to_ints(kk, shift)
-            v_iv = np.array([[iv.mpf(x) for x in row] for row in vv], dtype=object)
-            v_iv = v_iv.reshape(vv.shape)
-            for r in np.flatnonzero(keep.any(axis=1)):
+            has = keep.any(axis=1)
+            todo_o, todo_l = ~elem_nan & has[:, None], ~row_nan & has
+            start = prec
+            if mode == "fast" and has.any():
+                fast_args = (fin(problem.q[b, h][rows]), kk, vv, keep, sc, problem.softcap, sink)
+                todo_o, todo_l = _fast(view, fast_args, fmt, row_nan, elem_nan)
+                stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum())
+                start = max(prec, 2 * MIN_PREC)
+            pending = np.flatnonzero(todo_o.any(axis=1) | (todo_l & has))
+            if pending.size:
+                k_int = to_ints(kk, shift)
+                v_iv = np.array([[iv.mpf(x) for x in row] for row in vv], dtype=object)
+                v_iv = v_iv.reshape(vv.shape)
+            for r in pending:
                 sel = keep[r]
-                cols = [c for c in range(dv) if not elem_nan[r, c]]
+                cols = list(np.flatnonzero(todo_o[r]))
                 q_int = to_ints(fin(problem.q[b, h, rows[r]]), shift)
                 args = (q_int, k_int[sel], vv[sel], v_iv[sel], 2 * shift, sc, problem.softcap, sink)
-                _fill_row(args, view, r, fmt, prec, max_prec, stats, cols, not row_nan[r])
+                _fill_row(args, view, r, fmt, start, max_prec, stats, cols, bool(todo_l[r]))
             for name in ("o_hi", "o_rounded"):
                 view[name][elem_nan] = np.nan
             for name in ("o_lo", "o_err", "o_floor"):
