@@ -25,7 +25,7 @@ def unsupported_option(case: Case, options: frozenset[str] | None) -> str | None
     means causal/window/mask/scale only), or ``None``."""
     for name in sorted(SOFTMAX_OPTIONS):
         if getattr(case, name) is not None and (options is None or name not in options):
-            return f"{_WORDS[name]} unsupported (the signature names no {name} keyword)"
+            return f"{_WORDS[name]} unsupported (the kernel takes no {name} option)"
     return None
 
 
