@@ -179,6 +179,9 @@ def naive_numpy_backward(
     summation order only: its GEMMs block their fp32 accumulation, its softmax uses a vectorised
     ``exp``, multiplies by ``1/Σ`` and reduces ``D`` lane-wise; so it agrees within a few ulps
     of F, not bitwise.
+
+    Longer than 80 lines: this docstring lists every rounding it emulates, and the loop keeps
+    them in the order torch runs them.
     """
     _check(q, k, v, precision)
     din = q.dtype

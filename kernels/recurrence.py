@@ -105,6 +105,9 @@ def online_attention(
     evaluated in float64 and rounded to the accumulator format. ``sinks``: ``(Hq,)`` float32
     logits; each row starts its recurrence from the sink, ``m = fl(σ_h·log2 e)`` (``σ_h`` with
     ``exp``), ``l = 1``, ``acc = 0``, so a row that keeps no key gives ``O = 0``, ``LSE ≈ σ_h``.
+
+    Longer than 80 lines: this docstring states the arithmetic of every option, and the call
+    of the row-block step names each of its arguments.
     """
     if variant not in ("fa1", "fa2"):
         raise ValueError(f"variant must be 'fa1' or 'fa2', got {variant!r}")

@@ -200,7 +200,8 @@ def problem_gradient_bounds(
 
 
 def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> GradientBounds:
-    """The bounds of one known class, kv head by kv head, in chunks of query rows."""
+    """The bounds of one known class, kv head by kv head, in chunks of query rows (over 80
+    lines: one loop nest whose per-kv-head sums every query head of the group adds to)."""
     fmt = problem.fmt
     bsz, hq, hk, nq, nk, d, dv = problem.shape
     naive = arithmetic == "naive"
