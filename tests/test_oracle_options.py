@@ -211,3 +211,24 @@ def test_fast_and_strict_agree_within_their_bounds(dtype):
             scale = a.floor if name == "o" else np.maximum(a.floor, np.abs(a.hi))
             assert np.all(a.err[fin] <= np.ldexp(scale[fin], -100)), (family, name)
         assert f.stats["fallback_elements"] == 0, family
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_fast_and_strict_gradients_agree_within_their_bounds(dtype):
+    from test_bounds_options import FAMILIES, _case
+
+    for family in sorted(FAMILIES):
+        q, k, v, opts = _case(family, dtype, seed=12)
+        do = np.random.default_rng(3).standard_normal((*q.shape[:3], v.shape[3]))
+        do = do.astype(np.float32).astype(q.dtype)
+        f = oracle(q, k, v, do=do, **opts)
+        s = oracle(q, k, v, do=do, mode="strict", **opts)
+        names = ("dq", "dk", "dv") + (("dsinks",) if opts["sinks"] is not None else ())
+        for name in names:
+            a, b = f[name], s[name]
+            assert a.certified.all() and b.certified.all(), (family, name)
+            np.testing.assert_array_equal(a.rounded, b.rounded)
+            np.testing.assert_array_equal(a.floor == 0, b.floor == 0)
+            gap = np.abs((a.hi - b.hi) + (a.lo - b.lo))
+            assert np.all(gap <= a.err + b.err), (family, name)
+            assert np.all(a.err <= np.maximum(np.ldexp(a.floor, -100), 1e-300)), (family, name)

@@ -231,7 +231,7 @@ def problem_oracle(
         if key_idx.size and (key_idx.min() < 0 or key_idx.max() >= nk):
             raise ValueError(f"keys must lie in [0, {nk}), got {keys!r}")
         if problem.has_options:
-            opts = (sc, target_fmt, row_idx, key_idx, prec, max_prec, stats)
+            opts = (sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats)
             tensors.update(options_gradients(problem, do_arr, *opts))
         else:
             grads = _gradients(

@@ -24,8 +24,9 @@ from mpmath import iv
 
 from ..core.formats import Format
 from ..core.semantics import AttentionProblem
-from .common import Scale
+from .common import MIN_PREC, Scale
 from .options import capped, sech2, shift_of, store_interval
+from .options_backward_fast import fast_gradients
 from .strict import iv_prec, mpf_of, to_ints
 from .tensor import FIELDS, CertifiedTensor
 
@@ -130,13 +131,16 @@ def options_gradients(
     fmt: Format,
     rows: np.ndarray,
     keys: np.ndarray,
+    mode: str,
     prec: int,
     max_prec: int,
     stats: dict[str, Any],
 ) -> dict[str, CertifiedTensor]:
     """dQ (the requested rows), dK and dV (the requested keys) and, with sinks, ``dsinks``
-    ``(Hq,)`` of the problem with its soft-cap and sinks, certified. Longer than 80 lines: one
-    Ziv loop whose precision steps share every group's pending elements."""
+    ``(Hq,)`` of the problem with its soft-cap and sinks, certified: the fast path
+    (:mod:`.options_backward_fast`) and the interval path for what it leaves, or the interval
+    path throughout (``mode="strict"``). Longer than 80 lines: one Ziv loop whose precision
+    steps share every group's pending elements."""
     bsz, hq, hk, nq, _, d, dv = problem.shape
     group = hq // hk
     shift = shift_of(problem)
@@ -164,7 +168,11 @@ def options_gradients(
             groups.append((b, kvh, heads, tuple(fin(a) for a in raw), keep, todo, bad_row, bad_key))
     sink_todo = problem.sinks is not None
     p_ = prec
-    while True:
+    if mode == "fast":
+        sink_todo = fast_gradients(problem, groups, res, sc, fmt, rows, keys, stats)
+        p_ = max(prec, 2 * MIN_PREC)
+    pending = sink_todo or any(t.any() for grp in groups for t in grp[5].values())
+    while pending:
         stats["strict_evaluations"] += 1
         stats["max_prec_used"] = max(stats["max_prec_used"], p_)
         sink_sum = [_ZERO] * hq
@@ -189,7 +197,7 @@ def options_gradients(
                 ok = store_interval(_flat(res["dsinks"]), "x", h, lo, hi, sink_fl[h], fmt)
                 sink_todo |= not ok and not bad_head[h]
         pending = sink_todo or any(t.any() for grp in groups for t in grp[5].values())
-        if not pending or p_ >= max_prec:
+        if p_ >= max_prec:
             break
         p_ = min(2 * p_, max_prec)
     for b, kvh, heads, _, _, _, bad_row, bad_key in groups:

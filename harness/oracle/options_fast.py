@@ -24,7 +24,7 @@ import numpy as np
 from . import exact as ex
 from .common import SLACK, Scale
 
-__all__ = ["options_fast_rows"]
+__all__ = ["options_fast_rows", "slopes"]
 
 _PREC = 200  # working precision of the per-element logits
 
@@ -64,16 +64,23 @@ def _shifted_logits(q, k, keep, scale: Scale, cap, sink):
     return xh, xl, np.where(keep, xerr, 0.0), y_abs, shift
 
 
-def options_fast_rows(q, k, v, keep, scale: Scale, cap, sink):
+def options_fast_rows(q, k, v, keep, scale: Scale, cap, sink, *, weights: bool = False):
     """O and LSE fields (``o_hi``, ``o_lo``, ``o_err``, ``o_floor``, ``lse_*``) of the rows that
     keep a key (``keep.any(axis=1)``; the others are left 0 / ``−inf``), with the cap ``cap``
-    and the sink logit ``sink`` (either may be ``None``). Finite float64 inputs."""
+    and the sink logit ``sink`` (either may be ``None``). Finite float64 inputs. With
+    ``weights``, also what the gradient path needs, as :func:`.fast.fast_rows` gives it (``e_hi``,
+    ``e_lo``, ``e_rel``, ``e_abs``, ``inv_hi``, ``inv_lo``, ``rel_l``), the sink's weight as a
+    last column of ``e`` (a key with a zero value row)."""
     r_n, nk = keep.shape
     dv = v.shape[1]
     has = keep.any(axis=1)
     out = {f"o_{f}": np.zeros((r_n, dv)) for f in ("hi", "lo", "err", "floor")}
     out.update({f"lse_{f}": np.zeros(r_n) for f in ("lo", "err", "floor")})
     out["lse_hi"] = np.full(r_n, -np.inf)
+    n_e = nk + (sink is not None)
+    if weights:
+        out.update({f"e_{f}": np.zeros((r_n, n_e)) for f in ("hi", "lo", "rel", "abs")})
+        out.update({f: np.zeros(r_n) for f in ("inv_hi", "inv_lo", "rel_l")})
     if not has.any():
         return out
     xh, xl, xerr, y_abs, shift = _shifted_logits(q, k, keep, scale, cap, sink)
@@ -95,7 +102,7 @@ def options_fast_rows(q, k, v, keep, scale: Scale, cap, sink):
     num_err = stacked[r_n : 2 * r_n] + stacked[2 * r_n :] + nerr
 
     # l = Σ e + exp(σ − M) and the per-row mpmath steps at 200 bits.
-    sink_e = np.zeros(r_n)
+    sink_e, sink_l = np.zeros(r_n), np.zeros(r_n)
     inv_h, inv_l, lse_h, lse_l = (np.zeros(r_n) for _ in range(4))
     l_h, l_l, l_err = nh[:, -1].copy(), nl[:, -1].copy(), num_err[:, -1].copy()
     with mpmath.mp.workprec(200):
@@ -103,7 +110,7 @@ def options_fast_rows(q, k, v, keep, scale: Scale, cap, sink):
             lv = mpmath.mpf(l_h[i]) + mpmath.mpf(l_l[i])
             if sink is not None:
                 es_mp = mpmath.exp(mpmath.mpf(sink) - mpmath.mpf(shift[i]))
-                sink_e[i] = float(es_mp)
+                sink_e[i], sink_l[i] = ex.dd_from_mpf(es_mp)
                 lv += es_mp
                 l_err[i] += float(es_mp) * 2.0**-190
             inv_h[i], inv_l[i] = ex.dd_from_mpf(1 / lv)
@@ -133,4 +140,37 @@ def options_fast_rows(q, k, v, keep, scale: Scale, cap, sink):
         lse_err=np.where(has, lse_err, 0.0),
         lse_floor=np.where(has, lse_floor * inv_h, 0.0),
     )
+    if weights:
+        col = (lambda a, b: np.concatenate([a, b[:, None]], axis=1)) if sink is not None else None
+        e_rel_sink = np.where(sink_e > 0, 2.0**-185 + ex.U2, 0.0)
+        out.update(
+            e_hi=eh if col is None else col(eh, sink_e),
+            e_lo=el if col is None else col(el, sink_l),
+            e_rel=eps if col is None else col(eps, e_rel_sink),
+            e_abs=alpha if col is None else col(alpha, np.zeros(r_n)),
+            inv_hi=np.where(has, inv_h, 0.0),
+            inv_lo=np.where(has, inv_l, 0.0),
+            rel_l=rel_l,
+        )
     return out
+
+
+def slopes(q, k, keep, scale: Scale, cap: float):
+    """``g = 1 − tanh²(s/c) = (2/(e^z + e^−z))²``, ``z = s/c``, of every kept score as a dd
+    ``(g_hi, g_lo)`` with an absolute bound: formed in mpmath at 200 bits from the exact
+    expansion of ``q·k``, relative error ``2^−180·(1 + |z|)`` (the slope's logarithmic
+    derivative is at most 2 in ``z``) plus the dd's ``u²``."""
+    r_n, nk = keep.shape
+    bd = ex.beta_for(q.shape[1])
+    qs, _ = ex.slice_rows(q, None, bd)
+    ks, _ = ex.slice_rows(k, None, bd)
+    terms = ex.sliced_matmul(qs, ks) or [np.zeros((r_n, nk))]
+    gh, gl, z_abs = np.zeros((r_n, nk)), np.zeros((r_n, nk)), np.zeros((r_n, nk))
+    with mpmath.mp.workprec(_PREC):
+        tau, c = +scale.mp, mpmath.mpf(cap)
+        for i, j in zip(*np.nonzero(keep), strict=True):
+            z = tau * mpmath.fsum(mpmath.mpf(float(t[i, j])) for t in terms) / c
+            gh[i, j], gl[i, j] = ex.dd_from_mpf((2 / (mpmath.exp(z) + mpmath.exp(-z))) ** 2)
+            z_abs[i, j] = abs(float(z))
+    gerr = np.abs(gh) * (2.0**-180 * (1 + z_abs) + 2 * ex.U2)
+    return gh, gl, gerr
