@@ -1,4 +1,4 @@
-"""Oracle for attention with soft-capping and sinks: O and LSE in interval arithmetic.
+"""Oracle for attention with soft-capping and sinks: O and LSE, the interval path.
 
 With ``softcap = c`` every kept score ``s_j = τ·q·k_j`` becomes ``y_j = c·tanh(s_j/c)``; with a
 sink ``σ`` (one per query head) the row's denominator gains ``exp(σ)``, which has no value row:
@@ -13,7 +13,8 @@ exact integers first, ``tanh(x) = 1 − 2/(exp(2x) + 1)`` is monotone in its one
 ``x``, so its interval encloses the exact value, and the interval of each result is its
 certificate. Elements that miss the accuracy target or straddle a rounding boundary of the
 target format are recomputed at doubled precision (Ziv), as the strict path does without these
-options. Both oracle modes use this path when either option is set (docs/oracle.md).
+options. This is ``mode="strict"``; the fast mode (:mod:`.options_fast`) sends here only the
+elements its bounds do not certify (docs/oracle.md §10).
 """
 
 from __future__ import annotations

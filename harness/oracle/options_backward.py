@@ -12,7 +12,8 @@ Every quantity is an mpmath interval at working precision ``prec`` (scores and `
 integers first); elements whose interval misses the accuracy target or straddles a rounding
 boundary are recomputed at doubled precision up to ``max_prec``. Floors (docs/oracle.md):
 ``F_ij = P_ij(|dP_ij| + |D_i|)·(1 − tanh²)`` for dQ and dK as without options, ``Σ_i P_ij|dO_ic|``
-for dV, and ``Σ_{b,i} P_iσ·Σ_j P_ij|dP_ij|`` for dσ.
+for dV, and ``Σ_{b,i} P_iσ·Σ_j P_ij|dP_ij|`` for dσ. This interval path is ``mode="strict"``;
+the fast mode (:mod:`.options_backward_fast`) leaves it only what its bounds do not certify.
 """
 
 from __future__ import annotations
