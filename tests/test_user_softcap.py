@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import flashcheck
 from flashcheck.harness.adapters.registry import accepted_options
@@ -142,3 +143,42 @@ def test_flashcheck_replay_reruns_a_saved_case_with_its_options(tmp_path, monkey
     # the same case on the correct kernel passes: the options reached the kernel and the oracle
     fixed = replay(res.case_id, directory=tmp_path, kernel="user_softcap:correct", echo=print)
     assert fixed[1] == "PASS"
+
+
+_OPTION_CASES = flashcheck.strategies.attention_cases(
+    user.correct, dtype="fp16", max_len=12, max_work=256, softmax_options=True
+)
+
+
+@settings(max_examples=8, deadline=None, database=None, derandomize=True)
+@given(case=_OPTION_CASES)
+def test_the_correct_kernel_passes_on_drawn_option_cases(case):
+    assert case.softcap is not None or case.sinks is not None
+    res = flashcheck.check(user.correct, case, save="never")
+    assert res.passed, (case.describe(), res.verdict.reasons)
+
+
+def test_drawn_option_cases_find_the_ignored_cap():
+    from hypothesis import find
+
+    def fails(case):
+        return not flashcheck.check(user.cap_ignored, case, save="never").passed
+
+    settings_ = settings(max_examples=40, database=None, derandomize=True, deadline=None)
+    case = find(_OPTION_CASES, fails, settings=settings_)
+    assert case.softcap is not None
+
+
+def test_softmax_options_need_a_kernel_that_takes_them():
+    def plain(q, k, v, *, causal=False):
+        return user.correct(q, k, v, causal=causal)
+
+    strat = flashcheck.strategies.attention_cases(plain, dtype="fp16", softmax_options=True)
+    with pytest.raises(ValueError, match="takes softcap or sinks"):
+        find_one(strat)
+
+
+def find_one(strategy):
+    from hypothesis import find
+
+    return find(strategy, lambda _: True, settings=settings(database=None, max_examples=1))
