@@ -182,3 +182,9 @@ def find_one(strategy):
     from hypothesis import find
 
     return find(strategy, lambda _: True, settings=settings(database=None, max_examples=1))
+
+
+def test_assert_attention_takes_both_options(tmp_path):
+    flashcheck.assert_attention(user.correct, *_inputs(), softcap=2.0, sinks=SINKS)
+    with pytest.raises(AssertionError, match="FAIL-HARD"):
+        flashcheck.assert_attention(user.sink_scaled, *_inputs(), sinks=SINKS, case_dir=tmp_path)
