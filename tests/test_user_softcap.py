@@ -188,3 +188,34 @@ def test_assert_attention_takes_both_options(tmp_path):
     flashcheck.assert_attention(user.correct, *_inputs(), softcap=2.0, sinks=SINKS)
     with pytest.raises(AssertionError, match="FAIL-HARD"):
         flashcheck.assert_attention(user.sink_scaled, *_inputs(), sinks=SINKS, case_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name,opts,want",
+    [
+        ("correct", {"softcap": 1.0, "sinks": SINKS}, "PASS"),
+        ("cap_ignored", {"softcap": 1.0}, "FAIL"),
+        ("cap_ignored", {"softcap": 1.0, "sinks": SINKS}, "FAIL"),
+    ],
+)
+def test_the_options_applied_property_covers_both(name, opts, want):
+    from flashcheck.harness.adapters.registry import as_kernel
+    from flashcheck.harness.checks.structural import options_applied
+
+    case = flashcheck.Case.from_arrays(*_inputs(), **opts)
+    res = options_applied(as_kernel(getattr(user, name)), case, "cpu")
+    assert res.status == want, res.message
+    if want == "FAIL":
+        assert "softcap=1.0 did not change the output" in res.message
+
+
+def test_a_kernel_that_ignores_its_sinks_fails_options_applied():
+    from flashcheck.harness.adapters.registry import as_kernel
+    from flashcheck.harness.checks.structural import options_applied
+
+    def sinks_ignored(q, k, v, *, causal=False, scale=None, softcap=None, sinks=None):
+        return user.correct(q, k, v, causal=causal, scale=scale, softcap=softcap)
+
+    case = flashcheck.Case.from_arrays(*_inputs(), sinks=np.array([3.0, 2.5], np.float32))
+    res = options_applied(as_kernel(sinks_ignored), case, "cpu")
+    assert res.status == "FAIL" and res.message.startswith("sinks did not change")
