@@ -232,3 +232,18 @@ def test_fast_and_strict_gradients_agree_within_their_bounds(dtype):
             gap = np.abs((a.hi - b.hi) + (a.lo - b.lo))
             assert np.all(gap <= a.err + b.err), (family, name)
             assert np.all(a.err <= np.maximum(np.ldexp(a.floor, -100), 1e-300)), (family, name)
+
+
+@pytest.mark.parametrize("nq,nk", [(0, 3), (3, 0), (2, 4)])
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+def test_empty_shapes_and_rows_without_keys_have_the_sink_as_lse(nq, nk, mode):
+    q, do = np.ones((1, 2, nq, 4), np.float32), np.ones((1, 2, nq, 3), np.float32)
+    k, v = np.ones((1, 1, nk, 4), np.float32), np.ones((1, 1, nk, 3), np.float32)
+    sinks = np.array([1.0, 2.0], np.float32)
+    mask = np.zeros((1, 2, nq, nk), bool)  # every row keeps nothing
+    r = oracle(q, k, v, do=do, softcap=2.0, sinks=sinks, mask=mask, mode=mode)
+    assert (r.o.hi == 0).all() and (r.dq.hi == 0).all() and (r.dk.hi == 0).all()
+    np.testing.assert_array_equal(r.lse.hi, np.broadcast_to(sinks[None, :, None], (1, 2, nq)))
+    np.testing.assert_array_equal(r.dsinks.hi, [0.0, 0.0])
+    for name in ("o", "lse", "dq", "dk", "dv", "dsinks"):
+        assert r[name].certified.all(), name

@@ -150,13 +150,13 @@ def fast_group(q, k, v, do, keep, scale: Scale, *, weights=None, slope=None, sin
     out = {f"dq_{f}": np.zeros((g_n, nq, d)) for f in ("hi", "lo", "err", "floor")}
     out.update({f"dk_{f}": np.zeros((nk, d)) for f in ("hi", "lo", "err", "floor")})
     out.update({f"dv_{f}": np.zeros((nk, dv)) for f in ("hi", "lo", "err", "floor")})
+    if sink_slot:
+        out.update({f"ds_sink_{f}": np.zeros((g_n, nq)) for f in ("hi", "lo", "err")})
+        out["pdp"], out["p_sink"] = np.zeros((g_n, nq)), np.zeros((g_n, nq))
     if nq == 0 or nk == 0 or not keep.any():
         return out
     v_s, _ = ex.slice_rows(v, None, ex.beta_for(dv))
     ps, ds, fs = [], [], []
-    if sink_slot:
-        out.update({f"ds_sink_{f}": np.zeros((g_n, nq)) for f in ("hi", "lo", "err")})
-        out["pdp"], out["p_sink"] = np.zeros((g_n, nq)), np.zeros((g_n, nq))
     for g in range(g_n):
         if weights is None:
             res = fast_rows(q[g], k, v, keep[g], scale, weights=True)

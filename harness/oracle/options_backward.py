@@ -232,8 +232,9 @@ def _group_elements(res, todo, pos, q, k, do, p, ds, floor, sc, fmt, prec):
     b, kvh, heads, rows, keys = pos
     g_n, nq, d = q.shape
     q_all, do_all = q.reshape(g_n * nq, d), do.reshape(g_n * nq, do.shape[2])
-    p_all, ds_all = p.reshape(g_n * nq, -1), ds.reshape(g_n * nq, -1)
-    f_all = floor.reshape(g_n * nq, -1)
+    n_k = p.shape[-1]
+    p_all, ds_all = p.reshape(g_n * nq, n_k), ds.reshape(g_n * nq, n_k)
+    f_all = floor.reshape(g_n * nq, n_k)
     tau = abs(sc.hi)
     dq = _flat({f: a[b, heads] for f, a in res["dq"].items()})
     dk = _flat({f: a[b, kvh] for f, a in res["dk"].items()})
