@@ -31,6 +31,7 @@ from source_tree import stage
 ROOT = Path(__file__).resolve().parents[1]
 TRITON = "kernels/triton_flash.py"
 RECUR = "kernels/recurrence.py"
+ARITH = "kernels/arith.py"  # the recurrence's shared arithmetic and masks
 TRITON_TESTS = ["properties", "-k", "triton and not tf32", "tests/test_triton_flash.py"]
 RECUR_TESTS = ["properties", "tests/test_recurrence.py", "-k", "recurrence and not fa1"]
 BUILTIN = "harness/adapters/builtin.py"
@@ -139,7 +140,7 @@ MUTANTS = {
     ),
     "recurrence-off-by-one-window": (
         "numpy recurrence: window's left edge off by one",
-        RECUR,
+        ARITH,
         [("keep &= j >= i + off - left", "keep &= j > i + off - left")],
         RECUR_TESTS,
     ),

@@ -48,20 +48,46 @@ def _check(q: Any, k: Any, v: Any, precision: str) -> None:
         raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
 
 
-def _softmax(qh, kh, keep, sc, store, acc):
-    """One head's forward up to P: ``(qs, P32, has, m_safe, safe_t)``, P32 in ``acc``."""
+def _softmax(qh, kh, keep, sc, store, acc, cap=None, sink=None):
+    """One head's forward up to P: ``(qs, P32, has, m_safe, safe_t, extra)``, P32 in ``acc``.
+
+    With ``cap``: ``s = fl(cap·fl(tanh(fl(s/cap))))`` on the fp32 scores (torch's
+    ``cap * torch.tanh(s / cap)``). With ``sink`` (a float32 logit): a last column of the
+    softmax that has no value row (gpt-oss's reference: concatenate, softmax, drop it).
+    ``extra``: ``(th, p_sink)``, the tanh (or ``None``) and the sink's weight (or ``None``)."""
     qs = (qh.astype(acc) * acc.type(sc)).astype(store)
     s = sequential_dot(qs, kh, acc).astype(store).astype(acc)
+    th = None
+    if cap is not None:
+        th = np.tanh((s / acc.type(cap)).astype(acc).astype(np.float64)).astype(acc)
+        s = (acc.type(cap) * th).astype(acc)
     s = np.where(keep, s, acc.type(-np.inf))
     m = s.max(axis=1)
+    if sink is not None:
+        m = np.maximum(m, acc.type(sink))
     has = m != -np.inf  # NaN/+inf maxima propagate; only fully masked rows are 0
     m_safe = np.where(has, m, acc.type(0))
     e = np.exp((s - m_safe[:, None]).astype(np.float64)).astype(acc)
     total = np.zeros(len(qh), dtype=acc)
     for j in range(kh.shape[0]):
         total = total + e[:, j]
+    e_sink = None
+    if sink is not None:
+        e_sink = np.exp((acc.type(sink) - m_safe).astype(np.float64)).astype(acc)
+        total = (total + e_sink).astype(acc)
     safe_t = np.where(has, total, acc.type(1))
-    return qs, e / safe_t[:, None], has, m_safe, safe_t
+    p_sink = None if e_sink is None else (e_sink / safe_t).astype(acc)
+    return qs, e / safe_t[:, None], has, m_safe, safe_t, (th, p_sink)
+
+
+def _options(softcap, sinks, hq):
+    """The cap (``None`` when off) and one sink per head (``None`` each without sinks)."""
+    if sinks is None:
+        return softcap or None, [None] * hq
+    sig = np.asarray(sinks, dtype=np.float32)
+    if sig.shape != (hq,):
+        raise ValueError(f"sinks must hold one float32 logit per query head, shape ({hq},)")
+    return softcap or None, [float(x) for x in sig]
 
 
 def naive_numpy(
@@ -74,12 +100,15 @@ def naive_numpy(
     mask: np.ndarray | None = None,
     scale: float | None = None,
     precision: str = "same",
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Naive attention with the declared same-precision arithmetic (or all-fp64).
 
     ``precision='same'``: input-format storage of scaled q, S, P and O; fp32 accumulation and
     softmax. ``precision='fp64'``: every step in float64, O returned as float64. Returns
-    ``(O, LSE)``; fully masked rows give ``O = 0``, ``LSE = −inf``.
+    ``(O, LSE)``; fully masked rows give ``O = 0``, ``LSE = −inf`` (``σ_h`` with sinks).
+    ``softcap`` and ``sinks`` as :func:`_softmax` applies them (fp32 on the fp32 scores).
     """
     _check(q, k, v, precision)
     din = q.dtype
@@ -92,12 +121,15 @@ def naive_numpy(
     out = np.zeros((bsz, hq, nq, dv), dtype=store)
     lse = np.full((bsz, hq, nq), -np.inf, dtype=acc)
     rows, cols = np.arange(nq), np.arange(nk)
+    cap, sink = _options(softcap, sinks, hq)
     for b in range(bsz):
         for h in range(hq):
             kh, vh = k[b, h // (hq // hk)], v[b, h // (hq // hk)]
             mk = None if m_full is None else m_full[b, h]
             keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
-            _, p32, has, m_safe, safe_t = _softmax(q[b, h], kh, keep, sc, store, acc)
+            _, p32, has, m_safe, safe_t, _ = _softmax(
+                q[b, h], kh, keep, sc, store, acc, cap, sink[h]
+            )
             p = p32.astype(store)
             o = sequential_dot(p, vh.T, acc).astype(store)
             out[b, h] = np.where(has[:, None], o, store.type(0))
@@ -118,7 +150,9 @@ def naive_numpy_backward(
     mask: np.ndarray | None = None,
     scale: float | None = None,
     precision: str = "same",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+) -> tuple[np.ndarray, ...]:
     """The gradients torch autograd computes through :func:`naive_torch`, emulated exactly.
 
     ``do``: ``(B, Hq, Nq, dv)`` in the inputs' dtype F. Recomputes the forward as
@@ -136,11 +170,18 @@ def naive_numpy_backward(
     - GQA/MQA (the backward of ``repeat_interleave``, an expand): ``dK = fl_F(Σ_h dK_h)``,
       ``dV = fl_F(Σ_h dV_h)`` over the group's query heads in order, in fp32, rounded once.
 
+    With ``softcap``: ``dS32 = fl32(fl32(fl32(dS32·cap)·fl32(1 − fl32(th·th)))/cap)`` (the
+    backward of ``cap·tanh(s/cap)``) before the cast to F. With ``sinks``: the return gains
+    ``dsinks`` ``(Hq,)`` float32, ``dσ_h = Σ fl32(−fl32(P_σ·D_i))`` accumulated in fp32 over
+    batch and rows in order (torch's own reduction order may differ in the last bits).
     ``precision='fp64'``: every step in float64 (stores and accumulators), gradients float64.
     Fully masked rows give ``dq = 0`` and contribute nothing. Torch CPU differs from this in
     summation order only: its GEMMs block their fp32 accumulation, its softmax uses a vectorised
     ``exp``, multiplies by ``1/Σ`` and reduces ``D`` lane-wise; so it agrees within a few ulps
     of F, not bitwise.
+
+    Longer than 80 lines: this docstring lists every rounding it emulates, and the loop keeps
+    them in the order torch runs them.
     """
     _check(q, k, v, precision)
     din = q.dtype
@@ -160,6 +201,8 @@ def naive_numpy_backward(
     dv_acc = np.zeros((bsz, hk, nk, dv), dtype=acc)
     rows, cols = np.arange(nq), np.arange(nk)
     zero = acc.type(0)
+    cap, sink = _options(softcap, sinks, hq)
+    dsinks = np.zeros(hq, dtype=acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for b in range(bsz):
             for h in range(hq):
@@ -167,7 +210,9 @@ def naive_numpy_backward(
                 kh, vh, doh = k[b, g], v[b, g], do[b, h]
                 mk = None if m_full is None else m_full[b, h]
                 keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
-                qs, p32, _, _, _ = _softmax(q[b, h], kh, keep, sc, store, acc)
+                qs, p32, _, _, _, (th, p_sink) = _softmax(
+                    q[b, h], kh, keep, sc, store, acc, cap, sink[h]
+                )
                 dvh = sequential_dot(p32.astype(store).T, doh.T, acc).astype(store)
                 dp = sequential_dot(doh, vh, acc).astype(store).astype(acc)
                 dp = np.where(keep, dp, zero)
@@ -176,12 +221,26 @@ def naive_numpy_backward(
                 for j in range(nk):
                     dsum = dsum + prod[:, j]
                 ds32 = np.where(keep, (p32 * (dp - dsum[:, None])).astype(acc), zero)
+                if th is not None:
+                    grad = (1 - (th * th).astype(acc)).astype(acc)
+                    ds32 = ((ds32 * acc.type(cap)).astype(acc) * grad).astype(acc)
+                    ds32 = np.where(keep, (ds32 / acc.type(cap)).astype(acc), zero)
+                if p_sink is not None:
+                    for i in range(nq):
+                        dsinks[h] = acc.type(dsinks[h] - (p_sink[i] * dsum[i]).astype(acc))
                 dsf = ds32.astype(store)
                 dqs = sequential_dot(dsf, kh.T, acc).astype(store)
                 dkh = sequential_dot(dsf.T, qs.T, acc).astype(store)
                 dq[b, h] = (dqs.astype(acc) * acc.type(sc)).astype(store)
                 dk_acc[b, g] = dk_acc[b, g] + dkh.astype(acc)
                 dv_acc[b, g] = dv_acc[b, g] + dvh.astype(acc)
+    if sinks is not None:
+        return (
+            dq,
+            dk_acc.astype(store),
+            dv_acc.astype(store),
+            dsinks.astype(np.promote_types(np.float32, acc)),
+        )
     return dq, dk_acc.astype(store), dv_acc.astype(store)
 
 
@@ -194,8 +253,13 @@ def naive_torch(
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> tuple[Any, Any]:
-    """The same-precision baseline in torch eager ops, on the inputs' device and dtype."""
+    """The same-precision baseline in torch eager ops, on the inputs' device and dtype.
+
+    ``softcap``: ``cap·tanh(s/cap)`` on the fp32 scores; ``sinks`` ``(Hq,)`` float32: a last
+    softmax column per head with no value row (differentiable: ``sinks.grad`` is ``dσ``)."""
     import torch
 
     bsz, hq, nq, d = q.shape
@@ -216,7 +280,16 @@ def naive_torch(
         for b in range(bsz)
     ])  # fmt: skip
     keep = torch.from_numpy(keep_np).to(q.device)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        sig = torch.as_tensor(sinks, device=q.device).float().reshape(1, hq, 1, 1)
+        s = torch.cat([s, sig.expand(bsz, hq, nq, 1)], dim=-1)
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1]
+        p = torch.where(keep, p, torch.zeros_like(p)).to(q.dtype)
+        return torch.matmul(p, vv), lse
     lse = torch.logsumexp(s, dim=-1)
     has = keep.any(dim=-1, keepdim=True)
     p = torch.softmax(torch.where(has, s, torch.zeros_like(s)), dim=-1)

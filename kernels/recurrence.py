@@ -48,11 +48,21 @@ This module imports nothing from the harness.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+from .arith import (
+    ARITHMETIC,
+    FORMAT_DTYPES,
+    LOG2E,
+    PrecisionPolicy,
+    exp_in,
+    keep_mask,
+    rowsum,
+    sequential_dot,
+    tanh_in,
+)
 
 __all__ = [
     "ARITHMETIC",
@@ -63,108 +73,6 @@ __all__ = [
     "online_attention_backward",
     "sequential_dot",
 ]
-
-FORMAT_DTYPES = {
-    "fp16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "fp32": np.dtype(np.float32),
-    "fp64": np.dtype(np.float64),
-}
-LOG2E = 1.4426950408889634  # float64 nearest to log2(e)
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy:
-    """Formats of each intermediate ('fp16', 'bf16', 'fp32' or 'fp64').
-
-    ``score``: S = q·kᵀ accumulation and its scaled value; ``accum``: m, l, p, α and the O
-    accumulator; ``p``: the format P is rounded to before P·V; ``output``: O's format;
-    ``exp``: 'exp' or 'exp2' (log2 e folded into the scale constant, rounded to ``score``).
-    """
-
-    input: str
-    score: str = "fp32"
-    accum: str = "fp32"
-    p: str = "fp32"
-    output: str | None = None
-    exp: str = "exp2"
-
-    def __post_init__(self) -> None:
-        for field in ("input", "score", "accum", "p"):
-            if getattr(self, field) not in FORMAT_DTYPES:
-                raise ValueError(f"{field} format must be one of {sorted(FORMAT_DTYPES)}")
-        if self.output is not None and self.output not in FORMAT_DTYPES:
-            raise ValueError(f"output format must be one of {sorted(FORMAT_DTYPES)}")
-        if self.exp not in ("exp", "exp2"):
-            raise ValueError("exp must be 'exp' or 'exp2'")
-
-    @classmethod
-    def flash(cls, input: str) -> PrecisionPolicy:
-        """FlashAttention-2's arithmetic: fp32 scores and softmax, P rounded to the input."""
-        return cls(input=input, score="fp32", accum="fp32", p=input, exp="exp2")
-
-    @classmethod
-    def fp32(cls) -> PrecisionPolicy:
-        return cls(input="fp32", score="fp32", accum="fp32", p="fp32", exp="exp2")
-
-    @classmethod
-    def fp64(cls, input: str) -> PrecisionPolicy:
-        """Everything in float64: the algorithm's own error is ~1e-16 (a structural check)."""
-        return cls(input=input, score="fp64", accum="fp64", p="fp64", output="fp64", exp="exp")
-
-
-ARITHMETIC = {
-    "flash": "flash: low-precision inputs, fp32 scores/softmax/accumulators, P rounded to input",
-    "fp32": "fp32 recurrence: everything fp32, P not rounded",
-    "fp64": "fp64 recurrence (structural reference)",
-    "flash-backward": "flash backward (FA2 Algorithm 2): P recomputed from the LSE in fp32, D from "
-    "the rounded O, P and dS rounded to the input before their dots, fp32 accumulators",
-}
-
-
-def sequential_dot(a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """``a @ bᵀ`` accumulated sequentially over the inner index in dtype ``dt``."""
-    a = a.astype(dt)
-    b = b.astype(dt)
-    acc = np.zeros((a.shape[0], b.shape[0]), dtype=dt)
-    for t in range(a.shape[1]):
-        acc = acc + a[:, t, None] * b[None, :, t]
-    return acc
-
-
-def _exp(x: np.ndarray, flavour: str, dt: np.dtype) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        y = np.exp2(x64) if flavour == "exp2" else np.exp(x64)
-    return y.astype(dt)
-
-
-def _rowsum(p: np.ndarray, dt: np.dtype) -> np.ndarray:
-    acc = np.zeros(p.shape[0], dtype=dt)
-    for j in range(p.shape[1]):
-        acc = acc + p[:, j]
-    return acc
-
-
-def keep_mask(nq: int, nk: int, rows: np.ndarray, cols: np.ndarray, causal, window, mask):
-    """Which keys ``cols`` each query row ``rows`` keeps: causal (bottom-right aligned), the
-    window ``(left, right)`` and an explicit boolean ``mask`` combined, as docs/api.md defines
-    attention."""
-    i = rows[:, None]
-    j = cols[None, :]
-    off = nk - nq
-    keep = np.ones((len(rows), len(cols)), dtype=bool)
-    if causal:
-        keep &= j <= i + off
-    if window is not None:
-        left, right = window
-        if left is not None and left >= 0:
-            keep &= j >= i + off - left
-        if right is not None and right >= 0:
-            keep &= j <= i + off + right
-    if mask is not None:
-        keep &= mask[np.ix_(rows, cols)]
-    return keep
 
 
 def online_attention(
@@ -180,6 +88,8 @@ def online_attention(
     window: tuple[int | None, int | None] | None = None,
     mask: np.ndarray | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Online-softmax attention ``softmax(scale·QKᵀ + mask)·V`` and LSE (natural log).
 
@@ -189,6 +99,15 @@ def online_attention(
     ``None``/``-1`` unbounded; ``mask`` boolean, broadcastable to ``(B, Hq, Nq, Nk)``, True =
     keep. A row that keeps no key gives ``O = 0``, ``LSE = −inf``. Returns ``O`` in the output
     format (default: the input's) and ``LSE`` in the accumulator format.
+
+    ``softcap = cap > 0`` (FlashAttention's arithmetic): ``t = fl(tanh(fl(S·c1))·c2)`` with
+    ``c1 = fl_score(scale/cap)`` and ``c2 = fl_score(cap·log2 e)`` (``cap`` with ``exp``), tanh
+    evaluated in float64 and rounded to the accumulator format. ``sinks``: ``(Hq,)`` float32
+    logits; each row starts its recurrence from the sink, ``m = fl(σ_h·log2 e)`` (``σ_h`` with
+    ``exp``), ``l = 1``, ``acc = 0``, so a row that keeps no key gives ``O = 0``, ``LSE ≈ σ_h``.
+
+    Longer than 80 lines: this docstring states the arithmetic of every option, and the call
+    of the row-block step names each of its arguments.
     """
     if variant not in ("fa1", "fa2"):
         raise ValueError(f"variant must be 'fa1' or 'fa2', got {variant!r}")
@@ -212,6 +131,7 @@ def online_attention(
     dout = FORMAT_DTYPES[policy.output or policy.input]
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     c = ds.type(sc * LOG2E) if policy.exp == "exp2" else ds.type(sc)
+    opts = _softmax_options(sc, softcap, sinks, hq, policy)
     m_full = None if mask is None else np.broadcast_to(mask, (bsz, hq, nq, nk))
     out = np.zeros((bsz, hq, nq, dv), dtype=dout)
     lse = np.full((bsz, hq, nq), -np.inf, dtype=da)
@@ -237,33 +157,65 @@ def online_attention(
                     ds,
                     da,
                     dp,
+                    None if opts is None else (opts[0], opts[1], opts[2][h]),
                 )
                 out[b, h, rows] = o_blk.astype(dout)
                 lse[b, h, rows] = l_blk
     return out, lse
 
 
-def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk, ds, da, dp):
+def _softmax_options(sc, softcap, sinks, hq, policy):
+    """``(c1, c2, sink')`` of the options (``None`` without either): the cap's constants in the
+    score format (``None`` without a cap) and each head's sink in exponent units, accum format."""
+    if not softcap and sinks is None:
+        return None
+    ds, da = FORMAT_DTYPES[policy.score], FORMAT_DTYPES[policy.accum]
+    flavour = LOG2E if policy.exp == "exp2" else 1.0
+    c1 = c2 = None
+    if softcap:
+        c1, c2 = ds.type(sc / softcap), ds.type(softcap * flavour)
+    sink = [None] * hq
+    if sinks is not None:
+        sig = np.asarray(sinks, dtype=np.float32)
+        if sig.shape != (hq,):
+            raise ValueError(f"sinks must hold one float32 logit per query head, shape ({hq},)")
+        sink = [(sig[h].astype(da) * da.type(flavour)).astype(da) for h in range(hq)]
+    return c1, c2, sink
+
+
+def _scores(qb, kb, c, opts, ds, da):
+    """``t = fl(S·c)``, or with a cap ``fl(tanh(fl(S·c1))·c2)``, and the tanh (``None``
+    without a cap): the recurrence's logits in exponent units."""
+    s = sequential_dot(qb, kb, ds)
+    if opts is None or opts[0] is None:
+        return (s * c).astype(da), None
+    th = tanh_in((s * opts[0]).astype(da), da)
+    return (th * opts[1]).astype(da), th
+
+
+def _rows(qb, kh, vh, rows, nq, c, policy, variant, block_k, causal, window, mk, ds, da, dp, opts):
     nk, dv = vh.shape
     r = len(rows)
     m = np.full(r, -np.inf, dtype=da)
     l_sum = np.zeros(r, dtype=da)
+    if opts is not None and opts[2] is not None:  # the sink starts every row: e^{σ−σ} = 1
+        m = np.full(r, opts[2], dtype=da)
+        l_sum = np.ones(r, dtype=da)
     acc = np.zeros((r, dv), dtype=da)
     for c0 in range(0, nk, block_k):
         cols = np.arange(c0, min(c0 + block_k, nk))
         keep = keep_mask(nq, nk, rows, cols, causal, window, mk)
-        s = sequential_dot(qb, kh[cols], ds)
-        t = (s * c).astype(da)
+        t, _ = _scores(qb, kh[cols], c, opts, ds, da)
         t = np.where(keep, t, da.type(-np.inf))
         m_new = np.maximum(m, t.max(axis=1))
         # Rows that have kept at least one key so far. A NaN max (a NaN score) counts as live,
         # so the NaN propagates instead of the row passing for fully masked.
         live = m_new != -np.inf
         m_safe = np.where(live, m_new, da.type(0))
-        alpha = np.where(live, _exp((m - m_safe).astype(da), policy.exp, da), da.type(1))
-        p = np.where(keep, _exp((t - m_safe[:, None]).astype(da), policy.exp, da), da.type(0))
+        alpha = np.where(live, exp_in((m - m_safe).astype(da), policy.exp, da), da.type(1))
+        p = np.where(keep, exp_in((t - m_safe[:, None]).astype(da), policy.exp, da), da.type(0))
         l_old = l_sum
-        l_sum = (alpha * l_sum + _rowsum(p, da)).astype(da)
+        l_sum = (alpha * l_sum + rowsum(p, da)).astype(da)
         pv = sequential_dot(p.astype(dp), vh[cols].T, da)
         if variant == "fa2":
             acc = (alpha[:, None] * acc + pv).astype(da)
@@ -300,7 +252,9 @@ def online_attention_backward(
     window: tuple[int | None, int | None] | None = None,
     mask: np.ndarray | None = None,
     scale: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+) -> tuple[np.ndarray, ...]:
     """FlashAttention-2's backward (Dao 2023, Algorithm 2) with the declared arithmetic.
 
     ``q``, ``k``, ``v`` as in :func:`online_attention`; ``o`` and ``do``: ``(B, Hq, Nq, dv)`` in
@@ -332,6 +286,12 @@ def online_attention_backward(
     A row that keeps no key contributes nothing and gets ``dQ = 0``. NaN/Inf inputs propagate
     (IEEE results, no warnings). ``scale`` defaults to ``1/√d``.
 
+    ``softcap``: ``t`` as in :func:`online_attention`'s cap, and ``dS = fl(fl(P·fl(dP − D))·g)``
+    with ``g = fl(1 − fl(th·th))`` from the recomputed ``th = tanh(fl(S·c1))``. ``sinks``: the
+    result gains ``dsinks`` ``(Hq,)`` (float32; float64 with fp64 accumulators),
+    ``dσ_h = fl(dσ_h − fl(E(fl(σ' − lse'_i))·D_i))`` sequentially over batch and rows
+    (``σ' = fl(σ_h·log2 e)`` with ``exp2``): the return is ``(dq, dk, dv, dsinks)``.
+
     Longer than 80 lines: the loop nest stays in one function so that the order of its
     roundings reads top to bottom, as the kernel it emulates runs them.
     """
@@ -342,6 +302,7 @@ def online_attention_backward(
     ds, da, dp = FORMAT_DTYPES[policy.score], FORMAT_DTYPES[policy.accum], FORMAT_DTYPES[policy.p]
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     c = ds.type(sc * LOG2E) if policy.exp == "exp2" else ds.type(sc)
+    opts = _softmax_options(sc, softcap, sinks, hq, policy)
     sc_a = da.type(sc)
     group = hq // hk
     dq_acc = np.zeros((bsz, hq, nq, d), dtype=da)
@@ -379,12 +340,22 @@ def online_attention_backward(
                                 ds,
                                 da,
                                 dp,
+                                opts,
                             )
                             dq_acc[b, h, rows] = (dq_acc[b, h, rows] + dq_blk).astype(da)
                     dk[b, g, cols] = (dk_acc * sc_a).astype(da).astype(dout)
                     dvv[b, g, cols] = dv_acc.astype(dout)
         dq = (dq_acc * sc_a).astype(da).astype(dout)
-    return dq, dk, dvv
+        if opts is None or sinks is None:
+            return dq, dk, dvv
+        dsinks = np.zeros(hq, dtype=da)
+        for b in range(bsz):
+            for h in range(hq):
+                p_sink = exp_in((opts[2][h] - lse_e[b, h]).astype(da), policy.exp, da)
+                terms = (p_sink * dsum[b, h]).astype(da)
+                for i in range(nq):
+                    dsinks[h] = da.type(dsinks[h] - terms[i])
+    return dq, dk, dvv, dsinks.astype(np.promote_types(np.float32, da))
 
 
 def _check_backward_args(q, k, v, o, lse, do, policy, block_q, block_k, mask):
@@ -435,16 +406,17 @@ def _check_backward_args(q, k, v, o, lse, do, policy, block_q, block_k, mask):
     return m_full
 
 
-def _bwd_block(qb, kb, vb, dob, lse_b, dsum_b, keep, dk_acc, dv_acc, c, policy, ds, da, dp):
-    s = sequential_dot(qb, kb, ds)
-    t = (s * c).astype(da)
+def _bwd_block(qb, kb, vb, dob, lse_b, dsum_b, keep, dk_acc, dv_acc, c, policy, ds, da, dp, opts):
+    t, th = _scores(qb, kb, c, opts, ds, da)
     live = lse_b != -np.inf  # rows that kept a key; a NaN LSE counts as live and propagates
     keep = keep & live[:, None]
     x = np.where(keep, (t - np.where(live, lse_b, da.type(0))[:, None]).astype(da), -np.inf)
-    p = _exp(x.astype(da), policy.exp, da)  # exactly 0 where masked: E(−inf) = 0
+    p = exp_in(x.astype(da), policy.exp, da)  # exactly 0 where masked: E(−inf) = 0
     dv_acc = (dv_acc + sequential_dot(p.astype(dp).T, dob.T, da)).astype(da)
     dpm = sequential_dot(dob, vb, da)
     dsc = (p * (dpm - dsum_b[:, None]).astype(da)).astype(da)
+    if th is not None:  # through the cap: d(c·tanh(s/c))/ds = 1 − tanh²
+        dsc = (dsc * (da.type(1) - (th * th).astype(da)).astype(da)).astype(da)
     dsp = dsc.astype(dp)
     dk_acc = (dk_acc + sequential_dot(dsp.T, qb.T, da)).astype(da)
     return dk_acc, dv_acc, sequential_dot(dsp, kb.T, da)

@@ -97,6 +97,8 @@ def assert_attention(
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
     device: str | None = None,
     case_dir: str | os.PathLike | None = None,
 ) -> CheckResult:
@@ -118,6 +120,8 @@ def assert_attention(
         window=window,
         mask=mask,
         scale=scale,
+        softcap=softcap,
+        sinks=sinks,
         device=device,
         save="never",
     )

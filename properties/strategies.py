@@ -33,6 +33,7 @@ from ..harness.cases.families import (
     magnitudes,
     make_case,
 )
+from ..harness.cases.softmax_families import CAP_FACTORS, SINK_OFFSETS, with_softmax_options
 
 __all__ = [
     "FAMILIES",
@@ -193,6 +194,7 @@ def attention_cases(
     max_work: int = 1 << 16,
     min_slices: int = 1,
     palette: int = DEFAULT_PALETTE,
+    softmax_options: bool = False,
 ) -> st.SearchStrategy[Case]:
     """Adversarial attention inputs (docs/properties.md) as
     :class:`~flashcheck.harness.cases.case.Case` objects, inside ``kernel``'s contract when one is
@@ -208,7 +210,9 @@ def attention_cases(
     with compile keys (declared, or found by the probe), how many combinations of its lengths,
     head dims and causal flag are drawn per dtype (each new one costs the kernel a compile;
     :mod:`flashcheck.harness.adapters.palette`); batch, heads, values and the other options
-    vary freely. No effect on other kernels.
+    vary freely. No effect on other kernels. ``softmax_options``: every case also gets a
+    soft-cap, sinks or both, set relative to its scores
+    (:mod:`flashcheck.harness.cases.softmax_families`); the kernel must take them.
     """
     bad = [f for f in families if f not in FAMILIES]
     if bad:
@@ -245,7 +249,24 @@ def attention_cases(
                 **limits,
             )
 
-        return st.sampled_from(dtypes).flatmap(for_dtype)
+        drawn = st.sampled_from(dtypes).flatmap(for_dtype)
+        if not softmax_options:
+            return drawn
+        both = {"softcap", "sinks"}
+        takes = both if kern is None else both & set(kern.options or ())
+        if not takes:
+            raise ValueError(
+                f"softmax_options=True needs a kernel that takes softcap or sinks; {kern.name} "
+                "takes neither (name them in its signature, or declare options=...)"
+            )
+        caps = st.sampled_from(CAP_FACTORS) if "softcap" in takes else st.none()
+        offsets = st.sampled_from(SINK_OFFSETS) if "sinks" in takes else st.none()
+        pairs = st.tuples(st.one_of(st.none(), caps), st.one_of(st.none(), offsets)).filter(
+            lambda t: t != (None, None)
+        )
+        return st.tuples(drawn, pairs).map(
+            lambda x: with_softmax_options(x[0], cap_factor=x[1][0], sink_offset=x[1][1])
+        )
 
     # Deferred: a contract is probed on the first draw, not when the test module is imported.
     return st.deferred(build)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..cases.case import Case
 from ..core.semantics import as_exact_array
+from .softmax_options import option_values, unsupported_option
 
 __all__ = [
     "ALL_DTYPES",
@@ -92,6 +93,7 @@ class KernelGradients:
     dk: np.ndarray
     dv: np.ndarray
     dtype: str
+    dsinks: np.ndarray | None = None  # dσ (Hq,), for a case with sinks
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ class Kernel:
     ``dtypes``, ``devices``: what it runs. ``head_dims``: the head dims it accepts (``None``:
     any up to ``max_head_dim``). ``masks``: among ``causal``, ``window``, ``mask``.
     ``options``: the keyword options ``fn`` takes among ``causal``, ``window``, ``mask``,
-    ``scale`` (``None``: all four); options it lacks are not passed, and a case that needs one
-    is outside its contract.
+    ``scale``, ``softcap``, ``sinks`` (``None``: the first four); options it lacks are not
+    passed, and a case that needs one is outside its contract.
     ``gqa``: accepts fewer key/value heads than query heads; ``unequal_lengths``: ``Nq != Nk``;
     ``distinct_dv``: a value head dim other than ``d``; ``batched``: several (batch, head)
     slices in one call; ``seq_multiple``: every sequence length must be a multiple of it.
@@ -226,6 +228,8 @@ class Kernel:
             return f"sequence lengths ({nq}, {nk}) not multiples of {m}"
         if case.scale is not None and self.options is not None and "scale" not in self.options:
             return "an explicit scale is unsupported"
+        if (why := unsupported_option(case, self.options)) is not None:
+            return why
         limit = self.score_limit.get(case.dtype, FP32_SCORES)
         if score_magnitude(case) >= limit:
             return f"scores reach {score_magnitude(case):.3g} >= the kernel's limit {limit:.3g}"
@@ -279,13 +283,13 @@ class Kernel:
         lines += [f"unsupported: {what} ({why})" for what, why in self.unsupported]
         return lines
 
-    def _options(self, case: Case) -> dict[str, Any]:
+    def _options(self, case: Case, device: str = "cpu", grad: bool = False) -> dict[str, Any]:
         opts = {"causal": case.causal, "window": case.window, "scale": case.scale}
         if case.mask is not None:
             opts["mask"] = case.mask
         if self.options is not None:
             opts = {key: val for key, val in opts.items() if key in self.options}
-        return opts
+        return {**opts, **option_values(case, self.api, device, grad)}
 
     def run_backward(self, case: Case, device: str = "cpu") -> KernelGradients:
         """The kernel's ``dQ``, ``dK``, ``dV`` for the case's upstream gradient
@@ -300,7 +304,7 @@ class Kernel:
         given, is called with those ``args`` just before the kernel runs."""
         if self.backward is None:
             raise ValueError(f"{self.name} declares no backward (Kernel.backward is None)")
-        opts = self._options(case)
+        opts = self._options(case, device, grad=not callable(self.backward))
         if self.api == "numpy":
             if not callable(self.backward):
                 raise ValueError(
@@ -333,21 +337,24 @@ class Kernel:
                         f"{self.name}'s O does not depend on q, k, v through torch "
                         "autograd: declare backward=None, or pass a backward function"
                     )
-                res = torch.autograd.grad(o, (q, k, v), grad_outputs=do_t, allow_unused=True)
+                wrt = (q, k, v) + ((opts["sinks"],) if "sinks" in opts else ())
+                res = torch.autograd.grad(o, wrt, grad_outputs=do_t, allow_unused=True)
                 # An input O does not depend on has gradient 0 (judged as such).
                 res = [
-                    torch.zeros_like(x) if g is None else g
-                    for g, x in zip(res, (q, k, v), strict=True)
+                    torch.zeros_like(x) if g is None else g for g, x in zip(res, wrt, strict=True)
                 ]
         return KernelCall(args, res)
 
     def gradients(self, case: Case, call: KernelCall) -> KernelGradients:
         """A backward call's ``(dQ, dK, dV)`` checked and copied exactly to float64."""
         res = call.result
-        if not isinstance(res, tuple | list) or len(res) != 3:
-            raise KernelOutputError(f"{self.name}'s backward must return (dQ, dK, dV)")
+        names, likes = ("dQ", "dK", "dV"), [case.q, case.k, case.v]
+        if case.sinks is not None:
+            names, likes = (*names, "dsinks"), [*likes, case.sinks]
+        if not isinstance(res, tuple | list) or len(res) != len(names):
+            raise KernelOutputError(f"{self.name}'s backward must return ({', '.join(names)})")
         grads = []
-        for name, g, like in zip(("dQ", "dK", "dV"), res, (case.q, case.k, case.v), strict=True):
+        for name, g, like in zip(names, res, likes, strict=True):
             try:
                 g64, _ = as_exact_array(g, f"kernel {name}")
             except (TypeError, ValueError) as err:
@@ -357,7 +364,7 @@ class Kernel:
                     f"{self.name} returned {name} of shape {g64.shape}, expected {like.shape}"
                 )
             grads.append(g64)
-        return KernelGradients(*grads, dtype=case.dtype)
+        return KernelGradients(*grads[:3], dtype=case.dtype, dsinks=(grads[3:] or [None])[0])
 
     def run(self, case: Case, device: str = "cpu", inputs: tuple | None = None) -> KernelOutput:
         """Call the kernel on ``case`` and copy its outputs exactly to float64.
@@ -389,6 +396,7 @@ class Kernel:
             import torch
 
             q, k, v = inputs if inputs is not None else case.to_torch(device)
+            opts = self._options(case, device)
             if "mask" in opts:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
             _notify(before, _named(q, k, v, opts))

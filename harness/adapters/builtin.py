@@ -35,7 +35,7 @@ BWD_FLASH_SCORES = 2.0**26
 
 
 def _recurrence(variant: str, block_k: int):
-    def fn(q, k, v, *, causal, window, scale, mask=None):
+    def fn(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
         from ...kernels.recurrence import PrecisionPolicy, online_attention
         from ..core.formats import format_of
 
@@ -52,12 +52,16 @@ def _recurrence(variant: str, block_k: int):
             window=window,
             mask=mask,
             scale=scale,
+            softcap=softcap,
+            sinks=sinks,
         )
 
     return fn
 
 
-def _recurrence_backward(q, k, v, do, *, causal, window, scale, mask=None):
+def _recurrence_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, softcap=None, sinks=None
+):
     """The FA2 backward of the recurrence, after its own forward (for O and LSE)."""
     from ...kernels.recurrence import (
         PrecisionPolicy,
@@ -68,28 +72,32 @@ def _recurrence_backward(q, k, v, do, *, causal, window, scale, mask=None):
 
     bwd_policy = PrecisionPolicy.flash(format_of(q.dtype).name)
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    opts.update(softcap=softcap, sinks=sinks)
     o, lse = online_attention(q, k, v, policy=bwd_policy, block_q=16, block_k=16, **opts)
     return online_attention_backward(
         q, k, v, o, lse, do, policy=bwd_policy, block_q=16, block_k=16, **opts
     )
 
 
-def _naive_numpy_backward(q, k, v, do, *, causal, window, scale, mask=None):
+def _naive_numpy_backward(q, k, v, do, *, causal, window, scale, mask=None, **options):
     from ...kernels.naive import naive_numpy_backward
 
-    return naive_numpy_backward(q, k, v, do, causal=causal, window=window, mask=mask, scale=scale)
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale, **options}
+    return naive_numpy_backward(q, k, v, do, **opts)
 
 
-def _naive_numpy(q, k, v, *, causal, window, scale, mask=None):
+def _naive_numpy(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.naive import naive_numpy
 
-    return naive_numpy(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    return naive_numpy(q, k, v, softcap=softcap, sinks=sinks, **opts)
 
 
-def _naive_torch(q, k, v, *, causal, window, scale, mask=None):
+def _naive_torch(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.naive import naive_torch
 
-    return naive_torch(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    return naive_torch(q, k, v, softcap=softcap, sinks=sinks, **opts)
 
 
 def _triton(q, k, v, *, causal, window, scale, mask=None):
@@ -274,12 +282,14 @@ def project_kernels() -> dict[str, Kernel]:
     table, a kernel per entry.)"""
     # Naive fp16 stores S in fp16: scores must stay below its largest finite value, 65504.
     naive_limit = {"fp16": 65504.0}
+    every = frozenset({"causal", "window", "mask", "scale", "softcap", "sinks"})
     return {
         "recurrence-fa2": Kernel(
             "recurrence-fa2",
             _recurrence("fa2", 16),
             "flash",
             api="numpy",
+            options=every,
             devices=("cpu",),
             key_block=16,
             backward=_recurrence_backward,
@@ -293,6 +303,7 @@ def project_kernels() -> dict[str, Kernel]:
             _recurrence("fa1", 5),
             "flash-fa1",
             api="numpy",
+            options=every,
             devices=("cpu",),
             key_block=5,
             deterministic=True,
@@ -303,6 +314,7 @@ def project_kernels() -> dict[str, Kernel]:
             _naive_numpy,
             "naive",
             api="numpy",
+            options=every,
             devices=("cpu",),
             score_limit=naive_limit,
             backward=_naive_numpy_backward,
@@ -315,6 +327,7 @@ def project_kernels() -> dict[str, Kernel]:
             _naive_torch,
             "naive",
             api="torch",
+            options=every,
             batch_invariant=False,
             score_limit=naive_limit,
             check_available=torch_device_ok,

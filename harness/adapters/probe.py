@@ -45,10 +45,11 @@ import numpy as np
 from ..cases.case import Case
 from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
-from .adapter import ALL_DTYPES, NO_TENSOR, Kernel
+from .adapter import ALL_DTYPES, ALL_MASKS, NO_TENSOR, Kernel
 from .compilekeys import CallTimes, compile_cost, infer_keys
 from .outcome import Outcome, call_kernel
 from .ragged_probe import probe_ragged
+from .softmax_options import SOFTMAX_OPTIONS
 
 __all__ = ["Runner", "default_probe_device", "probe", "resolved"]
 
@@ -279,7 +280,11 @@ def _contract(p: _Prober, todo: frozenset[str], *, keyed: bool) -> dict[str, Any
     if "masks" in todo or "options" in todo:
         ok = _probe_options(p.kernel, check, s, d0)
         if "masks" in todo:
-            out["masks"] = frozenset(ok - {"scale"})
+            out["masks"] = frozenset(ok & ALL_MASKS)
+            # softcap/sinks the signature names but the kernel does not run with are dropped
+            soft = (p.kernel.options or frozenset()) & SOFTMAX_OPTIONS
+            if soft - ok and "options" not in todo:
+                out["options"] = p.kernel.options - (soft - ok)
         if "options" in todo:
             out["options"] = frozenset(ok)
     return out
@@ -381,5 +386,7 @@ def _probe_options(kernel: Kernel, check: Callable[..., bool], m: int, d0: int) 
         "window": {"window": (min(4, m), 0)},
         "mask": {"mask": keep},
         "scale": {"scale": 0.5},
+        "softcap": {"softcap": 2.0},
+        "sinks": {"sinks": np.zeros(1, np.float32)},
     }
     return {opt for opt in offered if check(opt, nq=m, nk=m, d=d0, **trials[opt])}

@@ -24,6 +24,7 @@ from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kerne
 from .builtin import project_kernels
 from .compilekeys import COMPILE_DIMS
 from .library import library_kernels
+from .softmax_options import SOFTMAX_OPTIONS
 
 __all__ = [
     "BUILTIN",
@@ -38,7 +39,10 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "flashcheck.kernels"
 OPS = ("attention", "combine")
-OPTION_NAMES = frozenset({"causal", "window", "mask", "scale"})
+BASE_OPTIONS = frozenset({"causal", "window", "mask", "scale"})
+# Soft-capping and sinks change the softmax: a kernel takes them only where its signature names
+# them (a **kwargs signature is not assumed to), or its declaration says so.
+OPTION_NAMES = BASE_OPTIONS | SOFTMAX_OPTIONS
 # The project's own kernels: what `flashcheck test builtin` and the repository's suite run.
 SUITE_KERNELS = (
     "triton",
@@ -76,16 +80,18 @@ def entry_point_kernels() -> dict[str, Any]:
 
 
 def accepted_options(fn: Callable[..., Any]) -> frozenset[str]:
-    """The options among causal/window/mask/scale that ``fn`` takes as keywords."""
+    """The options among causal/window/mask/scale/softcap/sinks that ``fn`` takes as keywords
+    (a ``**kwargs`` signature: the first four, and the others it names)."""
     try:
         params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins without a signature: assume everything
-        return OPTION_NAMES
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return OPTION_NAMES
-    return frozenset(
+    except (TypeError, ValueError):  # builtins without a signature: assume the base four
+        return BASE_OPTIONS
+    named = frozenset(
         p.name for p in params if p.name in OPTION_NAMES and p.kind is not p.POSITIONAL_ONLY
     )
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return BASE_OPTIONS | named
+    return named
 
 
 def _names(value: Iterable[str] | str, allowed: Iterable[str], what: str) -> tuple[str, ...]:
@@ -107,6 +113,7 @@ def kernel(
     head_dims: Iterable[int] | None = None,
     max_head_dim: int = 256,
     masks: Iterable[str] | None = None,
+    options: Iterable[str] | None = None,
     gqa: bool | None = None,
     unequal_lengths: bool | None = None,
     distinct_dv: bool | None = None,
@@ -142,6 +149,10 @@ def kernel(
         dtypes: among ``fp16``, ``bf16``, ``fp32``. devices: among ``cpu``, ``cuda``.
         head_dims: the head dims it accepts; max_head_dim: the largest.
         masks: among ``causal``, ``window``, ``mask`` (and only those its signature takes).
+        options: the keyword options it takes, among ``causal``, ``window``, ``mask``,
+            ``scale``, ``softcap`` and ``sinks`` (default: those its signature names; a
+            ``**kwargs`` signature is taken to mean the first four). Cases that need an option
+            it lacks are outside its contract; the others are not passed to it.
         gqa: accepts fewer key/value heads than query heads. unequal_lengths: ``Nq != Nk``.
         distinct_dv: a value head dim other than ``d``. batched: ``B·H > 1`` in one call.
         seq_multiple: every sequence length must be a multiple of this.
@@ -213,6 +224,13 @@ def kernel(
     layout_args["arithmetic"] = None if arithmetic == "unknown" else arithmetic
     fixed = _check_layout(layout, op, layout_args)
     opts = accepted_options(fn)
+    if options is not None:
+        if op == "combine" and options:
+            raise ValueError(
+                f"a split-KV merge takes no attention options, got options={sorted(options)}: "
+                "leave options out for op='combine'"
+            )
+        opts = frozenset(_names(options, OPTION_NAMES, "option(s)"))
     if fixed:
         opts = opts - {"mask"} if op == "attention" else frozenset()
     # Until a probe narrows them, the masks are those the signature can take at all.

@@ -45,6 +45,8 @@ class Case:
     inputs' dtype; ``None`` means the default one of :meth:`grad_output`. ``do_layout``: how
     ``dO`` is handed to the kernel's backward (:data:`DO_LAYOUTS`, :meth:`grad_output_as`); an
     ``"expanded"`` ``dO`` has one row of values, the same for every (batch, head, query).
+    ``softcap`` and ``sinks`` (float32 ``(Hq,)``): the softmax options of
+    :func:`~flashcheck.harness.core.semantics.check_softcap_sinks` (``None``: off).
     """
 
     q: np.ndarray
@@ -59,6 +61,8 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     do: np.ndarray | None = None
     do_layout: str = "contiguous"
+    softcap: float | None = None
+    sinks: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         names = {x.dtype for x in (self.q, self.k, self.v)}
@@ -75,6 +79,13 @@ class Case:
                 raise ValueError(
                     f"do must be an array of O's shape {want} and the inputs' dtype "
                     f"{self.q.dtype}, got {self.do.dtype} {self.do.shape}"
+                )
+        if self.sinks is not None:
+            sinks = np.asarray(self.sinks)
+            if sinks.dtype != np.float32 or sinks.shape != (self.q.shape[1],):
+                raise ValueError(
+                    f"sinks must be a float32 array of one logit per query head, shape "
+                    f"({self.q.shape[1]},), got {sinks.dtype} {sinks.shape}"
                 )
         if self.do_layout not in DO_LAYOUTS:
             raise ValueError(f"do_layout must be one of {DO_LAYOUTS}, got {self.do_layout!r}")
@@ -168,13 +179,19 @@ class Case:
         return b, hq, self.k.shape[1], nq, self.k.shape[2], d, self.v.shape[3]
 
     def options(self) -> dict[str, Any]:
-        """Keyword arguments shared by the oracle, the bounds and the kernels."""
-        return {
+        """Keyword arguments shared by the oracle, the bounds and the kernels (``softcap`` and
+        ``sinks`` only where set: a kernel that takes neither is called as before)."""
+        opts = {
             "causal": self.causal,
             "window": self.window,
             "mask": self.mask,
             "scale": self.scale,
         }
+        if self.softcap is not None:
+            opts["softcap"] = self.softcap
+        if self.sinks is not None:
+            opts["sinks"] = self.sinks
+        return opts
 
     def describe(self) -> str:
         b, hq, hk, nq, nk, d, dv = self.shape
@@ -187,6 +204,10 @@ class Case:
             opts.append("mask")
         if self.scale is not None:
             opts.append(f"scale={self.scale!r}")
+        if self.softcap is not None:
+            opts.append(f"softcap={self.softcap!r}")
+        if self.sinks is not None:
+            opts.append(f"sinks={[float(x) for x in self.sinks]}")
         if self.do_layout != "contiguous":
             opts.append(f"dO {self.do_layout}")
         extra = f" {' '.join(opts)}" if opts else ""
@@ -224,10 +245,12 @@ class Case:
         window: tuple[int | None, int | None] | None = None,
         mask: Any = None,
         scale: float | None = None,
+        softcap: float | None = None,
+        sinks: Any = None,
     ) -> Case:
         """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32, values
         taken exactly; ``mask`` a boolean array or tensor (True = keep), broadcastable to
-        ``(B, Hq, Nq, Nk)``."""
+        ``(B, Hq, Nq, Nk)``; ``softcap``, ``sinks`` as the oracle takes them."""
         if mask is not None and type(mask).__module__.startswith("torch"):
             mask = mask.detach().cpu().numpy()
         if mask is not None and np.asarray(mask).dtype != np.bool_:
@@ -235,7 +258,17 @@ class Case:
                 f"mask must be boolean (True = keep), got dtype {np.asarray(mask).dtype}"
             )
         # The one validation and float64 conversion of the inputs, kept as the case's problem.
-        problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+        problem = make_problem(
+            q,
+            k,
+            v,
+            causal=causal,
+            window=window,
+            mask=mask,
+            scale=scale,
+            softcap=softcap,
+            sinks=sinks,
+        )
         dtype = DTYPES[problem.fmt.name]
         case = cls(
             problem.q.astype(dtype),  # exact: the values came from that format
@@ -245,6 +278,8 @@ class Case:
             window=window,
             mask=None if mask is None else np.asarray(mask),
             scale=None if scale is None else float(scale),
+            softcap=problem.softcap,
+            sinks=None if problem.sinks is None else problem.sinks.astype(np.float32),
         )
         case.__dict__["problem"] = problem
         return case
@@ -288,6 +323,8 @@ class Case:
             params=dict(self.params),
             do=None if self.do is None else self.do[idx],
             do_layout=self.do_layout,
+            softcap=self.softcap,
+            sinks=self.sinks,
         )
 
     def slice(self, b: int, h: int) -> Case:
@@ -312,4 +349,6 @@ class Case:
             seed=self.seed,
             params=dict(self.params),
             do=None if self.do is None else np.ascontiguousarray(self.do[b : b + 1, h : h + 1]),
+            softcap=self.softcap,
+            sinks=None if self.sinks is None else self.sinks[h : h + 1].copy(),
         )

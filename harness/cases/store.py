@@ -53,12 +53,19 @@ def case_dir(directory: str | os.PathLike | None = None) -> Path:
 
 
 def _options_json(case: Case) -> dict[str, Any]:
-    return {
+    out = {
         "causal": bool(case.causal),
         "window": None if case.window is None else list(case.window),
         "scale": case.scale,
         "has_mask": case.mask is not None,
     }
+    # Only where set, so that the cases without them keep their ids (float32 values are
+    # exact as JSON numbers: Python writes the shortest repr that reads back to the double).
+    if case.softcap is not None:
+        out["softcap"] = case.softcap
+    if case.sinks is not None:
+        out["sinks"] = [float(x) for x in case.sinks]
+    return out
 
 
 def case_id(case: Case, kernel: str) -> str:
@@ -197,6 +204,8 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
             window=None if opts["window"] is None else tuple(opts["window"]),
             mask=arrays.get("mask"),
             scale=opts["scale"],
+            softcap=opts.get("softcap"),
+            sinks=None if opts.get("sinks") is None else np.array(opts["sinks"], np.float32),
             family=record.get("family", "manual"),
             seed=record.get("seed"),
             params=record.get("params") or {},

@@ -111,9 +111,9 @@ class GradientCheckResult(_Replayable):
     """One kernel's gradients judged on one case.
 
     ``verdicts``: a :class:`~flashcheck.harness.judging.tensor_verdict.TensorVerdict` per
-    gradient (``"dq"``, ``"dk"``, ``"dv"``); ``verdict``: the worst of them; ``grads``: the
-    kernel's gradients as exact float64; ``ref``: the oracle (with ``ref.dq``, ``ref.dk``,
-    ``ref.dv``); ``bounds``: the gradient bounds applied.
+    gradient (``"dq"``, ``"dk"``, ``"dv"``, and ``"dsinks"`` with sinks); ``verdict``: the worst
+    of them; ``grads``: the kernel's gradients as exact float64; ``ref``: the oracle (with
+    ``ref.dq``, ``ref.dk``, ``ref.dv``); ``bounds``: the gradient bounds applied.
     """
 
     kernel: str
@@ -184,8 +184,15 @@ def naive_gradient_reference(case: Case, ref: OracleResult) -> dict[str, float] 
     naive = naive_baseline()
     if naive.supports(case, "cpu") is not None:
         return None
-    g = naive.run_backward(case)
-    return gradient_errors({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref)
+    return gradient_errors(_grads(naive.run_backward(case)), ref)
+
+
+def _grads(g: KernelGradients) -> dict[str, Any]:
+    """A backward's gradients by name (``dsinks`` where the case has sinks)."""
+    out = {"dq": g.dq, "dk": g.dk, "dv": g.dv}
+    if g.dsinks is not None:
+        out["dsinks"] = g.dsinks
+    return out
 
 
 def kernel_bounds(adapter: Kernel, case: Case, **kw: Any) -> Bounds:
@@ -255,7 +262,7 @@ def check_gradients_case(
     ref = gradient_oracle(case) if ref is None else ref
     bounds = kernel_gradient_bounds(adapter, case) if bounds is None else bounds
     naive = naive_gradient_reference(case, ref) if naive is None else naive
-    verdicts = judge_gradients({"dq": g.dq, "dk": g.dk, "dv": g.dv}, ref, bounds, naive=naive)
+    verdicts = judge_gradients(_grads(g), ref, bounds, naive=naive)
     return GradientCheckResult(adapter.name, device, case, g, ref, bounds, verdicts)
 
 
@@ -320,6 +327,8 @@ def check(
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
     device: str | None = None,
     save: str = "failure",
     case_dir: str | os.PathLike | None = None,
@@ -331,7 +340,9 @@ def check(
     ``"package.module:function"``). ``q (B, Hq, Nq, d)``, ``k (B, Hk, Nk, d)``,
     ``v (B, Hk, Nk, dv)``: numpy arrays or torch tensors of one dtype among fp16, bf16 and
     fp32, their values taken as exact; or pass a :class:`~flashcheck.harness.cases.case.Case`
-    as ``q`` alone. The options are those of ``softmax(scale·QKᵀ + mask)·V``.
+    as ``q`` alone. The options are those of ``softmax(scale·QKᵀ + mask)·V``, with
+    ``softcap`` (scores ``c·tanh(s/c)``) and ``sinks`` (one float32 logit per query head in
+    every row's denominator) as :func:`flashcheck.oracle` takes them.
 
     The verdict is FAIL-HARD when an error exceeds the deterministic bound of the kernel's
     arithmetic class (class ``unknown``: the loosest bound of the classes at or above the input
@@ -345,6 +356,7 @@ def check(
     every time, ``"never"`` not at all; the result's ``replay`` is the command that re-runs it.
     """
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    opts.update(softcap=softcap, sinks=sinks)
     adapter, case = _prepare("check", kernel, q, k, v, opts, save)
     device = _device(adapter, q, device)
     outside = adapter.options is not None and _missing_options(case, adapter.options)
@@ -373,6 +385,8 @@ def check_gradients(
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
     device: str | None = None,
     save: str = "failure",
     case_dir: str | os.PathLike | None = None,
@@ -394,6 +408,7 @@ def check_gradients(
     ``case_dir`` as for ``check``.
     """
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+    opts.update(softcap=softcap, sinks=sinks)
     adapter, case = _prepare("check_gradients", kernel, q, k, v, opts, save)
     if adapter.backward is None:
         raise ValueError(
@@ -421,5 +436,7 @@ def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
         "window": case.window is not None,
         "mask": case.mask is not None,
         "scale": case.scale is not None,
+        "softcap": case.softcap is not None,
+        "sinks": case.sinks is not None,
     }
     return [name for name, used in need.items() if used and name not in options]

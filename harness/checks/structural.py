@@ -297,9 +297,10 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
 
 
 def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResult:
-    """Each option the case sets (``causal``, ``window``, an explicit ``scale``) changes the
-    kernel's output wherever it changes the exact answer by more than the two bounds: a kernel
-    that ignores an option is caught even on cases where its error would stay small."""
+    """Each option the case sets (``causal``, ``window``, an explicit ``scale``, ``softcap``,
+    ``sinks``) changes the kernel's output wherever it changes the exact answer by more than the
+    two bounds: a kernel that ignores an option is caught even on cases where its error would
+    stay small."""
     variants = []
     if case.causal:
         variants.append(("causal=True", replace(case, causal=False)))
@@ -307,6 +308,10 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
         variants.append((f"window={case.window}", replace(case, window=None)))
     if case.scale is not None:
         variants.append((f"scale={case.scale!r}", replace(case, scale=None)))
+    if case.softcap is not None:
+        variants.append((f"softcap={case.softcap!r}", replace(case, softcap=None)))
+    if case.sinks is not None:
+        variants.append(("sinks", replace(case, sinks=None)))
     if not variants:
         return StructuralResult.not_applicable("the case sets no option")
     out = adapter.run(case, device)

@@ -16,7 +16,9 @@ agrees, with ``off = Nk − Nq`` (masks are aligned bottom-right when ``Nq != Nk
 - explicit boolean ``mask`` broadcastable to ``(B, Hq, Nq, Nk)``: ``True`` keeps the key.
 
 A row that keeps no key gives ``O = 0`` and ``LSE = −inf``. NaN and ±inf inputs follow the rule
-of :func:`nan_rows_and_cols`.
+of :func:`nan_rows_and_cols`. Two options change the softmax (:func:`check_softcap_sinks`):
+``softcap = c`` replaces every score by ``c·tanh(s_ij/c)``, and ``sinks`` adds ``exp(σ_h)`` to
+every denominator of head ``h`` (no value row; a row that keeps no key then has ``LSE = σ_h``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 from .formats import Format, format_of
 
-__all__ = ["AttentionProblem", "as_exact_array", "make_problem"]
+__all__ = ["AttentionProblem", "as_exact_array", "check_softcap_sinks", "make_problem"]
 
 INPUT_FORMATS = ("fp16", "bf16", "fp32")
 
@@ -79,6 +81,13 @@ class AttentionProblem:
     causal: bool
     window: tuple[int | None, int | None] | None
     mask: np.ndarray | None  # bool, broadcast to (B, Hq, Nq, Nk)
+    softcap: float | None = None  # c > 0: scores become c·tanh(s/c); None: no cap
+    sinks: np.ndarray | None = None  # (Hq,) float64 holding fp32 values: one logit per head
+
+    @property
+    def has_options(self) -> bool:
+        """Whether soft-capping or sinks change the softmax (:func:`check_softcap_sinks`)."""
+        return self.softcap is not None or self.sinks is not None
 
     @property
     def shape(self) -> tuple[int, int, int, int, int, int, int]:
@@ -139,8 +148,12 @@ def make_problem(
     window: Any = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> AttentionProblem:
-    """Validate inputs and options; raise ``ValueError``/``TypeError`` that say how to fix them."""
+    """Validate inputs and options; raise ``ValueError``/``TypeError`` that say how to fix them.
+
+    ``softcap`` and ``sinks`` as :func:`check_softcap_sinks` reads them."""
     qa, fq = as_exact_array(q, "q")
     ka, fk = as_exact_array(k, "k")
     va, fv = as_exact_array(v, "v")
@@ -195,7 +208,46 @@ def make_problem(
             raise ValueError(
                 f"mask of shape {m.shape} does not broadcast to (B, Hq, Nq, Nk) = {(b, hq, nq, nk)}"
             ) from None
-    return AttentionProblem(qa, ka, va, fq, scale, bool(causal), win, m)
+    cap, sink_arr = check_softcap_sinks(softcap, sinks, hq)
+    return AttentionProblem(qa, ka, va, fq, scale, bool(causal), win, m, cap, sink_arr)
+
+
+def check_softcap_sinks(softcap: Any, sinks: Any, hq: int) -> tuple[float | None, Any]:
+    """The two softmax options, validated: ``(softcap, sinks)``.
+
+    ``softcap``: ``None`` or ``0`` (FlashAttention's spelling of "off") for no cap, else a
+    finite float ``c > 0``: every score ``s = scale·q·k`` becomes ``c·tanh(s/c)`` before masking.
+    ``sinks``: ``None``, or one finite float32 logit ``σ_h`` per query head (a numpy array or
+    torch tensor of shape ``(Hq,)``): the denominator of every row of head ``h`` gains
+    ``exp(σ_h)``, which has no value row; it is neither scaled nor capped. Returns the cap as a
+    float (or ``None``) and the sinks as a float64 array (or ``None``).
+    """
+    cap = None
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, int | float | np.floating):
+            raise TypeError(f"softcap must be a float > 0 or None, got {type(softcap).__name__}")
+        if not math.isfinite(float(softcap)) or softcap < 0:
+            raise ValueError(
+                f"softcap must be a finite float > 0 (or 0/None: off), got {softcap!r}"
+            )
+        cap = float(softcap) or None
+    if sinks is None:
+        return cap, None
+    if type(sinks).__module__.startswith("torch"):
+        sinks = sinks.detach().cpu().float().numpy()
+    arr = np.asarray(sinks)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"sinks must be float32 logits, got dtype {arr.dtype}")
+    if arr.shape != (hq,):
+        raise ValueError(
+            f"sinks must hold one logit per query head, shape ({hq},), got {arr.shape}"
+        )
+    out = arr.astype(np.float64)
+    if not np.isfinite(out).all() or not (out.astype(np.float32).astype(np.float64) == out).all():
+        raise ValueError(
+            "sinks must be finite float32 values: pass np.asarray(sinks, dtype=np.float32)"
+        )
+    return cap, out
 
 
 def nan_rows_and_cols(

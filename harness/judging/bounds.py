@@ -46,6 +46,8 @@ import numpy as np
 from ..core.formats import FP32, Format
 from ..core.semantics import AttentionProblem, make_problem
 from .classes import ARITHMETIC_CLASSES, KNOWN_CLASSES, applicable_classes, floor_classes
+from .lse_bound import lse_bound
+from .option_terms import cap_scores, with_sink
 from .roundoff import (
     FTZ,
     HALF_SUB32,
@@ -122,11 +124,13 @@ def error_bounds(
     key_block: int | None = None,
     lam: float = LAMBDA,
     fp32_only: bool = False,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> Bounds:
     """Deterministic and probabilistic bounds on ``|Ô − O|`` and ``|LSÊ − LSE|``: a :class:`Bounds`.
 
     Args:
-        q, k, v, causal, window, mask, scale: the attention problem, as for
+        q, k, v, causal, window, mask, scale, softcap, sinks: the attention problem, as for
             :func:`flashcheck.harness.oracle.evaluate.oracle` (inputs in fp16, bf16 or fp32; values
             exact).
         arithmetic: one of :data:`ARITHMETIC_CLASSES`; ``"unknown"`` gives the loosest bound
@@ -140,7 +144,9 @@ def error_bounds(
             of P and of the output into the input format (for comparing two implementations
             of the same arithmetic, which share those roundings).
     """
-    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    problem = make_problem(
+        q, k, v, causal=causal, window=window, mask=mask, scale=scale, softcap=softcap, sinks=sinks
+    )
     return problem_bounds(
         problem,
         arithmetic=arithmetic,
@@ -198,11 +204,17 @@ def problem_bounds(
             kk = finite(problem.k[b, kvh])
             vv = finite(problem.v[b, kvh])
             qr = finite(problem.q[b, h][row_idx])
+            opts = None
+            if problem.has_options:
+                sink = None if problem.sinks is None else float(problem.sinks[h])
+                opts = (problem.softcap, sink)
+                if sink is not None:
+                    kk, vv, keep = with_sink(kk, vv, keep)
             step = max(1, _CHUNK // max(1, nk * dv))
             for r0 in range(0, row_idx.size, step):
                 sl = slice(r0, r0 + step)
                 res = _rows(
-                    qr[sl], kk, vv, keep[sl], tau, fmt, arithmetic, key_block, lam, fp32_only
+                    qr[sl], kk, vv, keep[sl], tau, fmt, arithmetic, key_block, lam, fp32_only, opts
                 )
                 for name, val in res.items():
                     out[name][b, h, sl] = val
@@ -219,9 +231,10 @@ def _records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
         return (keep & (masked > prev - tol)).sum(axis=1)
 
 
-def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only=False):
+def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only=False, opts=None):
     """Bounds for a chunk of rows of one (batch, head), all float64 (over 80 lines: the terms of
-    docs/error-bounds.md in order, each reusing the arrays before it)."""
+    docs/error-bounds.md in order, each reusing the arrays before it). ``opts``: ``(softcap,
+    sink)`` of :mod:`.option_terms` (with a sink, ``k``, ``v``, ``keep`` hold its slot first)."""
     r_n, nk = keep.shape
     d = q.shape[1]
     up = fmt.u
@@ -231,6 +244,9 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
 
     s = tau * (q @ k.T)
     a = abs(tau) * (np.abs(q) @ np.abs(k).T)
+    extra = 0.0
+    if opts is not None:
+        s, a, extra = cap_scores(s, a, cap=opts[0], sink=opts[1], u_store=up if naive else 0.0)
     s = np.where(keep, s, -np.inf)
     m = np.where(has, s.max(axis=1, initial=-np.inf), 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -259,7 +275,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
     if naive:
         # scale·q rounded to fp32 then stored in F; S stored in F (subnormal S: half a spacing)
         local = (up + 2 * U32) * a + up * np.abs(s0) + fmt.min_subnormal / 2
-        local = local + U32 * gap + RHO_EXP  # fp32 s − m and exp
+        local = local + U32 * gap + RHO_EXP + extra  # fp32 s − m and exp; the options' own
         n_resc = np.zeros(r_n)
         resc = np.zeros(r_n)
     else:
@@ -268,7 +284,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
             local0 = 2 * U_TF32 * a + qk_abs
         else:
             local0 = 0.0
-        local = local0 + U32 * np.abs(s0) + U32 * gap + RHO_EXP  # s·c, t − m, exp2
+        local = local0 + U32 * np.abs(s0) + U32 * gap + RHO_EXP + extra  # s·c, t − m, exp2
         tol = 2 * (dot_det + local + common + 8 * U32 * np.abs(s0)).max(axis=1, initial=0.0)
         n_resc = np.maximum(
             _records(s, keep, tol[:, None]), _records(s[:, ::-1], keep[:, ::-1], tol[:, None])
@@ -299,8 +315,8 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
         fp32_only,
     )
     lse = np.where(has, m + np.log(ell), -np.inf)
-    lse_det = _lse_bound(p, delta_det + U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
-    lse_prob = _lse_bound(
+    lse_det = lse_bound(p, delta_det + U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
+    lse_prob = lse_bound(
         p,
         delta_prob + U32 * np.abs(s0),
         lse,
@@ -425,22 +441,3 @@ def _o_bounds(
         total = total + store_u * (o_plus + total) + store_sub  # store O in F
         results.append(total * (1 + SAFETY * store_u))
     return results
-
-
-def _lse_bound(p, delta, lse, ell, n_sum, u, n_keep):
-    """``|LSÊ − LSE|``: the kernel takes the log-sum-exp of perturbed logits (uncentred: a
-    common shift moves LSE), sums positive terms (relative ``n·u``), takes one log and one add,
-    multiplies by ln 2 and stores in fp32."""
-    # log Σ p_j e^{δ_j}, shifted by max δ: δ can exceed 700 nats for huge fp32 logits.
-    dmax = np.where(p > 0, delta, 0.0).max(axis=1, initial=0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * np.exp(np.minimum(delta - dmax[:, None], 0.0)), 0.0)
-        lam_l = dmax + np.log(np.maximum(terms.sum(axis=1), 1e-300))
-    lam_l = np.maximum(lam_l, 0.0)
-    g = np.minimum(np.asarray(n_sum, dtype=np.float64) * u, 0.5)
-    sum_err = -np.log1p(-g)
-    log_l = np.log(ell)
-    log_err = 4 * u * (1 + log_l / math.log(2)) * math.log(2)
-    lse_plus = np.abs(np.where(np.isfinite(lse), lse, 0.0)) + lam_l + sum_err + log_err
-    total = lam_l + sum_err + log_err + 4 * u * lse_plus + u * log_l
-    return np.where(n_keep > 0, total * (1 + SAFETY * u), 0.0)

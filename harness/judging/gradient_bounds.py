@@ -55,7 +55,8 @@ from ..core.semantics import AttentionProblem, as_exact_array, make_problem
 from .bounds import problem_bounds
 from .classes import applicable_classes, floor_classes
 from .gradient_terms import Context, Sums, chunk_bounds, finish_sums
-from .roundoff import LAMBDA, TensorBounds, finite
+from .option_terms import SinkTerms, sink_keep, with_sink
+from .roundoff import LAMBDA, SAFETY, TensorBounds, finite
 
 __all__ = [
     "GRADIENTS",
@@ -73,7 +74,8 @@ _CHUNK = 1 << 19  # elements of one (rows, keys) work matrix per chunk
 @dataclass
 class GradientBounds:
     """Absolute error bounds, a :class:`TensorBounds` per gradient: ``dq`` ``(B, Hq, Nq, d)``,
-    ``dk`` ``(B, Hk, Nk, d)``, ``dv`` ``(B, Hk, Nk, dv)`` (``bounds["dq"].det``).
+    ``dk`` ``(B, Hk, Nk, d)``, ``dv`` ``(B, Hk, Nk, dv)`` (``bounds["dq"].det``) and, for a
+    problem with sinks, ``dsinks`` ``(Hq,)``.
 
     A query row that keeps no key has dQ bound 0 (the exact result is 0 and every class returns
     exactly 0); a key that no query row of its group keeps has dK, dV bound 0.
@@ -117,11 +119,14 @@ def gradient_bounds(
     key_block: int | None = None,
     query_block: int | None = None,
     lam: float = LAMBDA,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> GradientBounds:
-    """Deterministic and probabilistic bounds on ``|dQ̂ − dQ|``, ``|dK̂ − dK|``, ``|dV̂ − dV|``.
+    """Deterministic and probabilistic bounds on ``|dQ̂ − dQ|``, ``|dK̂ − dK|``, ``|dV̂ − dV|``
+    (and ``|dσ̂ − dσ|`` with sinks).
 
     Args:
-        q, k, v, causal, window, mask, scale: the attention problem, as for
+        q, k, v, causal, window, mask, scale, softcap, sinks: the attention problem, as for
             :func:`flashcheck.harness.judging.bounds.error_bounds` (fp16, bf16 or fp32; exact).
         do: the upstream gradient ``dO``, shape ``(B, Hq, Nq, dv)``, in the format of q.
         arithmetic: one of :data:`GRADIENT_CLASSES` (``key_block``/``query_block`` are ignored
@@ -133,7 +138,9 @@ def gradient_bounds(
     Returns:
         :class:`GradientBounds`.
     """
-    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    problem = make_problem(
+        q, k, v, causal=causal, window=window, mask=mask, scale=scale, softcap=softcap, sinks=sinks
+    )
     return problem_gradient_bounds(
         problem,
         do,
@@ -178,7 +185,7 @@ def problem_gradient_bounds(
             for c in applicable_classes(fmt.name)
         }
         each = [parts[c] for c in floor_classes(fmt.name)]
-        top = {n: TensorBounds.loosest([b[n] for b in each]) for n in GRADIENTS}
+        top = {n: TensorBounds.loosest([b[n] for b in each]) for n in each[0].tensors}
         return GradientBounds("unknown", fmt, float(lam), top, parts=parts)
     if arithmetic not in applicable_classes(fmt.name):
         raise ValueError(f"the {arithmetic} class does not apply to {fmt.name} inputs")
@@ -193,7 +200,8 @@ def problem_gradient_bounds(
 
 
 def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> GradientBounds:
-    """The bounds of one known class, kv head by kv head, in chunks of query rows."""
+    """The bounds of one known class, kv head by kv head, in chunks of query rows (over 80
+    lines: one loop nest whose per-kv-head sums every query head of the group adds to)."""
     fmt = problem.fmt
     bsz, hq, hk, nq, nk, d, dv = problem.shape
     naive = arithmetic == "naive"
@@ -219,17 +227,26 @@ def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> Grad
     group = hq // hk
     step = max(1, _CHUNK // max(1, nk))
     rows = np.arange(nq)
+    slot = int(problem.sinks is not None)  # a sink's slot comes first (option_terms)
+    sinks = [SinkTerms() for _ in range(hq)]
     for b in range(bsz):
         for g in range(hk):
             kk = finite(problem.k[b, g])
             vv = finite(problem.v[b, g])
+            if slot:
+                kk, vv, _ = with_sink(kk, vv, np.zeros((0, nk), dtype=bool))
             sums_k: list[Sums] = []  # per query head (naive) or one for the group (flash)
             sums_v: list[Sums] = []
             for h in range(g * group, (g + 1) * group):
                 if naive or not sums_k:
-                    sums_k.append(Sums(nk, d))
-                    sums_v.append(Sums(nk, dv))
+                    sums_k.append(Sums(nk + slot, d))
+                    sums_v.append(Sums(nk + slot, dv))
                 keep_all = problem.keep(b, h, rows)
+                opts = None
+                if problem.has_options:
+                    sink = float(problem.sinks[h]) if slot else None
+                    opts = (problem.softcap, sink, sinks[h])
+                    keep_all = sink_keep(keep_all) if slot else keep_all
                 qh = finite(problem.q[b, h])
                 doh = finite(dout[b, h])
                 for r0 in range(0, nq, step):
@@ -245,13 +262,26 @@ def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> Grad
                         )
                     with np.errstate(over="ignore", invalid="ignore"):
                         dq = chunk_bounds(
-                            ctx, qh[sl], kk, vv, doh[sl], keep_all[sl], fw, sums_k[-1], sums_v[-1]
+                            ctx,
+                            qh[sl],
+                            kk,
+                            vv,
+                            doh[sl],
+                            keep_all[sl],
+                            fw,
+                            sums_k[-1],
+                            sums_v[-1],
+                            opts,
                         )
                     out["dq_det"][b, h, sl], out["dq_prob"][b, h, sl] = dq
             n_heads = group if not naive else 1
             for sums, key, mult in ((sums_k, "dk", tau), (sums_v, "dv", 1.0)):
                 with np.errstate(over="ignore", invalid="ignore"):
                     det, prob = finish_sums(ctx, sums, mult if not naive else 1.0, n_heads, nq)
-                out[f"{key}_det"][b, g], out[f"{key}_prob"][b, g] = det, prob
+                out[f"{key}_det"][b, g], out[f"{key}_prob"][b, g] = det[slot:], prob[slot:]
     tensors = {n: TensorBounds(out[f"{n}_det"], out[f"{n}_prob"]) for n in GRADIENTS}
+    if slot:
+        safety = 1 + SAFETY * fmt.u
+        det, prob = ([t.bound(x, ctx.acc) * safety for t in sinks] for x in (True, False))
+        tensors["dsinks"] = TensorBounds(np.array(det), np.minimum(np.array(prob), det))
     return GradientBounds(arithmetic, fmt, float(lam), tensors)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import FP32, Format
+from .option_terms import cap_scores, cap_slope
 from .roundoff import (
     FTZ,
     HALF_SUB32,
@@ -113,8 +114,11 @@ def dot_terms(ctx: Context, absprod: np.ndarray, n: int, det: bool, row_abs, col
     return err
 
 
-def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums):
+def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums, opts=None):
     """Bounds for the dQ rows of one chunk; adds the chunk's dK, dV terms to the sums.
+
+    ``opts``: ``(softcap, sink, sink_terms)`` (:mod:`.option_terms`; with a sink, ``k``, ``v``,
+    ``keep`` hold its slot first and ``sink_terms`` collects the rows' terms of ``dσ``).
 
     Longer than 80 lines: it follows section 11 of ``docs/error-bounds.md`` term by term (P,
     dP, D, dS, then dQ, dK, dV), and every later term reuses the earlier ones' arrays; split,
@@ -128,8 +132,14 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
     kf = keep.astype(np.float64)
 
     # --- exact quantities (float64) -----------------------------------------------------
-    s = np.where(keep, tau * (q @ k.T), -np.inf)
+    s_raw = tau * (q @ k.T)
     a = abs(tau) * (np.abs(q) @ np.abs(k).T)
+    cap = sink = None
+    extra = g = 0.0
+    if opts is not None:
+        cap, sink, sink_terms = opts
+        s, a, extra = cap_scores(s_raw, a, cap=cap, sink=sink, u_store=u_f if naive else 0.0)
+    s = np.where(keep, s_raw if opts is None else s, -np.inf)
     m = np.where(has, s.max(axis=1, initial=-np.inf), 0.0)
     e = np.where(keep, np.exp(s - m[:, None]), 0.0)
     ell = np.where(has, e.sum(axis=1), 1.0)
@@ -143,6 +153,11 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
     dd = (p * dp).sum(axis=1)  # D_i
     x = dp - dd[:, None]
     ds = p * x
+    if cap is not None:
+        g = np.where(keep, 1.0 - np.tanh(s_raw / cap) ** 2, 0.0)
+        if sink is not None:
+            g[:, 0] = 1.0
+        ds = ds * g
     dq0 = ds @ k  # unscaled Σ_j dS_ij k_jc
     abs_k = np.abs(k)
     q_abs_rows = np.abs(q).sum(axis=1)
@@ -179,6 +194,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
                 + sub_f
                 + U32 * (m[:, None] - s0)
                 + RHO_EXP
+                + extra
             )
             delta_raw = np.where(keep, delta, 0.0)
             delta = np.minimum(delta_raw, 700.0)
@@ -206,7 +222,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             dc_raw = dc
             dc = np.minimum(dc, 700.0)
             # per key: the score dot, c = fl(scale·log2 e), t = fl(S·c), t − lse2, exp2
-            dk_ = dot_s + 2 * U32 * np.abs(s0) + U32 * np.abs(lse[:, None] - s0) + RHO_EXP
+            dk_ = dot_s + 2 * U32 * np.abs(s0) + U32 * np.abs(lse[:, None] - s0) + RHO_EXP + extra
             dk_raw = np.where(keep, dk_, 0.0)
             err_pk = np.where(
                 keep, weight_growth(p, log_p, dk_raw) + FTZ * np.exp(dc)[:, None], 0.0
@@ -256,9 +272,26 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             0.0,
         )
         mag32 = np.where(keep, pk_plus * x_plus * (1 + U32), 0.0)  # |dŜ32|·e^{−θc}
+        px = p_plus * x_plus * (1 + U32)
+        g_hi = 1.0
+        if cap is not None:  # dS32 times the recomputed slope ĝ = fl(1 − fl(tanh²))
+            s_err = dot_s + 2 * U32 * np.abs(s_raw)
+            if naive:  # q·τ stored in F, S stored in F, s/c in fp32
+                s_err = s_err + (u_f + 2 * U32) * a + q_sub * k_abs_rows + u_f * np.abs(s_raw)
+                s_err = s_err + sub_f
+            g_hi, e_g = cap_slope(s_raw, s_err, cap, keep=keep, sink=sink)
+            g_hi = g_hi + e_g  # from here on: a bound on |ĝ|
+            # The absolute terms (subnormal roundings of dS32 and of its product by ĝ, dS
+            # rounded into F) do not shrink with ĝ: they are added again, unscaled.
+            e_ds = g_hi * e_ds + mag32 * (e_g + 3 * U32 * g_hi) + 4 * HALF_SUB32 + sub_f
+            e_ds = np.where(keep, e_ds, 0.0)
+            mag32 = mag32 * g_hi * (1 + 3 * U32)
+            px = px * g_hi * (1 + 3 * U32)
         rnd = u_f * mag32  # dS rounded into F (relative part)
         ec = np.expm1(dc)
-        mag_f = np.where(keep, (p_plus * x_plus * (1 + U32) + HALF_SUB32) * (1 + u_f) + sub_f, 0.0)
+        mag_f = np.where(keep, (px + HALF_SUB32) * (1 + u_f) + sub_f, 0.0)
+        if sink is not None:
+            sink_terms.add(det, p=p[:, 0], err_p=err_p[:, 0], d=dd, e_d=e_d, has=has)
 
         # --- dQ ------------------------------------------------------------------------------
         dep_q = sum_depth(ctx, n_keep, ctx.key_block, nk, 1)
@@ -273,7 +306,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             rq = rnd @ abs_k
         else:
             rq = np.minimum(ctx.lam * np.sqrt((rnd * rnd) @ (k * k)), rnd @ abs_k)
-        lin_q = e_ds @ abs_k + rq + e_d[:, None] * np.abs(p @ k)
+        lin_q = e_ds @ abs_k + rq + e_d[:, None] * np.abs((p * (g_hi if cap else 1.0)) @ k)
         err_q = np.exp(dc)[:, None] * lin_q + ec[:, None] * np.abs(dq0) + acc_q
         if naive:  # dQs = fl_F(acc), then dq = fl_F(dQs·τ) (τ rounded to fp32, fp32 product)
             err_q = err_q + u_f * (np.abs(dq0) + err_q) + sub_f
@@ -285,7 +318,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
 
         # --- dK terms: Σ_i dS_F,ij·qm_ic -------------------------------------------------
         ef = np.exp(dc)[:, None]
-        e_full = ef * (e_ds + p * e_d[:, None]) + ec[:, None] * np.abs(ds)
+        e_full = ef * (e_ds + p * g_hi * e_d[:, None]) + ec[:, None] * np.abs(ds)
         r_full = ef * rnd
         qm_plus = np.abs(qm) + q_err
         add_terms(

@@ -19,6 +19,7 @@ __all__ = [
     "HALF_SUB32",
     "LAMBDA",
     "RHO_EXP",
+    "RHO_TANH",
     "SAFETY",
     "TF32_SUB",
     "U32",
@@ -39,6 +40,9 @@ UA = 2 * U32
 # exp2 in fp32: PTX ex2.approx is documented at 2 ulp (test-derived, not guaranteed); CPU
 # libraries are within 1 ulp. 2 ulp = 4·u32 relative.
 RHO_EXP = 4 * U32
+# tanh in fp32 for the soft-cap: CUDA's tanhf is documented at 2 ulp, CPU libraries within 1.
+# (The hardware approximation tanh.approx.f32, ~2^-11 relative, is outside every class.)
+RHO_TANH = 4 * U32
 U_TF32 = 2.0**-10  # tf32 operands are truncated by the MMA unit: relative error < 2^-10
 # ...except below the normal range: a subnormal fp32 operand keeps only the top 10 of its 23
 # fraction bits, an absolute error < 2^-136 (measured on H100: a subnormal V lost 8.5 %).

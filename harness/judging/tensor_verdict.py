@@ -15,7 +15,7 @@ from .metrics import ErrorSummary
 
 __all__ = ["LABELS", "TensorVerdict", "Verdict"]
 
-LABELS = {"o": "O", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV"}
+LABELS = {"o": "O", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV", "dsinks": "dσ"}
 
 
 @dataclass

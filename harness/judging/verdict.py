@@ -66,7 +66,7 @@ __all__ = [
 CONVENTION = "convention difference: "
 EMPIRICAL_FACTOR = 2.0
 EMPIRICAL_FLOOR = 1.0  # floored ulps: anything within one ulp of the floor is never a FAIL
-GRADIENT_LABELS = {name: LABELS[name] for name in ("dq", "dk", "dv")}
+GRADIENT_LABELS = {name: LABELS[name] for name in ("dq", "dk", "dv", "dsinks")}
 # The worst-element rows name the floor as the reports show it: W_c for O.
 _FLOOR_KEY = {"o": "floor_W"}
 

@@ -131,25 +131,37 @@ def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
     return g_h, g_l, (rounding + carried) * (1 + 2.0**-40) * SLACK, d_h
 
 
-def fast_group(q, k, v, do, keep, scale: Scale):
+def fast_group(q, k, v, do, keep, scale: Scale, *, weights=None, slope=None, sink_slot=False):
     """The gradients of one group: ``q`` ``(G, Nq, d)``, ``k`` ``(Nk, d)``, ``v`` ``(Nk, dv)``,
     ``do`` ``(G, Nq, dv)``, ``keep`` ``(G, Nq, Nk)`` (finite float64 values, taken as exact).
 
     Returns ``{name: array}`` for ``dq_{hi,lo,err,floor}`` ``(G, Nq, d)``, ``dk_*`` ``(Nk, d)``
     and ``dv_*`` ``(Nk, dv)``: the dd value, a certified bound on its distance to the exact
     gradient, and the floor scale.
+
+    For soft-capping and sinks (:mod:`.options_backward`): ``weights(g)`` gives head ``g``'s
+    weights in place of :func:`.fast.fast_rows`; ``slope(g)`` a dd ``(g_hi, g_lo, g_err)`` that
+    multiplies ``dS`` (the cap's ``1 − tanh²``); with ``sink_slot`` the last key is the sink
+    (zero ``k`` and ``v`` rows) and the result also holds, per head and row, its ``dS`` as
+    ``ds_sink_{hi,lo,err}``, its weight as ``p_sink`` and ``Σ_j P|dP|`` as ``pdp`` ``(G, Nq)``.
     """
     g_n, nq, d = q.shape
     nk, dv = v.shape
     out = {f"dq_{f}": np.zeros((g_n, nq, d)) for f in ("hi", "lo", "err", "floor")}
     out.update({f"dk_{f}": np.zeros((nk, d)) for f in ("hi", "lo", "err", "floor")})
     out.update({f"dv_{f}": np.zeros((nk, dv)) for f in ("hi", "lo", "err", "floor")})
+    if sink_slot:
+        out.update({f"ds_sink_{f}": np.zeros((g_n, nq)) for f in ("hi", "lo", "err")})
+        out["pdp"], out["p_sink"] = np.zeros((g_n, nq)), np.zeros((g_n, nq))
     if nq == 0 or nk == 0 or not keep.any():
         return out
     v_s, _ = ex.slice_rows(v, None, ex.beta_for(dv))
     ps, ds, fs = [], [], []
     for g in range(g_n):
-        res = fast_rows(q[g], k, v, keep[g], scale, weights=True)
+        if weights is None:
+            res = fast_rows(q[g], k, v, keep[g], scale, weights=True)
+        else:
+            res = weights(g)
         ph, pl, p_err = _weights(res)
         do_s, _ = ex.slice_rows(do[g], None, ex.beta_for(dv))
         dp_h, dp_l, dp_err = ex.expansion_to_dd(ex.sliced_matmul(do_s, v_s) or [np.zeros((nq, nk))])
@@ -161,6 +173,17 @@ def fast_group(q, k, v, do, keep, scale: Scale):
         s_err = np.where(keep[g], s_err * SLACK, 0.0)
         sh, sl = np.where(keep[g], sh, 0.0), np.where(keep[g], sl, 0.0)
         floor = np.abs(ph) * (np.abs(dp_h) + np.abs(d_h)[:, None])
+        if slope is not None:  # dS·(1 − tanh²): the product's rounding and both bounds
+            gh, gl, g_err = slope(g)
+            zh, zl, z_err = ex.dd_mul_err(sh, sl, gh, gl)
+            s_err = s_err * (np.abs(gh) + g_err) * (1 + 2.0**-50)
+            s_err = (s_err + (np.abs(sh) + np.abs(sl)) * g_err + z_err) * SLACK
+            sh, sl, floor = zh, zl, floor * np.abs(gh)
+        if sink_slot:
+            out["ds_sink_hi"][g], out["ds_sink_lo"][g] = sh[:, -1], sl[:, -1]
+            out["ds_sink_err"][g] = s_err[:, -1]
+            out["pdp"][g] = (np.abs(ph) * np.abs(dp_h)).sum(axis=1)
+            out["p_sink"][g] = np.abs(ph[:, -1])
         # dQ of this head: τ·dS·K.
         qh, ql, qerr = _product(sh, sl, s_err, k)
         qh, ql, qerr = _scaled(qh, ql, qerr, scale)

@@ -50,6 +50,8 @@ def oracle(
     max_prec: int = 4096,
     do: Any = None,
     keys: Any = None,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> OracleResult | LayoutResult | CombineResult:
     """The exact attention (or split-KV merge) of the given inputs, certified, in their layout.
 
@@ -59,10 +61,10 @@ def oracle(
     answer is a :class:`LayoutResult` with ``O`` and ``LSE`` in the layout's own shapes. With
     ``op="combine"`` the two tensors are ``out_partial (S, ..., dv)`` and
     ``lse_partial (S, ...)``; the answer is a :class:`CombineResult`. The dense options
-    (causal, window, mask, scale, fmt, rows, mode, prec, max_prec, do, keys) are those of
-    :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all but
-    ``mask`` (``rows`` and ``keys`` name packed rows of a varlen batch; paged batches take
-    neither, nor ``do``).
+    (causal, window, mask, scale, fmt, rows, mode, prec, max_prec, do, keys, softcap, sinks)
+    are those of :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all
+    but ``mask``, ``softcap`` and ``sinks`` (``rows`` and ``keys`` name packed rows of a varlen
+    batch; paged batches take neither, nor ``do``).
     """
     varlen = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
     varlen_sizes = {"max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k}
@@ -76,6 +78,7 @@ def oracle(
                 f"(S, ...), got {len(tensors)}"
             )
         attention = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
+        attention.update(softcap=softcap, sinks=sinks)
         attention.update(rows=rows, do=do, keys=keys, **varlen, **varlen_sizes, **paged)
         _refuse("op='combine'", attention, "the merge takes only fmt, mode, prec and max_prec")
         return combine_oracle(*tensors, fmt=fmt, mode=mode, prec=prec, max_prec=max_prec)
@@ -93,7 +96,7 @@ def oracle(
     if is_varlen:
         if any(x is None for x in varlen.values()):
             raise ValueError("a varlen batch needs both cu_seqlens_q and cu_seqlens_k")
-        _refuse("a varlen batch", {"mask": mask}, _RAGGED_FIX)
+        _refuse("a varlen batch", {"mask": mask, "softcap": softcap, "sinks": sinks}, _RAGGED_FIX)
         batch = varlen_batch(*tensors, **varlen, **varlen_sizes)
         return varlen_oracle(batch, do=do, rows=rows, keys=keys, **opts)
     if is_paged:
@@ -101,14 +104,23 @@ def oracle(
             raise ValueError("a paged batch needs both block_table and cache_seqlens")
         _refuse(
             "a paged batch",
-            {"mask": mask, "rows": rows, "keys": keys, "do": do},
+            {
+                "mask": mask,
+                "rows": rows,
+                "keys": keys,
+                "do": do,
+                "softcap": softcap,
+                "sinks": sinks,
+            },
             _RAGGED_FIX + " (paged gradients are not offered: decode kernels have no backward)",
         )
         return paged_oracle(paged_batch(*tensors, **paged), **opts)
+    opts.update(softcap=softcap, sinks=sinks)
     return dense_oracle(*tensors, mask=mask, rows=rows, do=do, keys=keys, **opts)
 
 
 _RAGGED_FIX = (
     "ragged batches take causal/window masks (and a paged batch every row); for an explicit "
-    "mask or a row sample of a paged batch, call the oracle on the sequence as a dense problem"
+    "mask, soft-capping, sinks or a row sample of a paged batch, call the oracle on the "
+    "sequence as a dense problem"
 )

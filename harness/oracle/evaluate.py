@@ -42,17 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import Format, format_of, round_to_format, ulp
-from ..core.semantics import (
-    AttentionProblem,
-    as_exact_array,
-    make_problem,
-    nan_rows_and_cols,
-)
+from ..core.formats import Format, format_of
+from ..core.semantics import AttentionProblem, as_exact_array, make_problem, nan_rows_and_cols
 from .backward import GRADIENTS, fast_group
 from .backward_strict import strict_group
-from .common import ACCURACY_BITS, MIN_PREC, Scale, scale_of, target
+from .common import ACCURACY_BITS, MIN_PREC, Scale, decide, scale_of, target
 from .fast import fast_rows
+from .options import options_forward
+from .options_backward import gradient_nan, options_gradients
 from .strict import strict_fill
 from .tensor import FIELDS, CertifiedTensor
 
@@ -66,7 +63,7 @@ __all__ = [
 ]
 
 
-TENSORS = ("o", "lse", "dq", "dk", "dv")
+TENSORS = ("o", "lse", "dq", "dk", "dv", "dsinks")
 
 
 @dataclass
@@ -75,9 +72,9 @@ class OracleResult:
 
     ``o`` ``(B, Hq, R, dv)`` and ``lse`` ``(B, Hq, R)`` for the rows ``rows``; with ``do``
     given, also the gradients ``dq`` ``(B, Hq, R, d)`` for the same rows, ``dk``
-    ``(B, Hk, K, d)`` and ``dv`` ``(B, Hk, K, dv)`` for the keys ``keys`` (without ``do`` they
-    are ``None``). ``tensors`` maps each computed output's name to its tensor; ``fmt`` is the
-    format ``rounded`` is in.
+    ``(B, Hk, K, d)``, ``dv`` ``(B, Hk, K, dv)`` for the keys ``keys`` and with sinks ``dsinks``
+    ``(Hq,)`` (without ``do``: ``None``). ``tensors`` maps each computed output's name to its
+    tensor; ``fmt`` is the format ``rounded`` is in.
     """
 
     fmt: Format
@@ -120,30 +117,9 @@ class OracleResult:
     def dv(self) -> CertifiedTensor | None:
         return self.tensors.get("dv")
 
-
-# ---------------------------------------------------------------------------------------------
-# Rounding decisions
-
-
-def _decide(hi: np.ndarray, lo: np.ndarray, err: np.ndarray, fmt: Format):
-    """Correctly rounded value of ``hi + lo ± err`` in ``fmt`` and whether it is decided."""
-    b = err + np.abs(lo)
-    with np.errstate(invalid="ignore", over="ignore"):
-        lo_end = np.nextafter(hi - b, -np.inf)
-        hi_end = np.nextafter(hi + b, np.inf)
-    r_lo = round_to_format(lo_end, fmt)
-    r_hi = round_to_format(hi_end, fmt)
-    decided = (r_lo == r_hi) | ~np.isfinite(hi)  # ±inf (LSE of a masked row) and NaN are exact
-    best = round_to_format(hi, fmt)
-    # hi exactly on a midpoint of fmt: the sign of lo decides (|lo| < half a double ulp of hi,
-    # so no other rounding boundary lies between hi and hi + lo).
-    with np.errstate(invalid="ignore"):
-        half = ulp(hi, fmt) / 2
-        tie = np.isfinite(hi) & (np.abs(hi - best) == half) & (lo != 0)
-    if np.any(tie):
-        toward = round_to_format(hi + np.sign(lo) * half, fmt)
-        best = np.where(tie, toward, best)
-    return np.where(np.isfinite(hi), np.where(decided, r_lo, best), hi), decided
+    @property
+    def dsinks(self) -> CertifiedTensor | None:  # dσ (Hq,), with do and sinks given
+        return self.tensors.get("dsinks")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,6 +142,8 @@ def oracle(
     max_prec: int = 4096,
     do: Any = None,
     keys: Any = None,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> OracleResult:
     """Attention ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` to ≥ 100 bits, certified.
 
@@ -185,12 +163,16 @@ def oracle(
             gradient). ``dQ`` rows are independent (``rows`` applies); every ``dK``/``dV``
             element needs every query row, but key rows are independent: ``keys`` selects them.
         keys: key rows whose ``dK``, ``dV`` are wanted (default all ``Nk``; needs ``do``).
+        softcap, sinks: the softmax options of :func:`~flashcheck.harness.core.semantics.
+            check_softcap_sinks`; with ``do`` and sinks, also ``dsinks`` (:mod:`.options`).
 
     Returns:
         :class:`OracleResult` with arrays of shape ``(B, Hq, R, dv)`` (O) and ``(B, Hq, R)`` (LSE),
         and with ``do`` the gradients (see :class:`OracleResult`).
     """
-    problem = make_problem(q, k, v, causal=causal, window=window, mask=mask, scale=scale)
+    problem = make_problem(
+        q, k, v, causal=causal, window=window, mask=mask, scale=scale, softcap=softcap, sinks=sinks
+    )
     return problem_oracle(
         problem, fmt=fmt, rows=rows, mode=mode, prec=prec, max_prec=max_prec, do=do, keys=keys
     )
@@ -207,9 +189,7 @@ def problem_oracle(
     do: Any = None,
     keys: Any = None,
 ) -> OracleResult:
-    """:func:`oracle` of an already validated problem (a case's
-    :attr:`~flashcheck.harness.cases.case.Case.problem`): the same answer, without converting
-    the inputs again."""
+    """:func:`oracle` of an already validated problem (a case's ``problem``): the same answer."""
     if mode not in ("fast", "strict"):
         raise ValueError(f"mode must be 'fast' or 'strict', got {mode!r}")
     if not isinstance(prec, int) or prec < MIN_PREC:
@@ -232,7 +212,10 @@ def problem_oracle(
     sc = scale_of(problem)
     t0 = time.perf_counter()
     stats = {"strict_evaluations": 0, "max_prec_used": 0, "fallback_elements": 0}
-    tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
+    if problem.has_options:
+        tensors = options_forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
+    else:
+        tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
     key_idx = None
     if do is not None:
         do_arr, do_fmt = as_exact_array(do, "do")
@@ -247,10 +230,14 @@ def problem_oracle(
         key_idx = np.arange(nk) if keys is None else np.asarray(keys, np.int64).reshape(-1)
         if key_idx.size and (key_idx.min() < 0 or key_idx.max() >= nk):
             raise ValueError(f"keys must lie in [0, {nk}), got {keys!r}")
-        grads = _gradients(
-            problem, do_arr, sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats
-        )
-        tensors.update({n: CertifiedTensor.from_fields(grads, f"{n}_") for n in GRADIENTS})
+        if problem.has_options:
+            opts = (sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats)
+            tensors.update(options_gradients(problem, do_arr, *opts))
+        else:
+            grads = _gradients(
+                problem, do_arr, sc, target_fmt, row_idx, key_idx, mode, prec, max_prec, stats
+            )
+            tensors.update({n: CertifiedTensor.from_fields(grads, f"{n}_") for n in GRADIENTS})
     elif keys is not None:
         raise ValueError("keys selects dK/dV rows: pass the upstream gradient do= as well")
 
@@ -258,20 +245,6 @@ def problem_oracle(
     return OracleResult(
         fmt=target_fmt, rows=row_idx, mode=mode, tensors=tensors, stats=stats, keys=key_idx
     )
-
-
-def _gradient_nan(q, k, v, do, keep):
-    """Which gradients a NaN or ±inf input poisons, for one group (``(G, Nq)`` rows of dQ,
-    ``(Nk,)`` rows of dK and dV). A row that keeps a key involves all of ``q_i``, ``dO_i``
-    (through ``D_i``, which every ``dS_ij`` uses) and every kept ``k_j``, ``v_j``: any
-    non-finite value among them poisons the whole row, its dQ and the dK, dV of every key it
-    keeps. Rows that keep no key contribute nothing."""
-    has = keep.any(axis=2)
-    bad_k = ~np.isfinite(k).all(axis=1) | ~np.isfinite(v).all(axis=1)
-    bad_row = ~np.isfinite(q).all(axis=2) | ~np.isfinite(do).all(axis=2)
-    bad_row = has & (bad_row | (keep & bad_k[None, None, :]).any(axis=2))
-    bad_key = (keep & bad_row[:, :, None]).any(axis=(0, 1))
-    return bad_row, bad_key
 
 
 def _gradients(
@@ -306,7 +279,7 @@ def _gradients(
             dog = do[b, heads[0] : heads[-1] + 1]
             k, v = problem.k[b, kvh], problem.v[b, kvh]
             keep = np.stack([problem.keep(b, h, all_rows) for h in heads]) if group else None
-            bad_row, bad_key = _gradient_nan(q, k, v, dog, keep)
+            bad_row, bad_key = gradient_nan(q, k, v, dog, keep)
             args = (fin(q), fin(k), fin(v), fin(dog), keep)
             full = {
                 name: np.zeros((group, nq, d)) if name == "dq" else np.zeros((nk, widths[name]))
@@ -324,7 +297,7 @@ def _gradients(
                     work[name][...] = val
                 for name in GRADIENTS:
                     hi, lo, err = (work[f"{name}_{f}"] for f in ("hi", "lo", "err"))
-                    rounded, decided = _decide(hi, lo, err, fmt)
+                    rounded, decided = decide(hi, lo, err, fmt)
                     work[f"{name}_rounded"][...] = rounded
                     ok = decided & (err <= target(work[f"{name}_floor"], fmt))
                     work[f"{name}_certified"][...] = ok
@@ -394,10 +367,10 @@ def _forward(
                 res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
                 for name, val in res.items():
                     view[name][...] = val
-                view["o_rounded"][...], dec_o = _decide(
+                view["o_rounded"][...], dec_o = decide(
                     res["o_hi"], res["o_lo"], res["o_err"], target_fmt
                 )
-                view["lse_rounded"][...], dec_l = _decide(
+                view["lse_rounded"][...], dec_l = decide(
                     res["lse_hi"], res["lse_lo"], res["lse_err"], target_fmt
                 )
                 ok_o = dec_o & (res["o_err"] <= target(res["o_floor"], target_fmt))
