@@ -273,6 +273,8 @@ def check(
     window: tuple[int | None, int | None] | None = None,
     mask: Any = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
     device: str | None = None,
     save: str = "failure",
     case_dir: str | os.PathLike | None = None,
@@ -282,9 +284,15 @@ def check(
     :func:`flashcheck.harness.checks.accuracy.check` with the same arguments."""
     if not isinstance(q, RaggedCase):
         opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
+        opts.update(softcap=softcap, sinks=sinks)
         return accuracy.check(kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts)
     if k is not None or v is not None:
         raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
+    if softcap is not None or sinks is not None:
+        raise ValueError(
+            "soft-capping and sinks are not available for ragged layouts yet: check each "
+            "sequence as a dense case (RaggedCase.sequence(b)) with softcap= / sinks="
+        )
     given = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
     extra = sorted(name for name, val in given.items() if val is not None)
     if extra:
