@@ -158,6 +158,33 @@ def test_batch_invariance_is_measured_for_undeclared_kernels_and_gated_when_decl
     assert any(r.message.startswith(NOT_BATCH_INVARIANT) for r in found)
 
 
+def test_failures_name_the_bug_class_their_pattern_points_at(user):
+    from flashcheck.harness.checks.ragged import check_ragged_case
+    from flashcheck.harness.checks.ragged_diagnosis import diagnose_ragged
+
+    def diagnoses(kernel, layout, family):
+        adapter = resolved(as_kernel(kernel), "cpu")
+        cases = family_cases(layout, "fp16", seed=0, preset="cpu")
+        return [
+            d
+            for case in cases
+            if case.family == family and not case.causal
+            for d in diagnose_ragged(check_ragged_case(adapter, case))
+        ]
+
+    empty = diagnoses(user.varlen_empty_writes, "varlen", "empty-sequences")
+    assert empty and "sequence 1 (Nq 0, Nk 6) has no query rows and sits at row 3" in empty[0]
+    heads = diagnoses(user.paged_lse_heads_by_modulo, "paged", "decode")
+    assert heads and "LSE head holds exact head: 1→2, 2→1" in heads[0]
+    for kernel, layout, family in (
+        (user.varlen_ok, "varlen", "empty-sequences"),
+        (user.varlen_one_past, "varlen", "empty-sequences"),
+        (user.paged_ok, "paged", "decode"),
+        (user.paged_whole_page, "paged", "decode"),
+    ):
+        assert diagnoses(kernel, layout, family) == [], kernel
+
+
 def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copy(USER / "user_layouts.py", tmp_path / "user_layouts.py")
@@ -181,7 +208,7 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     failed = [r for r in data.results if r.status == Status.FAIL_HARD]
     assert failed and all(r.case_id for r in failed)
     assert (tmp_path / "r" / "cases" / f"{failed[0].case_id}.npz").exists()
-    assert any("sequence 2 (Nq=5, Nk=7)" in x for x in lines)
+    assert any("the first row of sequence 2, which is wrong there" in x for x in lines)
     # The dense reader skips the ragged records; render dispatches on the header.
     assert load(path).every_result == []
     report = render_report(path).read_text()
@@ -218,8 +245,8 @@ BUG_CLASSES = {
     "varlen_one_past": "it reads or writes outside its own rows",
     "paged_whole_page": "reads slots past cache_seqlens",
     "combine_nan_when_empty": "fully masked rows give NaN",
-    "paged_lse_heads_by_modulo": "LSE exceeds its deterministic bound",
-    "varlen_empty_writes": "sequence 2 (Nq=5, Nk=7), worst element O[3, ",
+    "paged_lse_heads_by_modulo": "with the wrong head mapping for grouped-query heads",
+    "varlen_empty_writes": "consistent with a zero-length sequence writing into its neighbour",
     "paged_splits_by_batch": "declared batch-invariant, but sequence",
 }
 

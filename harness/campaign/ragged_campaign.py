@@ -27,6 +27,7 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_families import family_cases
 from ..cases.ragged_store import save_ragged_case
 from ..checks.ragged import RaggedCheckResult, check_ragged_case
+from ..checks.ragged_diagnosis import diagnose_ragged
 from ..checks.ragged_properties import RAGGED_PROPERTIES
 from ..core.resultlog import ResultLog
 from ..core.status import Status
@@ -133,12 +134,14 @@ class RaggedCampaign:
             ), None
         res: RaggedCheckResult = out.value
         util = res.merge.det_util if res.merge is not None else _worst_util(res)
+        # The bug class first, where the output's pattern names one; then the sequence's reasons.
+        reasons = [] if res.merge is not None else diagnose_ragged(res)
         rec = RaggedResult(
             key,
             **base,
             check="accuracy",
             status=res.verdict,
-            reasons=tuple(res.reasons),
+            reasons=tuple(reasons + res.reasons),
             det_util=util,
         )
         return rec, res
