@@ -218,6 +218,56 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     assert [r.key for r in load_ragged(path).results] == keys
 
 
+ERRANT = """
+import flashcheck
+import torch
+
+
+def _flaky(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False):
+    if max_seqlen_k > 100:
+        raise RuntimeError("too long for my shared memory")
+    return torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
+
+
+def _never(q, k_cache, v_cache, *, cache_seqlens, block_table):
+    raise RuntimeError("not built")
+
+
+flaky = flashcheck.kernel(_flaky, name="errant:flaky", layout="varlen")
+never = flashcheck.kernel(_never, name="errant:never", layout="paged")
+gpu_only = flashcheck.kernel(_never, name="errant:gpu_only", layout="paged", devices=["cuda"])
+"""
+
+
+def test_kernels_that_raise_or_never_run_are_gated_and_cuda_only_ones_refused(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "errant.py").write_text(ERRANT)
+    opts = ReportOptions(kernels=("errant:flaky", "errant:never"), dtypes=("fp16",), out="r")
+    lines = []
+    assert run_ragged_report(opts, echo=lines.append) == 1
+    gate = "\n".join(lines[lines.index("exit status 1 (gate --fail-on fail-hard):") :])
+    assert "errant:never fp16: could not run at all (RuntimeError: not built" in gate
+    assert (
+        "accuracy ERROR: errant:flaky fp16 (1 case), e.g. one-long: RuntimeError: too long" in gate
+    )
+    data = load_ragged(Path("r/errant-flaky+errant-never/results.jsonl"))
+    errors = [r for r in data.results if r.status == Status.ERROR]
+    props = [r for r in data.results if r.family == "one-long" and r.check != "accuracy"]
+    assert len(errors) == 1 and all(r.status == Status.NOT_APPLICABLE for r in props)
+    if not _has_cuda():
+        with pytest.raises(ValueError, match="errant:gpu_only cannot run here"):
+            run_ragged_report(replace(opts, kernels=("errant:gpu_only",)), echo=lines.append)
+
+
+def _has_cuda():
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def test_report_refuses_mixed_reports_and_dense_only_options(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["report", "--kernel", "naive-numpy", "--kernel", "split-kv-paged"]) == 2

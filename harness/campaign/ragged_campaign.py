@@ -99,11 +99,20 @@ class RaggedCampaign:
                     )
                 )
             return
-        rows = [self._accuracy(adapter, dev, case, keys["accuracy"], base)]
-        acc = rows[0][1]
+        first, acc = self._accuracy(adapter, dev, case, keys["accuracy"], base)
+        rows = [first]
         for name in checks[1:]:
-            rows.append((self._property(adapter, dev, case, keys[name], name, base), None))
-        failed = [r for r, _ in rows if r.status not in (Status.PASS, Status.NOT_APPLICABLE)]
+            if acc is None:
+                # No output to compare: the accuracy record says why (raised, declined, bad).
+                why = f"not applicable (the kernel gave no usable output: {first.status})"
+                rows.append(
+                    RaggedResult(
+                        keys[name], **base, check=name, status=Status.NOT_APPLICABLE, reasons=(why,)
+                    )
+                )
+            else:
+                rows.append(self._property(adapter, dev, case, keys[name], name, base))
+        failed = [r for r in rows if r.status.severity > 0]
         cid = None
         if failed:
             cid = save_ragged_case(
@@ -118,10 +127,9 @@ class RaggedCampaign:
                 },
                 directory=self.case_dir,
             )
-        for r, _ in rows:
-            keep = r if r.status in (Status.PASS, Status.NOT_APPLICABLE) else _with_id(r, cid)
+        for r in rows:
             if r.key not in self._done:
-                self._write(keep)
+                self._write(_with_id(r, cid) if r.status.severity > 0 else r)
 
     def _accuracy(
         self, adapter: Kernel, dev: str, case: RaggedCase, key: str, base: dict[str, Any]

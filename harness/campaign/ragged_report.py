@@ -108,6 +108,11 @@ def _setup(opts: ReportOptions) -> tuple[Header, dict[str, Kernel], dict[str, st
 def _probe(declared: dict[str, Kernel], devices: dict[str, str], dtypes, echo) -> dict:
     adapters = {}
     for spec, kern in declared.items():
+        if devices[spec] == "cuda" and not _has_cuda():
+            raise ValueError(
+                f"{spec} cannot run here: it runs on {', '.join(kern.devices)} and torch sees "
+                "no CUDA device"
+            )
         if "dtypes" in kern.pending:
             kern = replace(kern, dtypes=tuple(dt for dt in kern.dtypes if dt in dtypes))
         if kern.pending:
@@ -116,6 +121,10 @@ def _probe(declared: dict[str, Kernel], devices: dict[str, str], dtypes, echo) -
         if kern.pending:
             for line in adapters[spec].contract_lines():
                 echo(f"  {line}")
+        why = [adapters[spec].unavailable(dt, devices[spec]) for dt in dtypes]
+        if all(why) and adapters[spec].dtypes:
+            # Asked for by name and impossible here: a usage error, not a finding.
+            raise ValueError(f"{spec} cannot run here: {why[0]}")
     return adapters
 
 
@@ -220,15 +229,19 @@ def ragged_summary(data: RaggedResults, case_dir: str) -> list[str]:
     groups: dict[tuple[str, str], list[RaggedResult]] = {}
     for r in data.results:
         groups.setdefault((r.kernel, r.dtype), []).append(r)
-    lines = []
+    lines = [
+        f"{r.kernel} {r.dtype}: could not run at all: {r.reason}"
+        for r in data.limitations
+        if r.no_run
+    ]
     for (k, dt), rows in groups.items():
         acc = Counter(r.status for r in rows if r.check == "accuracy")
         props = [r for r in rows if r.check != "accuracy" and r.status.counted]
         pfail = sum(r.status == Status.FAIL for r in props)
-        lines.append(
-            f"{k} {dt}: accuracy {', '.join(f'{n} {s}' for s, n in sorted(acc.items()))}; "
-            f"properties: {len(props)} checks, {pfail} failed"
-        )
+        line = f"{k} {dt}: accuracy {', '.join(f'{n} {s}' for s, n in sorted(acc.items()))}"
+        if props:
+            line += f"; properties: {len(props)} checks, {pfail} failed"
+        lines.append(line)
         lines += _examples(rows, case_dir)
     return lines
 
