@@ -66,6 +66,19 @@ def _has_cuda() -> bool:
         return False
 
 
+def _command(opts: ReportOptions, cfg: CampaignConfig) -> str:
+    """The command that reproduces (and resumes) the campaign."""
+    parts = ["flashcheck report", f"--name {cfg.name} --preset {cfg.preset} --seed {cfg.seed}"]
+    if opts.device:
+        parts.append(f"--device {cfg.device}")
+    if tuple(opts.dtypes) != ("fp16", "bf16", "fp32"):
+        parts += [f"--dtype {d}" for d in cfg.dtypes]
+    parts += [f"--kernel {k}" for k in cfg.kernels]
+    if opts.out != "reports":
+        parts.append(f"--out {opts.out}")
+    return " ".join(parts)
+
+
 def _setup(opts: ReportOptions) -> tuple[Header, dict[str, Kernel], dict[str, str], Path]:
     if opts.fail_on not in GATES:
         raise ValueError(f"fail_on must be one of {sorted(GATES)}, got {opts.fail_on!r}")
@@ -90,17 +103,7 @@ def _setup(opts: ReportOptions) -> tuple[Header, dict[str, Kernel], dict[str, st
         name, preset, opts.seed, tuple(declared), dtypes, device, parts=(RAGGED_PART,)
     )
     out_dir = Path(opts.out) / name
-    command = " ".join(
-        [
-            "flashcheck report",
-            f"--name {name} --preset {preset} --seed {opts.seed}",
-            *(f"--device {device}" for _ in [0] if opts.device),
-            *(f"--dtype {d}" for d in dtypes if tuple(opts.dtypes) != ("fp16", "bf16", "fp32")),
-            *(f"--kernel {k}" for k in declared),
-            *(f"--out {opts.out}" for _ in [0] if opts.out != "reports"),
-        ]
-    )
-    header = Header(config, command, str(out_dir / "cases"))
+    header = Header(config, _command(opts, config), str(out_dir / "cases"))
     devices = {s: kernel_device(k, device) for s, k in declared.items()}
     return header, declared, devices, out_dir
 
