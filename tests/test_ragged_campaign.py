@@ -31,6 +31,7 @@ from flashcheck.harness.cases.ragged_variants import (
 )
 from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT
 from flashcheck.harness.checks.ragged_properties import RAGGED_PROPERTIES
+from flashcheck.harness.checks.replay import replay
 from flashcheck.harness.cli import main
 from flashcheck.harness.core.status import Status
 
@@ -190,7 +191,11 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     shutil.copy(USER / "user_layouts.py", tmp_path / "user_layouts.py")
     opts = ReportOptions(
         name="r",
-        kernels=("user_layouts:varlen_empty_writes", "split-kv-combine"),
+        kernels=(
+            "user_layouts:varlen_empty_writes",
+            "split-kv-combine",
+            "user_layouts:paged_splits_by_batch",
+        ),
         dtypes=("fp16",),
         out=str(tmp_path),
     )
@@ -200,7 +205,7 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     data = load_ragged(path)
     assert data.complete and data.header.config.parts == ("ragged",)
     keys = [r.key for r in data.results]
-    assert len(keys) == len(set(keys)) == 5 * 3 + 3
+    assert len(keys) == len(set(keys)) == 5 * 3 + 3 + 9 * 4
     for line in path.read_text().splitlines():
         d = json.loads(line)
         if d.get("type") == RaggedResult.TYPE:
@@ -209,6 +214,14 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     assert failed and all(r.case_id for r in failed)
     assert (tmp_path / "r" / "cases" / f"{failed[0].case_id}.npz").exists()
     assert any("the first row of sequence 2, which is wrong there" in x for x in lines)
+    # A property's failure replays: the accuracy check, then the property, same verdicts.
+    varies = next(r for r in data.results if r.check == "batch-invariance" and r.case_id)
+    out = []
+    _, verdict, _ = replay(varies.case_id, directory=tmp_path / "r" / "cases", echo=out.append)
+    text = "\n".join(out)
+    assert verdict == "FAIL" and "recorded verdict: PASS; replayed: PASS (same verdict)" in text
+    assert "property batch-invariance: FAIL: declared batch-invariant, but" in text
+    assert "recorded: FAIL; replayed: FAIL (same verdict)" in text
     # The dense reader skips the ragged records; render dispatches on the header.
     assert load(path).every_result == []
     report = render_report(path).read_text()
@@ -317,4 +330,5 @@ def test_each_ragged_bug_class_exits_1_from_the_command_line_with_its_bug_named(
     replay = [x for x in text.splitlines() if x.strip().startswith("replay: flashcheck replay")]
     assert len(replay) == len(BUG_CLASSES)
     rep = run_flashcheck(replay[0].strip().removeprefix("replay: ").split()[1:], tmp_path, 120)
-    assert "(same verdict)" in rep.stdout, rep.stdout + rep.stderr
+    assert rep.returncode == 1 and "(same verdict)" in rep.stdout, rep.stdout + rep.stderr
+    assert "DIFFERENT" not in rep.stdout

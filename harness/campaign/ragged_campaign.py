@@ -7,8 +7,8 @@ oracle and the bounds), then, for varlen and paged kernels, by the properties of
 :mod:`flashcheck.harness.checks.ragged_properties` (page independence on paged cases only).
 Each check gives one :class:`~.ragged_records.RaggedResult`, appended to the results file as
 it is produced; a case with a failure is saved as a case file (``flashcheck replay`` re-runs
-its accuracy check; the record names the properties that failed). Results already on file are
-not recomputed: an interrupted campaign resumes.
+its accuracy check and the properties that failed on it, with the campaign's seed). Results
+already on file are not recomputed: an interrupted campaign resumes.
 
 The kernels run in this process, one call at a time: a kernel that hangs is not stopped.
 """
@@ -123,6 +123,7 @@ class RaggedCampaign:
                 context={
                     "property": ", ".join(r.check for r in failed),
                     "api": "report",
+                    "seed": self.seed,
                     "findings": [f"{r.check}: {r.reasons[0]}" for r in failed if r.reasons],
                 },
                 directory=self.case_dir,
