@@ -226,6 +226,7 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     assert load(path).every_result == []
     report = render_report(path).read_text()
     assert "## Ragged batches" in report and "varlen_empty_writes" in report
+    assert "- user_layouts:paged_splits_by_batch fp16: differs in 7 of 7 cases (declared" in report
     # Resuming recomputes nothing.
     assert run_ragged_report(opts, echo=lines.append) == 1
     assert [r.key for r in load_ragged(path).results] == keys

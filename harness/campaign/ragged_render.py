@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from ..checks.batch_invariance import BATCH_INVARIANT
 from ..core.status import Status
 from .ragged_campaign import checks_of
 from .ragged_records import RaggedResult, RaggedResults, load_ragged
@@ -75,14 +76,25 @@ def _failures(data: RaggedResults, case_dir: str) -> list[str]:
 
 
 def _invariance(data: RaggedResults) -> list[str]:
-    rows = [r for r in data.results if r.check == "batch-invariance" and r.status.counted]
-    out: dict[tuple[str, str], str] = {}
-    for r in rows:
-        text = r.reasons[0] if r.reasons else str(r.status)
-        if r.status == Status.FAIL or not text.startswith("batch-invariant"):
-            out[(r.kernel, r.dtype)] = text
-        out.setdefault((r.kernel, r.dtype), text)
-    return [f"- {k} {dt}: {text}" for (k, dt), text in out.items()] or ["Not measured."]
+    """Per kernel and dtype: over how many cases each sequence alone gave the bits it gave
+    inside the batch, and the first case where it did not."""
+    groups: dict[tuple[str, str], list[RaggedResult]] = {}
+    for r in data.results:
+        if r.check == "batch-invariance" and r.status.counted:
+            groups.setdefault((r.kernel, r.dtype), []).append(r)
+    lines = []
+    for (k, dt), rows in groups.items():
+        held = [r for r in rows if r.reasons and r.reasons[0].startswith(BATCH_INVARIANT)]
+        if len(held) == len(rows):
+            lines.append(f"- {k} {dt}: batch-invariant, bitwise over {len(rows)} cases")
+            continue
+        first = next(r for r in rows if r not in held)
+        gated = " (declared: a failure)" if first.status == Status.FAIL else ""
+        lines.append(
+            f"- {k} {dt}: differs in {len(rows) - len(held)} of {len(rows)} cases{gated}; "
+            f"first, {first.family}: {first.reasons[0] if first.reasons else first.status}"
+        )
+    return lines or ["Not measured."]
 
 
 def _contracts(data: RaggedResults) -> list[str]:
