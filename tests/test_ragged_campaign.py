@@ -170,16 +170,18 @@ def test_failures_name_the_bug_class_their_pattern_points_at(user):
             d
             for case in cases
             if case.family == family and not case.causal
-            for d in diagnose_ragged(check_ragged_case(adapter, case))
+            for d in diagnose_ragged(check_ragged_case(adapter, case), adapter)
         ]
 
     empty = diagnoses(user.varlen_empty_writes, "varlen", "empty-sequences")
     assert empty and "sequence 1 (Nq 0, Nk 6) has no query rows and sits at row 3" in empty[0]
     heads = diagnoses(user.paged_lse_heads_by_modulo, "paged", "decode")
     assert heads and "LSE head holds exact head: 1→2, 2→1" in heads[0]
+    past = diagnoses(user.varlen_one_past, "varlen", "block-edges")
+    assert past and "consistent with a key range one past the sequence's end" in past[0]
     for kernel, layout, family in (
         (user.varlen_ok, "varlen", "empty-sequences"),
-        (user.varlen_one_past, "varlen", "empty-sequences"),
+        (user.varlen_max_over_neighbour, "varlen", "block-edges"),
         (user.paged_ok, "paged", "decode"),
         (user.paged_whole_page, "paged", "decode"),
     ):
@@ -306,7 +308,7 @@ def test_correct_ragged_kernels_exit_0_from_the_command_line(tmp_path):
 
 # Each bug class of the issue, and what the report's output must say about it.
 BUG_CLASSES = {
-    "varlen_one_past": "it reads or writes outside its own rows",
+    "varlen_one_past": "consistent with a key range one past the sequence's end",
     "paged_whole_page": "reads slots past cache_seqlens",
     "combine_nan_when_empty": "fully masked rows give NaN",
     "paged_lse_heads_by_modulo": "with the wrong head mapping for grouped-query heads",

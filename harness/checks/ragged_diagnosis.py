@@ -7,7 +7,9 @@ bug class when the output's pattern points at one:
   is wrong: a kernel that writes something for the empty sequence writes into its neighbour;
 - O is right but LSE matches the exact LSE only with its query heads permuted: LSE written
   with the wrong head mapping (grouped-query heads indexed as (group member, kv head) instead
-  of (kv head, group member), or the reverse).
+  of (kv head, group member), or the reverse);
+- a varlen sequence's output passes against the exact attention over its keys and the next
+  sequence's first key: a key range that runs one past the sequence's end.
 
 Each diagnosis is a sentence; none changes a verdict.
 """
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..adapters.adapter import Kernel
+from ..cases.ragged import RaggedCase
 from ..core.status import Status
+from .accuracy import check_case
 from .ragged import RaggedCheckResult
 
 __all__ = ["diagnose_ragged"]
@@ -65,14 +70,48 @@ def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
     )
 
 
-def diagnose_ragged(res: RaggedCheckResult) -> list[str]:
+def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
+    case, seq = res.case, res.sequences[b]
+    if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
+        return None
+    rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
+    t = case.tensors
+    if rk.stop >= t["k"].shape[0]:
+        return None
+    nq, nk = rq.stop - rq.start, rk.stop - rk.start
+    longer = slice(rk.start, rk.stop + 1)
+    ext = RaggedCase(
+        "varlen",
+        {"q": t["q"][rq], "k": t["k"][longer], "v": t["v"][longer]},
+        {
+            "cu_seqlens_q": np.array([0, nq], np.int32),
+            "cu_seqlens_k": np.array([0, nk + 1], np.int32),
+        },
+        **case.options(),
+    )
+    again = check_case(adapter, ext.sequence(0), device=res.device, output=seq.output)
+    if not again.passed:
+        return None
+    return (
+        f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over its {nk} keys and one "
+        "more, the next sequence's first key: consistent with a key range one past the "
+        "sequence's end"
+    )
+
+
+def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
     """Sentences naming the bug class a failing varlen or paged result is consistent with
-    (module docstring); empty for a pass, a merge, or a failure with no such pattern."""
+    (module docstring); empty for a pass, a merge, or a failure with no such pattern. Only
+    the first two failing sequences are examined (the last diagnosis runs the oracle)."""
     out: list[str] = []
-    for b, seq in enumerate(res.sequences):
-        if seq is None or seq.passed:
-            continue
-        for found in (_empty_neighbour(res, b), _head_mapping(res, b)):
+    failing = [b for b, seq in enumerate(res.sequences) if seq is not None and not seq.passed]
+    for b in failing[:2]:
+        for why in (_empty_neighbour, _head_mapping):
+            found = why(res, b)
             if found is not None and found not in out:
+                out.append(found)
+        if not out:
+            found = _one_past(res, adapter, b)
+            if found is not None:
                 out.append(found)
     return out
