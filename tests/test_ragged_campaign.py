@@ -177,6 +177,13 @@ def test_failures_name_the_bug_class_their_pattern_points_at(user):
     assert empty and "sequence 1 (Nq 0, Nk 6) has no query rows and sits at row 3" in empty[0]
     heads = diagnoses(user.paged_lse_heads_by_modulo, "paged", "decode")
     assert heads and "LSE head holds exact head: 1→2, 2→1" in heads[0]
+    merge = diagnoses(user.combine_nan_when_empty, "combine", "all-empty-rows")
+    assert merge == [
+        "3 of the 3 rows whose every split is empty (lse = −inf) give NaN, and only those: "
+        "consistent with a merge that computes exp(lse_s − LSE) with LSE = −inf (−inf − (−inf) "
+        "is NaN) instead of O = 0, LSE = −inf"
+    ]
+    assert diagnoses(user.combine_ok, "combine", "all-empty-rows") == []
     past = diagnoses(user.varlen_one_past, "varlen", "block-edges")
     assert past and "consistent with a key range one past the sequence's end" in past[0]
     for kernel, layout, family in (
@@ -310,7 +317,7 @@ def test_correct_ragged_kernels_exit_0_from_the_command_line(tmp_path):
 BUG_CLASSES = {
     "varlen_one_past": "consistent with a key range one past the sequence's end",
     "paged_whole_page": "reads slots past cache_seqlens",
-    "combine_nan_when_empty": "fully masked rows give NaN",
+    "combine_nan_when_empty": "rows whose every split is empty (lse = −inf) give NaN",
     "paged_lse_heads_by_modulo": "with the wrong head mapping for grouped-query heads",
     "varlen_empty_writes": "consistent with a zero-length sequence writing into its neighbour",
     "paged_splits_by_batch": "declared batch-invariant, but sequence",

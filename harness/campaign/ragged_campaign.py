@@ -144,7 +144,7 @@ class RaggedCampaign:
         res: RaggedCheckResult = out.value
         util = res.merge.det_util if res.merge is not None else _worst_util(res)
         # The bug class first, where the output's pattern names one; then the sequence's reasons.
-        reasons = [] if res.merge is not None else diagnose_ragged(res, adapter)
+        reasons = diagnose_ragged(res, adapter)
         rec = RaggedResult(
             key,
             **base,

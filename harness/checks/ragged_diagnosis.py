@@ -9,7 +9,9 @@ bug class when the output's pattern points at one:
   with the wrong head mapping (grouped-query heads indexed as (group member, kv head) instead
   of (kv head, group member), or the reverse);
 - a varlen sequence's output passes against the exact attention over its keys and the next
-  sequence's first key: a key range that runs one past the sequence's end.
+  sequence's first key: a key range that runs one past the sequence's end;
+- a merge returns NaN in the rows whose every split is empty, and only there: it divides by
+  (or subtracts) the −inf LSE of those rows.
 
 Each diagnosis is a sentence; none changes a verdict.
 """
@@ -99,10 +101,26 @@ def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
     )
 
 
+def _empty_merge(res: RaggedCheckResult) -> str | None:
+    lse_p = res.case.tensors["lse_partial"]
+    empty = np.isneginf(lse_p).all(axis=0)
+    bad = np.isnan(res.output.o).any(axis=-1)
+    if not (empty & bad).any() or (bad & ~empty).any():
+        return None
+    return (
+        f"{int((empty & bad).sum())} of the {int(empty.sum())} rows whose every split is empty "
+        "(lse = −inf) give NaN, and only those: consistent with a merge that computes "
+        "exp(lse_s − LSE) with LSE = −inf (−inf − (−inf) is NaN) instead of O = 0, LSE = −inf"
+    )
+
+
 def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
     """Sentences naming the bug class a failing varlen or paged result is consistent with
     (module docstring); empty for a pass, a merge, or a failure with no such pattern. Only
     the first two failing sequences are examined (the last diagnosis runs the oracle)."""
+    if res.merge is not None:
+        found = None if res.passed else _empty_merge(res)
+        return [] if found is None else [found]
     out: list[str] = []
     failing = [b for b, seq in enumerate(res.sequences) if seq is not None and not seq.passed]
     for b in failing[:2]:
