@@ -81,6 +81,20 @@ def test_families_are_deterministic_and_hold_what_they_promise():
     assert max(x.lengths(b)[1] for x in big for b in range(x.sequences)) > 4000
 
 
+def test_families_fit_a_kernel_without_gqa_or_with_other_head_dims(user):
+    from flashcheck.harness.campaign.ragged_campaign import head_dim_for
+
+    for layout in ("varlen", "paged"):
+        for case in family_cases(layout, "fp16", seed=0, preset="cpu", d=64, gqa=False):
+            t = case.tensors
+            q, k = t["q"], t["k" if layout == "varlen" else "k_cache"]
+            assert q.shape[-2] == k.shape[-2] and q.shape[-1] == k.shape[-1] == 64
+    kern = resolved(user.varlen_ok, "cpu")
+    assert head_dim_for(kern, 16) == 16
+    assert head_dim_for(replace(kern, head_dims=(64, 128)), 16) == 64
+    assert head_dim_for(replace(kern, head_dims=(8,)), 16) == 8
+
+
 def _dense(case, b):
     s = case.sequence(b)
     return [np.asarray(x).tobytes() for x in (s.q, s.k, s.v)]

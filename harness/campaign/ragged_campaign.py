@@ -24,7 +24,7 @@ from ..adapters.adapter import Kernel
 from ..adapters.outcome import call_kernel
 from ..adapters.ragged_call import kernel_layout, ragged_supports
 from ..cases.ragged import RaggedCase
-from ..cases.ragged_families import family_cases
+from ..cases.ragged_families import family_cases, sizes_for
 from ..cases.ragged_store import save_ragged_case
 from ..checks.ragged import RaggedCheckResult, check_ragged_case
 from ..checks.ragged_diagnosis import diagnose_ragged
@@ -33,7 +33,18 @@ from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .ragged_records import RaggedResult
 
-__all__ = ["RaggedCampaign", "checks_of"]
+__all__ = ["RaggedCampaign", "checks_of", "head_dim_for"]
+
+
+def head_dim_for(adapter: Kernel, want: int) -> int:
+    """``want`` if the kernel takes that head dim, else the closest one it takes (the
+    smallest above, else the largest): the families are drawn inside its contract."""
+    if adapter.head_dims is None:
+        return min(want, adapter.max_head_dim)
+    if want in adapter.head_dims:
+        return want
+    above = [d for d in adapter.head_dims if d > want]
+    return min(above) if above else max(adapter.head_dims)
 
 
 def checks_of(layout: str) -> tuple[str, ...]:
@@ -67,7 +78,12 @@ class RaggedCampaign:
                 if adapter.unavailable(dtype, dev) is not None:
                     continue
                 cases = family_cases(
-                    kernel_layout(adapter), dtype, seed=self.seed, preset=self.preset
+                    kernel_layout(adapter),
+                    dtype,
+                    seed=self.seed,
+                    preset=self.preset,
+                    d=head_dim_for(adapter, sizes_for(self.preset).d),
+                    gqa=adapter.gqa,
                 )
                 self.echo(f"  {spec} {dtype}: {len(cases)} cases")
                 for i, case in enumerate(cases):

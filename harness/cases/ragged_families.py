@@ -40,13 +40,18 @@ __all__ = ["FAMILIES", "SIZES", "RaggedSizes", "family_cases", "sizes_for"]
 class RaggedSizes:
     """How large a ragged campaign's cases are: ``long`` keys of the long varlen sequence,
     ``decode_keys`` the cache lengths of the decode family, ``splits`` and ``spread`` of the
-    merge's partials, ``d`` the head dim."""
+    merge's partials, ``d`` the head dim; ``gqa``: whether query heads share key/value heads."""
 
     long: int
     decode_keys: tuple[int, ...]
     splits: int
     spread: float
     d: int
+    gqa: bool = True  # False: as many key/value heads as query heads, for kernels without GQA
+
+    def heads(self, hq: int, hk: int) -> dict[str, int]:
+        """``hq`` query heads on ``hk`` key/value heads (on ``hq`` without GQA)."""
+        return {"hq": hq, "hk": hk if self.gqa else hq}
 
 
 SIZES = {
@@ -74,7 +79,7 @@ def _named(case: RaggedCase, family: str, seed: int) -> RaggedCase:
 def _block_edges(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     lq, lk = [15, 16, 17, 1, 33], [16, 17, 15, 32, 31]
     return [
-        varlen_case(lq, lk, dtype=dtype, hq=4, hk=2, d=s.d, seed=seed),
+        varlen_case(lq, lk, dtype=dtype, **s.heads(4, 2), d=s.d, seed=seed),
         varlen_case(lq, lk, dtype=dtype, hq=2, hk=2, d=s.d, causal=True, seed=seed + 1),
     ]
 
@@ -82,19 +87,21 @@ def _block_edges(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
 def _empty_sequences(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     lq, lk = [3, 0, 5, 4, 0, 2], [4, 6, 7, 0, 0, 9]
     return [
-        varlen_case(lq, lk, dtype=dtype, hq=4, hk=2, d=s.d, seed=seed),
-        varlen_case(lq, lk, dtype=dtype, d=s.d, causal=True, seed=seed + 1),
+        varlen_case(lq, lk, dtype=dtype, **s.heads(4, 2), d=s.d, seed=seed),
+        varlen_case(lq, lk, dtype=dtype, **s.heads(2, 1), d=s.d, causal=True, seed=seed + 1),
     ]
 
 
 def _one_long(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     lq, lk = [2, 1, s.long // 4, 3], [3, 2, s.long, 4]
-    return [varlen_case(lq, lk, dtype=dtype, hq=2, hk=1, d=s.d, causal=True, seed=seed)]
+    return [varlen_case(lq, lk, dtype=dtype, **s.heads(2, 1), d=s.d, causal=True, seed=seed)]
 
 
 def _page_sizes(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     return [
-        paged_case([5, 33, 0, 130], nq=3, page_size=ps, dtype=dtype, d=s.d, seed=seed + i)
+        paged_case(
+            [5, 33, 0, 130], nq=3, page_size=ps, dtype=dtype, **s.heads(2, 1), d=s.d, seed=seed + i
+        )
         for i, ps in enumerate((1, 16, 256, 7))
     ]
 
@@ -109,7 +116,8 @@ def _shared_prefix(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     def draw(*shape: int) -> np.ndarray:
         return rng.standard_normal(shape).astype(np.float32).astype(dt)
 
-    hq, hk = 4, 2
+    heads = s.heads(4, 2)
+    hq, hk = heads["hq"], heads["hk"]
     keys = [draw(n, hk, s.d) for n in lengths]
     values = [draw(n, hk, s.d) for n in lengths]
     for x in (keys, values):
@@ -133,10 +141,17 @@ def _shared_prefix(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
 def _decode(dtype: str, seed: int, s: RaggedSizes) -> list[RaggedCase]:
     keys = list(s.decode_keys)
     return [
-        paged_case(keys, nq=1, page_size=16, dtype=dtype, hq=4, hk=2, d=s.d, seed=seed),
-        paged_case(keys, nq=5, page_size=64, dtype=dtype, hq=4, hk=2, d=s.d, seed=seed + 1),
+        paged_case(keys, nq=1, page_size=16, dtype=dtype, **s.heads(4, 2), d=s.d, seed=seed),
+        paged_case(keys, nq=5, page_size=64, dtype=dtype, **s.heads(4, 2), d=s.d, seed=seed + 1),
         paged_case(
-            keys, nq=8, page_size=16, dtype=dtype, hq=4, hk=2, d=s.d, causal=True, seed=seed + 2
+            keys,
+            nq=8,
+            page_size=16,
+            dtype=dtype,
+            **s.heads(4, 2),
+            d=s.d,
+            causal=True,
+            seed=seed + 2,
         ),
     ]
 
@@ -171,14 +186,27 @@ FAMILIES: dict[str, dict[str, Builder]] = {
 }
 
 
-def family_cases(layout: str, dtype: str, *, seed: int, preset: str) -> list[RaggedCase]:
+def family_cases(
+    layout: str,
+    dtype: str,
+    *,
+    seed: int,
+    preset: str,
+    d: int | None = None,
+    gqa: bool = True,
+) -> list[RaggedCase]:
     """Every case of every family of ``layout`` in ``dtype``, the same for the same
-    ``seed`` and ``preset``; each case carries its family's name and its own seed."""
+    ``seed`` and ``preset``; each case carries its family's name and its own seed. ``d`` (the
+    head dim, default the preset's) and ``gqa`` fit the cases to a kernel's contract."""
     if layout not in FAMILIES:
         raise ValueError(f"layout must be one of {sorted(FAMILIES)}, got {layout!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    sizes = sizes_for(preset)
+    sizes = replace(sizes_for(preset), gqa=gqa)
+    if d is not None:
+        if d < 1:
+            raise ValueError(f"d must be a positive head dim, got {d}")
+        sizes = replace(sizes, d=d)
     out = []
     for family, build in FAMILIES[layout].items():
         base = _seed(seed, family, dtype, 0)
