@@ -226,18 +226,20 @@ def test_probing_a_ragged_kernel_finds_its_contract(user):
     assert paged.gqa and paged.masks == {"causal"} and paged.options == {"causal", "scale"}
 
 
-def test_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_by_name(
+def test_dense_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_by_name(
     tmp_path, monkeypatch, capsys
 ):
     from flashcheck.harness.cli import main
 
     ragged = {"recurrence-varlen", "split-kv-paged", "split-kv-combine"}
     assert ragged <= set(KERNELS) and not ragged & set(default_kernels())
-    with pytest.raises(ValueError, match=r"campaigns for ragged layouts .* come in a later"):
+    # A dense campaign does not take them (they run in a campaign of their own:
+    # tests/test_ragged_campaign.py), nor does one report mix the two.
+    with pytest.raises(ValueError, match=r"split-kv-paged is a paged kernel: .* of their own"):
         resolve_kernels(["split-kv-paged"])
     monkeypatch.chdir(tmp_path)
-    assert main(["report", "--kernel", "recurrence-varlen", "--preset", "smoke"]) == 2
-    assert "recurrence-varlen is a varlen kernel: campaigns" in capsys.readouterr().err
+    assert main(["report", "--kernel", "recurrence-varlen", "--kernel", "naive-numpy"]) == 2
+    assert "not both: run two reports" in capsys.readouterr().err
     assert main(["test", "split-kv-combine"]) == 2
     assert "split-kv-combine is a split-KV merge: the property suite" in capsys.readouterr().err
 

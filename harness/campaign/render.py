@@ -17,6 +17,8 @@ from pathlib import Path
 from ..core.status import Status
 from .glossary import glossary_markdown
 from .logrecords import ResultsFile, load
+from .ragged_records import is_ragged_campaign
+from .ragged_render import render_ragged_report
 from .sections import (
     batch_invariance_lines,
     class_fit,
@@ -244,6 +246,8 @@ def render_report(
     """Write ``error-report.md`` (and PNG figures) for the results file; returns its path."""
     data = load(results_path)
     out = Path(out_dir) if out_dir is not None else Path(results_path).parent
+    if is_ragged_campaign(data.header):
+        return render_ragged_report(results_path, out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = data.header.config
     case_dir = data.header.case_dir or str(out / "cases")

@@ -1,4 +1,5 @@
-"""``flashcheck replay <id>`` for a saved ragged case: the same check, the same words."""
+"""``flashcheck replay <id>`` for a saved ragged case: the same check, the same words; a case a
+campaign saved for a failed property also runs that property again."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Any
 from ..adapters.adapter import Kernel
 from ..adapters.ragged_call import kernel_layout
 from ..adapters.registry import as_kernel, kernel
+from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
+from ..core.status import Status
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
+from .ragged_properties import RAGGED_PROPERTIES
 
 __all__ = ["replay_ragged"]
 
@@ -56,4 +60,20 @@ def replay_ragged(
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
-    return res, verdict, record
+    found = _replay_properties(adapter, case, dev, record.get("context") or {}, echo)
+    return res, str(Status.worst([res.verdict, *found])), record
+
+
+def _replay_properties(
+    adapter: Kernel, case: RaggedCase, dev: str, context: dict, echo: Any
+) -> list[Status]:
+    """The properties a campaign found failing on the case (its ``context``), run again with
+    the campaign's seed; their statuses."""
+    names = [p for p in str(context.get("property", "")).split(", ") if p in RAGGED_PROPERTIES]
+    out = []
+    for name in names:
+        got = RAGGED_PROPERTIES[name](adapter, case, dev, seed=int(context.get("seed", 0)))
+        same = "same verdict" if got.status == Status.FAIL else "DIFFERENT verdict"
+        echo(f"property {name}: {got}\nrecorded: FAIL; replayed: {got.status} ({same})")
+        out.append(got.status)
+    return out

@@ -15,6 +15,7 @@ __all__ = ["add_campaign_commands"]
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..campaign.budget import process_age
     from ..campaign.report import ReportOptions, run_report
+    from ..campaign.selection import ragged_run
     from ..core.resultlog import ResultLogError
 
     opts = ReportOptions(
@@ -44,6 +45,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         started=time.monotonic() - process_age() if args.entry else None,
     )
     try:
+        if ragged_run(opts.kernels):
+            from ..campaign.ragged_report import run_ragged_report
+
+            return run_ragged_report(opts)
         return run_report(opts)
     except (ValueError, ResultLogError) as err:
         print(f"flashcheck report: error: {err}", file=sys.stderr)

@@ -34,8 +34,9 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
             print(
                 f"flashcheck test: error: {args.spec} is a "
                 f"{'split-KV merge' if kern.op == 'combine' else kern.layout + ' kernel'}: the "
-                "property suite for ragged layouts comes in a later release; judge it on a "
-                "case with flashcheck.check(kernel, flashcheck.RaggedCase...)",
+                "property suite for ragged layouts comes in a later release; run its campaign "
+                f"(families and properties) with flashcheck report --kernel {args.spec}, or "
+                "judge it on a case with flashcheck.check(kernel, flashcheck.RaggedCase...)",
                 file=sys.stderr,
             )
             return 2

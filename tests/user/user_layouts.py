@@ -111,6 +111,78 @@ def _paged_lse_heads_by_modulo(
     return _paged(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, lse_mod=True)
 
 
+def _paged_splits_by_batch(q, k_cache, v_cache, *, cache_seqlens, block_table, scale=None):
+    """Split-KV decode whose number of splits fills the machine: more splits for a small
+    batch. Each split's output is rounded to the input format before the merge, so a
+    sequence's bits depend on the batch it came in. Declared batch-invariant below: the bug."""
+    bsz, nq, hq, _ = q.shape
+    page = k_cache.shape[1]
+    splits = max(1, 8 // bsz)
+    o = torch.zeros(bsz, nq, hq, v_cache.shape[3], dtype=q.dtype)
+    lse = torch.full((bsz, hq, nq), float("-inf"))
+    for b in range(bsz):
+        n = int(cache_seqlens[b])
+        pages = block_table[b, : -(-n // page)].long()
+        kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]
+        vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
+        size = max(1, -(-n // splits))
+        parts = [
+            _attend(q[b], kb[j : j + size], vb[j : j + size], False, scale)
+            for j in range(0, n, size)
+        ] or [_attend(q[b], kb, vb, False, scale)]
+        o_p = torch.stack([p[0] for p in parts])
+        l_p = torch.stack([p[1].transpose(0, 1) for p in parts])  # (S, Nq, Hq)
+        ob, lb = _merge(o_p, l_p, guard=True)
+        o[b], lse[b] = ob, lb.transpose(0, 1)
+    return o, lse
+
+
+def _varlen_max_over_neighbour(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    """Takes each row's maximum over its keys and the next sequence's first key, then sums
+    its own keys only: exact in real arithmetic, but a sequence's roundings depend on its
+    neighbour (and its probabilities underflow when the neighbour's score is huge)."""
+    o = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"))
+    for b in range(cu_seqlens_q.numel() - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        hk = k.shape[1]
+        rep = q.shape[1] // hk
+        qf = q[q0:q1].float().transpose(0, 1)
+        kf = k[k0 : min(k1 + 1, k.shape[0])].float().repeat_interleave(rep, 1).transpose(0, 1)
+        vf = v[k0:k1].float().repeat_interleave(rep, 1).transpose(0, 1)
+        s = (qf @ kf.transpose(-1, -2)) * (q.shape[2] ** -0.5 if scale is None else scale)
+        m = s.max(dim=-1, keepdim=True).values
+        p = torch.exp(s[..., : k1 - k0] - m)
+        den = p.sum(-1, keepdim=True)
+        o[q0:q1] = ((p @ vf) / den).transpose(0, 1).to(q.dtype)
+        lse[:, q0:q1] = (m + torch.log(den))[..., 0]
+    return o, lse
+
+
+def _paged_pool_order(q, k_cache, v_cache, *, cache_seqlens, block_table, scale=None):
+    """Visits a sequence's pages in the order they lie in the pool, not in the block table's:
+    the same keys (attention does not care about their order), summed in another order, so
+    the result's bits depend on where the allocator put the pages."""
+    bsz, nq, hq, _ = q.shape
+    page = k_cache.shape[1]
+    o = torch.zeros(bsz, nq, hq, v_cache.shape[3], dtype=q.dtype)
+    lse = torch.full((bsz, hq, nq), float("-inf"))
+    for b in range(bsz):
+        n = int(cache_seqlens[b])
+        pages = block_table[b, : -(-n // page)].long()
+        slots = torch.arange(pages.numel() * page)[:n]
+        order = torch.argsort(pages[slots // page] * page + slots % page)
+        kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n][order]
+        vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n][order]
+        o[b], lse[b] = _attend(q[b], kb, vb, False, scale)
+    return o, lse
+
+
 def _merge(out_partial, lse_partial, guard):
     lse = torch.logsumexp(lse_partial, dim=0)  # −inf where every split is empty
     base = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse) if guard else lse
@@ -144,4 +216,16 @@ paged_lse_heads_by_modulo = flashcheck.kernel(
 combine_ok = flashcheck.kernel(_combine_ok, name="user_layouts:combine_ok", op="combine")
 combine_nan_when_empty = flashcheck.kernel(
     _combine_nan_when_empty, name="user_layouts:combine_nan_when_empty", op="combine"
+)
+paged_splits_by_batch = flashcheck.kernel(
+    _paged_splits_by_batch,
+    name="user_layouts:paged_splits_by_batch",
+    layout="paged",
+    batch_invariant=True,
+)
+varlen_max_over_neighbour = flashcheck.kernel(
+    _varlen_max_over_neighbour, name="user_layouts:varlen_max_over_neighbour", layout="varlen"
+)
+paged_pool_order = flashcheck.kernel(
+    _paged_pool_order, name="user_layouts:paged_pool_order", layout="paged"
 )

@@ -1,0 +1,202 @@
+"""The campaign of a kernel of a ragged layout (varlen, paged) or a split-KV merge.
+
+For each kernel and dtype, every case of the families of its layout
+(:mod:`flashcheck.harness.cases.ragged_families`) is judged by the accuracy check of ragged
+cases (:func:`~flashcheck.harness.checks.ragged.check_ragged_case`: per sequence against the
+oracle and the bounds), then, for varlen and paged kernels, by the properties of
+:mod:`flashcheck.harness.checks.ragged_properties` (page independence on paged cases only).
+Each check gives one :class:`~.ragged_records.RaggedResult`, appended to the results file as
+it is produced; a case with a failure is saved as a case file (``flashcheck replay`` re-runs
+its accuracy check and the properties that failed on it, with the campaign's seed). Results
+already on file are not recomputed: an interrupted campaign resumes.
+
+The kernels run in this process, one call at a time: a kernel that hangs is not stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..adapters.adapter import Kernel
+from ..adapters.outcome import call_kernel
+from ..adapters.ragged_call import kernel_layout, ragged_supports
+from ..cases.ragged import RaggedCase
+from ..cases.ragged_families import family_cases, sizes_for
+from ..cases.ragged_store import save_ragged_case
+from ..checks.ragged import RaggedCheckResult, check_ragged_case
+from ..checks.ragged_diagnosis import diagnose_ragged
+from ..checks.ragged_properties import RAGGED_PROPERTIES
+from ..core.resultlog import ResultLog
+from ..core.status import Status
+from .ragged_records import RaggedResult
+
+__all__ = ["RaggedCampaign", "checks_of", "head_dim_for"]
+
+
+def head_dim_for(adapter: Kernel, want: int) -> int:
+    """``want`` if the kernel takes that head dim, else the closest one it takes (the
+    smallest above, else the largest): the families are drawn inside its contract."""
+    if adapter.head_dims is None:
+        return min(want, adapter.max_head_dim)
+    if want in adapter.head_dims:
+        return want
+    above = [d for d in adapter.head_dims if d > want]
+    return min(above) if above else max(adapter.head_dims)
+
+
+def checks_of(layout: str) -> tuple[str, ...]:
+    """The checks a case of ``layout`` gets: accuracy, and the properties that apply."""
+    if layout == "combine":
+        return ("accuracy",)
+    props = [p for p in RAGGED_PROPERTIES if layout == "paged" or p != "page-independence"]
+    return ("accuracy", *props)
+
+
+@dataclass
+class RaggedCampaign:
+    """Runs (or resumes) the ragged campaign of ``adapters`` into ``log`` (module docstring)."""
+
+    log: ResultLog
+    adapters: dict[str, Kernel]
+    devices: dict[str, str]
+    dtypes: tuple[str, ...]
+    seed: int
+    preset: str
+    case_dir: Path
+    echo: Callable[[str], None] = print
+    _done: set[str] = field(default_factory=set)
+
+    def run(self) -> int:
+        """Every kernel, dtype and case; returns the number of results on file."""
+        self._done = {d["key"] for d in self.log.records if d.get("type") == RaggedResult.TYPE}
+        for spec, adapter in self.adapters.items():
+            dev = self.devices[spec]
+            for dtype in self.dtypes:
+                if adapter.unavailable(dtype, dev) is not None:
+                    continue
+                cases = family_cases(
+                    kernel_layout(adapter),
+                    dtype,
+                    seed=self.seed,
+                    preset=self.preset,
+                    d=head_dim_for(adapter, sizes_for(self.preset).d),
+                    gqa=adapter.gqa,
+                )
+                self.echo(f"  {spec} {dtype}: {len(cases)} cases")
+                for i, case in enumerate(cases):
+                    self._case(spec, adapter, dev, dtype, i, case)
+        return len(self._done)
+
+    def _key(self, spec: str, dtype: str, i: int, case: RaggedCase, check: str) -> str:
+        return f"{spec}|{dtype}|{case.family}|{i}|{check}"
+
+    def _case(
+        self, spec: str, adapter: Kernel, dev: str, dtype: str, i: int, case: RaggedCase
+    ) -> None:
+        checks = checks_of(case.layout)
+        keys = {c: self._key(spec, dtype, i, case, c) for c in checks}
+        if all(k in self._done for k in keys.values()):
+            return
+        base = {"kernel": spec, "dtype": dtype, "layout": case.layout, "family": case.family}
+        base["case"] = case.describe()
+        why = ragged_supports(adapter, case)
+        if why is not None:
+            for c in checks:
+                self._write(
+                    RaggedResult(
+                        keys[c],
+                        **base,
+                        check=c,
+                        status=Status.SKIP,
+                        reasons=(f"outside the kernel's contract: {why}",),
+                    )
+                )
+            return
+        first, acc = self._accuracy(adapter, dev, case, keys["accuracy"], base)
+        rows = [first]
+        for name in checks[1:]:
+            if acc is None:
+                # No output to compare: the accuracy record says why (raised, declined, bad).
+                why = f"not applicable (the kernel gave no usable output: {first.status})"
+                rows.append(
+                    RaggedResult(
+                        keys[name], **base, check=name, status=Status.NOT_APPLICABLE, reasons=(why,)
+                    )
+                )
+            else:
+                rows.append(self._property(adapter, dev, case, keys[name], name, base))
+        failed = [r for r in rows if r.status.severity > 0]
+        cid = None
+        if failed:
+            cid = save_ragged_case(
+                case,
+                kernel=spec,
+                device=dev,
+                verdict=None if acc is None else acc.as_dict(),
+                context={
+                    "property": ", ".join(r.check for r in failed),
+                    "api": "report",
+                    "seed": self.seed,
+                    "findings": [f"{r.check}: {r.reasons[0]}" for r in failed if r.reasons],
+                },
+                directory=self.case_dir,
+            )
+        for r in rows:
+            if r.key not in self._done:
+                self._write(_with_id(r, cid) if r.status.severity > 0 else r)
+
+    def _accuracy(
+        self, adapter: Kernel, dev: str, case: RaggedCase, key: str, base: dict[str, Any]
+    ) -> tuple[RaggedResult, RaggedCheckResult | None]:
+        out = call_kernel(lambda: check_ragged_case(adapter, case, device=dev))
+        if not out.ok:
+            msg = out.message.strip().splitlines()[-1] if out.message.strip() else str(out.status)
+            return RaggedResult(
+                key, **base, check="accuracy", status=out.status, reasons=(msg,)
+            ), None
+        res: RaggedCheckResult = out.value
+        util = res.merge.det_util if res.merge is not None else _worst_util(res)
+        # The bug class first, where the output's pattern names one; then the sequence's reasons.
+        reasons = diagnose_ragged(res, adapter)
+        rec = RaggedResult(
+            key,
+            **base,
+            check="accuracy",
+            status=res.verdict,
+            reasons=tuple(reasons + res.reasons),
+            det_util=util,
+        )
+        return rec, res
+
+    def _property(
+        self, adapter: Kernel, dev: str, case: RaggedCase, key: str, name: str, base: dict
+    ) -> RaggedResult:
+        out = call_kernel(lambda: RAGGED_PROPERTIES[name](adapter, case, dev, seed=self.seed))
+        if not out.ok:
+            # A kernel that raises on a variant of a case it ran: the property cannot hold.
+            return RaggedResult(
+                key,
+                **base,
+                check=name,
+                status=Status.FAIL,
+                reasons=(f"the kernel failed on a variant: {out.message}",),
+            )
+        found = out.value
+        return RaggedResult(key, **base, check=name, status=found.status, reasons=(found.message,))
+
+    def _write(self, rec: RaggedResult) -> None:
+        self.log.append(rec.to_json())
+        self._done.add(rec.key)
+
+
+def _worst_util(res: RaggedCheckResult) -> float | None:
+    utils = [r.verdict.det_util for r in res.sequences if r is not None]
+    finite = [u for u in utils if u == u]
+    return max(finite) if finite else None
+
+
+def _with_id(rec: RaggedResult, case_id: str | None) -> RaggedResult:
+    return replace(rec, case_id=case_id)

@@ -1,0 +1,135 @@
+"""What a failing ragged case is consistent with, in words a kernel author recognises.
+
+The accuracy check names the failing sequence and its worst element; these diagnoses add the
+bug class when the output's pattern points at one:
+
+- a sequence with no query rows sits at the first row of a failing sequence whose first row
+  is wrong: a kernel that writes something for the empty sequence writes into its neighbour;
+- O is right but LSE matches the exact LSE only with its query heads permuted: LSE written
+  with the wrong head mapping (grouped-query heads indexed as (group member, kv head) instead
+  of (kv head, group member), or the reverse);
+- a varlen sequence's output passes against the exact attention over its keys and the next
+  sequence's first key: a key range that runs one past the sequence's end;
+- a merge returns NaN in the rows whose every split is empty, and only there: it divides by
+  (or subtracts) the −inf LSE of those rows.
+
+Each diagnosis is a sentence; none changes a verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters.adapter import Kernel
+from ..cases.ragged import RaggedCase
+from ..core.status import Status
+from .accuracy import check_case
+from .ragged import RaggedCheckResult
+
+__all__ = ["diagnose_ragged"]
+
+
+def _empty_neighbour(res: RaggedCheckResult, b: int) -> str | None:
+    case = res.case
+    if case.layout != "varlen":
+        return None
+    o = res.sequences[b].verdict["o"]
+    if o.verdict == Status.PASS or not o.worst or o.worst[0]["index"][2] != 0:
+        return None
+    cu = case.index["cu_seqlens_q"]
+    empty = [a for a in range(case.sequences) if a != b and case.lengths(a)[0] == 0]
+    for a in empty:
+        if cu[a] == cu[b]:
+            nk = case.lengths(a)[1]
+            return (
+                f"sequence {a} (Nq 0, Nk {nk}) has no query rows and sits at row {int(cu[b])}, "
+                f"the first row of sequence {b}, which is wrong there: consistent with a "
+                f"zero-length sequence writing into its neighbour's rows"
+            )
+    return None
+
+
+def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
+    seq = res.sequences[b]
+    lse = seq.verdict.tensors.get("lse")
+    if lse is None or lse.verdict == Status.PASS or seq.verdict["o"].verdict != Status.PASS:
+        return None
+    got, ref = seq.output.lse[0], seq.ref.lse.hi[0]  # (Hq, Nq)
+    finite = np.isfinite(ref).all(axis=1)
+    if got.shape[0] < 2 or not finite.all():
+        return None
+    dist = np.abs(got[:, None, :] - ref[None, :, :]).max(axis=2)  # kernel head x exact head
+    match = dist.argmin(axis=1)
+    close = dist[np.arange(len(match)), match] <= 1e-3 * (1 + np.abs(ref).max())
+    if not close.all() or (match == np.arange(len(match))).all():
+        return None
+    moved = ", ".join(f"{h}→{int(m)}" for h, m in enumerate(match) if m != h)
+    nq, nk = res.case.lengths(b)
+    return (
+        f"sequence {b} (Nq {nq}, Nk {nk}): O is right but LSE matches the exact LSE with its "
+        f"query heads permuted (LSE head holds exact head: {moved}): consistent with LSE "
+        "written with the wrong head mapping for grouped-query heads"
+    )
+
+
+def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
+    case, seq = res.case, res.sequences[b]
+    if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
+        return None
+    rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
+    t = case.tensors
+    if rk.stop >= t["k"].shape[0]:
+        return None
+    nq, nk = rq.stop - rq.start, rk.stop - rk.start
+    longer = slice(rk.start, rk.stop + 1)
+    ext = RaggedCase(
+        "varlen",
+        {"q": t["q"][rq], "k": t["k"][longer], "v": t["v"][longer]},
+        {
+            "cu_seqlens_q": np.array([0, nq], np.int32),
+            "cu_seqlens_k": np.array([0, nk + 1], np.int32),
+        },
+        **case.options(),
+    )
+    again = check_case(adapter, ext.sequence(0), device=res.device, output=seq.output)
+    if not again.passed:
+        return None
+    return (
+        f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over its {nk} keys and one "
+        "more, the next sequence's first key: consistent with a key range one past the "
+        "sequence's end"
+    )
+
+
+def _empty_merge(res: RaggedCheckResult) -> str | None:
+    lse_p = res.case.tensors["lse_partial"]
+    empty = np.isneginf(lse_p).all(axis=0)
+    bad = np.isnan(res.output.o).any(axis=-1)
+    if not (empty & bad).any() or (bad & ~empty).any():
+        return None
+    return (
+        f"{int((empty & bad).sum())} of the {int(empty.sum())} rows whose every split is empty "
+        "(lse = −inf) give NaN, and only those: consistent with a merge that computes "
+        "exp(lse_s − LSE) with LSE = −inf (−inf − (−inf) is NaN) instead of O = 0, LSE = −inf"
+    )
+
+
+def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
+    """Sentences naming the bug class a failing varlen or paged result is consistent with
+    (module docstring); empty for a pass, a merge, or a failure with no such pattern. Only
+    the first two failing sequences are examined (the last diagnosis runs the oracle)."""
+    if res.merge is not None:
+        found = None if res.passed else _empty_merge(res)
+        return [] if found is None else [found]
+    out: list[str] = []
+    failing = [b for b, seq in enumerate(res.sequences) if seq is not None and not seq.passed]
+    for b in failing[:2]:
+        for why in (_empty_neighbour, _head_mapping):
+            found = why(res, b)
+            if found is not None and found not in out:
+                out.append(found)
+        if not out:
+            found = _one_past(res, adapter, b)
+            if found is not None:
+                out.append(found)
+    return out
