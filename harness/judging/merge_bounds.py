@@ -11,8 +11,16 @@ roundoff ``u_o``, smallest subnormal ``σ_o``). With the exact weights
 ``p_s = exp(lse_s − LSE)``, ``W_c = Σ_s p_s·|o_sc|`` (the oracle's floor) and
 ``A_c = Σ_s p_s·|o_sc|·|x_s|``, every such merge satisfies, to first order::
 
-    |Ô_c − O_c|  ≤ u·(2·A_c + (3S + 6)·W_c) + u_o·W_c + σ_o/2
-    |LSE^ − LSE| ≤ u·(2S + 4 + 2·(|LSE| + |m|))
+    |LSE^ − LSE| ≤ e_L = u·(2S + 4 + 2·(|LSE| + |m|))
+    |Ô_c − O_c|  ≤ u·(2·A_c + (3S + 6)·W_c) + (e_L + 2u·log S)·W_c + u_o·W_c + σ_o/2
+
+FlashAttention's combine kernels form the weights from the merged LSE instead,
+``w_s = exp(lse_s − LSE^)`` with ``LSE^`` rounded (and no division): every weight then carries
+the LSE's error ``e_L`` (the bound on ``|LSE^ − LSE|`` above) as a common relative factor, and
+the subtraction ``lse_s − LSE^`` (of magnitude ``≤ |x_s| + log S``) and its ``log₂ e`` scaling
+add ``u·log S`` each. The class covers both forms, so ``O``'s bound gains ``(e_L + 2u·log S)·W_c``
+(at ``|LSE|`` in the hundreds in fp32, about ``10⁻⁴·W_c``: the rounding of a large LSE is
+the error of that form).
 
 (the ``2`` on ``A_c``: the subtraction ``lse_s − m`` and a scaling by ``log₂ e`` for an
 ``exp2``-based kernel, each ``u·|x_s|`` in the exponent; ``3S + 6``: one rounding of each
@@ -85,9 +93,12 @@ def merge_bounds(
     a = np.einsum("s...,s...c->...c", p * x, a_o)
     # The final rounding: relative u_o above the output format's normal range, at most half
     # its smallest subnormal below it.
-    det_o = _HIGHER_ORDER * (u * (2 * a + (3 * n_split + 6) * w) + u_o * w) + fmt.min_subnormal / 2
+    lse_err = u * (2 * n_split + 4 + 2 * (np.abs(np.where(live, lse_exact, 0.0)) + np.abs(m_safe)))
+    # Weights taken from the rounded LSE (FlashAttention's form): its error is common to all.
+    from_lse = (lse_err + 2 * u * np.log(max(n_split, 1)))[..., None] * w
+    det_o = u * (2 * a + (3 * n_split + 6) * w) + u_o * w + from_lse
+    det_o = _HIGHER_ORDER * det_o + fmt.min_subnormal / 2
     det_o = np.where(live[..., None], det_o, 0.0)
-    det_l = _HIGHER_ORDER * u * (2 * n_split + 4 + 2 * (np.abs(lse_exact) + np.abs(m_safe)))
-    det_l = np.where(live, det_l, 0.0)
+    det_l = np.where(live, _HIGHER_ORDER * lse_err, 0.0)
     tensors = {"o": TensorBounds(det_o, det_o.copy()), "lse": TensorBounds(det_l, det_l.copy())}
     return MergeBounds(MERGE_CLASS, fmt, tensors)
