@@ -28,13 +28,16 @@ def options_lines(
 ) -> list[str]:
     """One row per result of the ``options`` part, then the kernels it did not run on."""
     rows = [r for r in data.every_result if r.part == "options"]
-    if not rows:
-        return ["(no options part in this campaign, or no kernel that takes either option)"]
+    parts = data.header.config.parts
+    if parts is not None and "options" not in parts:
+        return ["(the options part did not run in this campaign)"]
     files = data.case_files
     lines = [
         "| kernel | dtype | case | shape and options | verdict | margin | reason or replay |",
         "|---|---|---|---|---|---|---|",
     ]
+    if not rows:
+        lines = ["(no kernel of this campaign takes either option)"]
     for k, dt, grp in groups(rows, kernels, dtypes):
         for r in grp:
             note = r.reason if not r.status.judged else ""
