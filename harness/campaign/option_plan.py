@@ -10,7 +10,8 @@ ones per dtype, cycling):
 - a sink 40 above every score: it takes almost all the weight, O ≈ 0 and LSE ≈ σ;
 - causal rows with Nq > Nk that keep no key, with a sink: O = 0 and LSE = σ exactly;
 - both options, scores around the cap and a sink among the scores;
-- a cap at the largest score of a spiked row, an invisible sink (40 below), both on huge logits.
+- an invisible sink (40 below every score), a cap at the largest score of a spiked row, both
+  options on huge logits (a cap above the scores, a sink just above them).
 
 An item runs only on the kernels whose contract takes every option it sets (and, for the
 gradient items, that have a backward); for the others it is not applicable and is not run, so
@@ -19,13 +20,20 @@ their results are those of a campaign without this part.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..cases.families import Recipe, magnitudes
 from .plan import Item, Preset, rng_for, seed32
 
-__all__ = ["OPTION_GRADIENT_SCENARIOS", "OPTION_SCENARIOS", "option_items", "takes_item"]
+__all__ = [
+    "OPTION_GRADIENT_SCENARIOS",
+    "OPTION_SCENARIOS",
+    "option_items",
+    "option_work",
+    "takes_item",
+]
 
 # (family, options): recipe fields, plus ``masked_rows`` (Nq > Nk, causal: rows that keep no key).
 OPTION_SCENARIOS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -33,8 +41,8 @@ OPTION_SCENARIOS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("randn", {"sink_offset": 40.0}),
     ("randn", {"causal": True, "masked_rows": True, "sink_offset": -3.0}),
     ("randn", {"cap_factor": 0.3, "sink_offset": 0.0}),
-    ("spike", {"cap_factor": 1.0}),
     ("randn", {"sink_offset": -40.0}),
+    ("spike", {"cap_factor": 1.0}),
     ("huge_logits", {"cap_factor": 4.0, "sink_offset": 3.0}),
 )
 OPTION_GRADIENT_SCENARIOS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -101,3 +109,15 @@ def takes_item(kernel: Kernel, item: Item) -> bool:
     if not need <= (kernel.options or frozenset()):
         return False
     return not item.backward or kernel.backward is not None
+
+
+def option_work(
+    preset: Preset, dtypes: Sequence[str], seed: int, kernels: Mapping[str, Kernel]
+) -> list[tuple[Item, list[str]]]:
+    """The part's items in every dtype, each with the kernels (specs) that run it: those that
+    take its options (:func:`takes_item`); an item no kernel takes is left out."""
+    work = []
+    for it in (it for dt in dtypes for it in option_items(preset, dt, seed)):
+        takers = [spec for spec, kern in kernels.items() if takes_item(kern, it)]
+        work += [(it, takers)] if takers else []
+    return work

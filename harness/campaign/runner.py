@@ -53,7 +53,7 @@ from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
 from .grouping import affinity, compile_waits, grouped, palette_first
 from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
-from .option_plan import option_items, takes_item
+from .option_plan import option_work
 from .plan import (
     PARTS,
     PRESETS,
@@ -449,10 +449,7 @@ class Campaign:
         grads = grads if backward and "gradients" in self.parts else []
         work = [(it, backward if it.backward else specs) for it in items + checks + grads]
         if "options" in self.parts:
-            # Only the kernels whose contract takes the item's options (none: not run).
-            for it in (it for dt in self.dtypes for it in option_items(self.preset, dt, self.seed)):
-                takers = [s for s in specs if takes_item(self.kernels[s], it)]
-                work += [(it, takers)] if takers else []
+            work += option_work(self.preset, self.dtypes, self.seed, self.kernels)
         return work
 
     def run(self) -> None:

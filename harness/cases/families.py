@@ -14,6 +14,10 @@ as large: a finite sentinel in place of −inf for the running max is never repl
 (N(0,1) + N(0,100)·Bernoulli(0.001)), ``sink`` (attention sink at key 0), ``monotone`` (the
 running max grows at every key: the most rescales), ``cancel_v`` (V whose weighted sum cancels
 to near 0), ``uniform`` scores, ``one_hot`` rows and ``nonfinite`` (NaN/±Inf injected).
+
+A recipe may also set a soft-cap and sinks relative to the case's own scores (``cap_factor``,
+``sink_offset``: :func:`~flashcheck.harness.cases.softmax_families.with_softmax_options`, the
+cap rounded to fp32); a recipe without them is written and hashed as before they existed.
 """
 
 from __future__ import annotations
