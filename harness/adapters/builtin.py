@@ -113,10 +113,11 @@ def _detached(sinks):
     return None if sinks is None else sinks.detach()
 
 
-def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
+def _triton_tf32(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.triton_flash import flash_attention
 
-    return flash_attention(q, k, v, causal=causal, window=window, scale=scale, allow_tf32=True)
+    opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": True}
+    return flash_attention(q, k, v, softcap=softcap, sinks=_detached(sinks), **opts)
 
 
 def _triton_backward(
@@ -133,8 +134,11 @@ def _triton_backward(
     return flash_attention_backward(q, k, v, o, lse, do, **opts)
 
 
-def _triton_tf32_backward(q, k, v, do, *, causal, window, scale, mask=None):
-    return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale, allow_tf32=True)
+def _triton_tf32_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, softcap=None, sinks=None
+):
+    opts = {"causal": causal, "window": window, "scale": scale, "softcap": softcap}
+    return _triton_backward(q, k, v, do, allow_tf32=True, sinks=sinks, **opts)
 
 
 def _recurrence_varlen(
@@ -369,6 +373,7 @@ def project_kernels() -> dict[str, Kernel]:
             dtypes=("fp32",),
             devices=("cuda",),
             masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale", "softcap", "sinks"}),
             check_available=_triton_available,
             backward=_triton_tf32_backward,
             backward_arithmetic="tf32",
