@@ -104,8 +104,7 @@ def takes_item(kernel: Kernel, item: Item) -> bool:
     r = item.recipe
     need = {"softcap"} if r.cap_factor is not None else set()
     need |= {"sinks"} if r.sink_offset is not None else set()
-    if kernel.options is None and need:
-        return False
+    # options=None: causal/window/mask/scale only, neither softmax option
     if not need <= (kernel.options or frozenset()):
         return False
     return not item.backward or kernel.backward is not None
