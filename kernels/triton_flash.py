@@ -56,16 +56,55 @@ __all__ = [
     "LaunchConfig",
     "bf16_dot_supported",
     "check_inputs",
+    "check_options",
     "flash_attention",
     "last_compiled",
     "launch",
     "launch_config",
+    "option_constants",
     "portable_config",
+    "tanh_fp32",
 ]
 
 ARITHMETIC = "flash"
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
+
+
+# tanh(a)/a = P(a²) on 0 ≤ a < 1 (tanh_fp32): a degree-7 least-squares fit on Chebyshev nodes
+# (float64), the coefficients rounded to fp32 (1 exactly). Max error of tanh_fp32 over fp32
+# arguments, measured against float64 tanh: 1.71 ulp with a correctly rounded exp2 (the
+# interpreter's), 2.97·2^-24 relative with exp2 off by 2^-22.5 (ex2.approx.f32): within the
+# 4·2^-24 the bounds assume for tanh (docs/error-bounds.md, assumption A3).
+
+
+@triton.jit
+def tanh_fp32(x):
+    """tanh in fp32 without libdevice (which the interpreter lacks): ``a·P(a²)`` below
+    ``a = |x| = 1`` (no cancellation near 0), ``(1 − e)/(1 + e)`` with ``e = exp2(−2a·log2 e)
+    ≤ e^-2`` above (a negative argument: no overflow; e's error is damped by ``2e/(1+e)² <
+    0.21``). ±inf gives ±1, NaN stays NaN."""
+    a = tl.abs(x)
+    z = a * a
+    p = 1.0 + z * (-0.33333295583724976 + z * (0.1333235204219818 + z * (
+        -0.05388044938445091 + z * (0.02148883230984211 + z * (-0.007949626073241234 + z * (
+            0.002304098568856716 + z * -0.0003592708962969482))))))  # fmt: skip
+    e = tl.math.exp2(a * -2.885390081777927)
+    t = tl.where(a < 1.0, a * p, (1.0 - e) / (1.0 + e))
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
+    """The scores of the options paths, in exp2 units (the softmax step then runs with
+    ``qk_scale = 1``): ``tanh(s·c1)·c2`` with ``c1 = scale/cap``, ``c2 = cap·log2 e`` under a
+    soft-cap; ``s·c1`` with ``c1 = scale·log2 e`` with sinks alone (the sink is a logit in the
+    same units); ``s`` unchanged otherwise (the default path)."""
+    if SOFTCAP:
+        s = tanh_fp32(s * c1) * c2
+    elif SINKS:
+        s = s * c1
+    return s
 
 
 @triton.jit
@@ -135,16 +174,18 @@ def _accumulate(acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.conste
 def _key_blocks(
     acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
-    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
         k = _load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        s = _option_logits(s, c1, c2, SOFTCAP, SINKS)
         keep = None
         if MASKED:
             keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
@@ -165,9 +206,10 @@ def _key_blocks(
 def _key_blocks_prefetched(
     acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, offs_n, offs_d, offs_dv,
-    skn, skd, svn, svd, NK, D, DV, qk_scale,
+    skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
     TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
@@ -176,6 +218,7 @@ def _key_blocks_prefetched(
         cols = start_lo + offs_n
         k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        s = _option_logits(s, c1, c2, SOFTCAP, SINKS)
         for start in range(start_lo, start_hi, BLOCK_N):
             start = tl.multiple_of(start, BLOCK_N)
             # The last step re-reads its own block rather than one past the range; that
@@ -185,6 +228,7 @@ def _key_blocks_prefetched(
             cols_n = nxt + offs_n
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
@@ -195,20 +239,21 @@ def _key_blocks_prefetched(
 
 @triton.jit
 def _flash_fwd(
-    Q, K, V, Out, LSE,
+    Q, K, V, Out, LSE, Sinks,
     sqb, sqh, sqm, sqd,
     skb, skh, skn, skd,
     svb, svh, svn, svd,
     sob, soh, som, sod,
     slb, slh, slm,
     H, H_KV, NQ, NK, D, DV,
-    qk_scale, win_left, win_right,
+    qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
 
@@ -258,6 +303,13 @@ def _flash_fwd(
     # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, min else.
     m_i = tl.full([BLOCK_M], float("-inf") if POS_SCALE else float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if SINKS:
+        # Every row starts from its head's sink, a first logit with no value row (σ·log2 e,
+        # the scores' exp2 units): m = σ', l = exp2(σ' − σ') = 1, acc = 0. A row that keeps
+        # no key ends with O = 0 and LSE = σ' · ln 2.
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
+        l_i = l_i + 1.0
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     off = NK - NQ
     # Live key range of this row block: [lo, hi). Blocks outside it are skipped entirely.
@@ -287,26 +339,28 @@ def _flash_fwd(
         full_hi = hi
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
+        SOFTCAP, SINKS,
     )  # fmt: skip
     if PREFETCH:
         acc, l_i, m_i = _key_blocks_prefetched(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
-            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale,
-            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT,
+            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS,
         )  # fmt: skip
     else:
         acc, l_i, m_i = _key_blocks(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-            False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-            ACC_IN_DOT,
+            c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
+            ACC_IN_DOT, SOFTCAP, SINKS,
         )  # fmt: skip
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
+        SOFTCAP, SINKS,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
@@ -496,10 +550,23 @@ def _ensure_allocator() -> None:
         triton.set_allocator(_alloc_scratch)
 
 
-def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
+def option_constants(scale: float, softcap: float | None, sinks: Any) -> tuple[float, float, float]:
+    """``(qk_scale, c1, c2)`` of a launch: ``scale·log2 e`` for the default path; with a cap or
+    sinks the scores enter the softmax step already in exp2 units (``qk_scale = 1``), made by
+    :func:`_option_logits` from ``c1``, ``c2`` (rounded to fp32 when passed)."""
+    if softcap:
+        return 1.0, scale / softcap, softcap * _LOG2E
+    if sinks is not None:
+        return 1.0, scale * _LOG2E, 1.0
+    return scale * _LOG2E, 1.0, 1.0
+
+
+def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=None, sinks=None):
     """Launch the forward on tensors :func:`flash_attention` has already checked (``window``
-    normalised to ``(left, right)`` with -1 for unbounded, ``scale`` a float); ``config``
-    overrides the launch configuration (tuning and probe scripts). Returns ``(O, LSE)``."""
+    normalised to ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` a
+    float or ``None``, ``sinks`` a float32 ``(Hq,)`` tensor on the device or ``None``);
+    ``config`` overrides the launch configuration (tuning and probe scripts). Returns
+    ``(O, LSE)``."""
     import torch
 
     bsz, hq, nq, d = q.shape
@@ -523,16 +590,18 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None):
     grid = (n_m, bsz * hq)
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
     extra = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
+    qk_scale, c1, c2 = option_constants(float(scale), softcap, sinks)
     compiled = _flash_fwd[grid](
-        q, k, v, o, lse,
+        q, k, v, o, lse, lse if sinks is None else sinks,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
         hq, hk, nq, nk, d, dv,
-        float(scale) * _LOG2E, left, right,
+        qk_scale, left, right, c1, c2,
         CAUSAL=bool(causal), WINDOW=window is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
-        HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=scale > 0,
+        HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
+        SOFTCAP=bool(softcap), SINKS=sinks is not None,
         num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
@@ -604,6 +673,36 @@ def check_inputs(
     return window, sc
 
 
+def check_options(q: Any, softcap: Any, sinks: Any) -> tuple[float | None, Any]:
+    """Check the softmax options of :func:`flash_attention` and normalise them: ``softcap`` a
+    finite float > 0 (``None`` or 0: off), ``sinks`` a float32 tensor of one finite logit per
+    query head on q's device (``None``: off). Returns ``(softcap or None, sinks)``."""
+    import torch
+
+    cap = None
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, int | float):
+            raise ValueError(f"softcap must be a float > 0 or None, got {softcap!r}")
+        if not math.isfinite(float(softcap)) or softcap < 0:
+            raise ValueError(f"softcap must be a finite float > 0 (or None/0: off), got {softcap}")
+        cap = float(softcap) or None
+    if sinks is not None:
+        hq = q.shape[1]
+        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (hq,):
+            raise ValueError(
+                f"sinks must be a tensor of one logit per query head, shape ({hq},), got "
+                f"{type(sinks).__name__} {tuple(getattr(sinks, 'shape', ()))}"
+            )
+        if sinks.dtype != torch.float32 or sinks.device != q.device:
+            raise ValueError(
+                f"sinks must be float32 on {q.device} (sinks.float().to(q.device)), got "
+                f"{sinks.dtype} on {sinks.device}"
+            )
+        if not bool(torch.isfinite(sinks).all()):
+            raise ValueError("sinks must be finite")
+    return cap, sinks
+
+
 def flash_attention(
     q: Any,
     k: Any,
@@ -613,6 +712,8 @@ def flash_attention(
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     allow_tf32: bool = False,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> tuple[Any, Any]:
     """FlashAttention-2 forward: ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` (natural log).
 
@@ -620,7 +721,15 @@ def flash_attention(
     on one CUDA device (or on CPU under ``TRITON_INTERPRET=1``), one dtype among float16,
     bfloat16 and float32, any strides; ``Hq`` a multiple of ``Hk``; ``d, dv ≤ 256``. ``scale``
     defaults to ``1/sqrt(d)``. ``window=(left, right)``: ``None``/``-1`` for unbounded.
-    Returns ``O`` in the input dtype and ``LSE`` in float32.
+    ``softcap=c``: every score ``s = scale·q·k`` becomes ``c·tanh(s/c)`` before masking (tanh
+    by :func:`tanh_fp32`). ``sinks``: one float32 logit ``σ_h`` per query head, a softmax
+    column without a value row (``LSE_i = log(e^σ_h + Σ_j e^s_ij)``; a row that keeps no key
+    has ``O = 0``, ``LSE = σ_h``). Both are compile-time branches: without them the kernel is
+    the one it was. Returns ``O`` in the input dtype and ``LSE`` in float32.
     """
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
-    return launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)
+    cap, sinks = check_options(q, softcap, sinks)
+    return launch(
+        q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32, softcap=cap,
+        sinks=sinks,
+    )  # fmt: skip

@@ -56,7 +56,13 @@ import torch
 import triton
 import triton.language as tl
 
-from flashcheck.kernels.triton_flash import check_inputs, launch
+from flashcheck.kernels.triton_flash import (
+    check_inputs,
+    check_options,
+    launch,
+    option_constants,
+    tanh_fp32,
+)
 
 __all__ = [
     "ARITHMETIC",
@@ -74,12 +80,13 @@ _LOG2E = 1.4426950408889634
 
 @triton.jit
 def _bwd_preprocess(
-    Out, DO, Delta,
+    Out, DO, Delta, LSE, Sinks, Terms,
     sob, soh, som, sod,
     sdob, sdoh, sdom, sdod,
     sdb, sdh, sdm,
+    slb, slh, slm,
     H, NQ, DV,
-    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -101,15 +108,23 @@ def _bwd_preprocess(
     # D from the O the forward wrote (rounded to the input dtype), as FA2 defines it.
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
     tl.store(Delta + b * sdb + h * sdh + rows * sdm, delta, mask=rows < NQ)
+    if SINKS:
+        # The sink's weight P_iσ = exp2(σ' − lse2) (recomputed as P is) times D_i: the row's
+        # term of dσ_h = −Σ_i P_iσ·D_i, summed by the launcher.
+        lse = tl.load(LSE + b * slb + h * slh + rows * slm, mask=rows < NQ, other=0.0)
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        p_sink = tl.math.exp2(sink - lse * 1.4426950408889634)
+        tl.store(Terms + b * sdb + h * sdh + rows * sdm, p_sink * delta, mask=rows < NQ)
 
 
 @triton.jit
 def _dkdv_rows(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base,
     start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
-    sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale, win_left, win_right,
+    sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_M):
         start = tl.multiple_of(start, BLOCK_M)
@@ -129,7 +144,13 @@ def _dkdv_rows(
         # A row that kept no key: +inf makes S·c − lse2 = −inf (P = 0), never −inf − (−inf).
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         st = tl.dot(k, tl.trans(q), input_precision=PRECISION)
-        x = st * qk_scale - lse2[None, :]
+        if SOFTCAP:
+            # The forward's capped logit tanh(s·c1)·c2 (exp2 units), and the slope 1 − tanh²
+            # that dS passes through to the raw score.
+            th = tanh_fp32(st * c1)
+            x = th * c2 - lse2[None, :]
+        else:
+            x = st * qk_scale - lse2[None, :]
         if MASKED:
             keep = (cols[:, None] < NK) & (rows[None, :] < NQ)
             if CAUSAL:
@@ -147,6 +168,8 @@ def _dkdv_rows(
             delta = tl.load(delta_base + rows * sdm, mask=rows < NQ, other=0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             dst = pt * (dpt - delta[None, :])
+            if SOFTCAP:
+                dst = dst * (1.0 - th * th)
             dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
     return dk, dv
 
@@ -163,11 +186,12 @@ def _bwd_dkdv(
     sdkb, sdkh, sdkn, sdkd,
     sdvb, sdvh, sdvn, sdvd,
     H_KV, GROUP, NQ, NK, D, DV,
-    sm_scale, qk_scale, win_left, win_right,
+    sm_scale, qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, SPLIT: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     """One program: dK and dV of BLOCK_N keys of one key/value head, over every query row of
     its group of query heads.
@@ -239,18 +263,20 @@ def _bwd_dkdv(
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, full_lo, cols, offs_m,
             offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
+            win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
+            SOFTCAP,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_lo, full_hi, cols,
             offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off,
-            qk_scale, win_left, win_right, False, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K,
-            OUT_V,
+            qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            OUT_K, OUT_V, SOFTCAP,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_hi, hi, cols, offs_m,
             offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
+            win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
+            SOFTCAP,
         )  # fmt: skip
     if OUT_K:
         dk = dk * sm_scale
@@ -272,9 +298,9 @@ def _bwd_dkdv(
 @triton.jit
 def _dq_keys(
     dq, q, do, lse2, delta, k_base, v_base, start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
-    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
@@ -290,7 +316,11 @@ def _dq_keys(
             other=0.0,
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        x = s * qk_scale - lse2[:, None]
+        if SOFTCAP:  # as in _dkdv_rows
+            th = tanh_fp32(s * c1)
+            x = th * c2 - lse2[:, None]
+        else:
+            x = s * qk_scale - lse2[:, None]
         if MASKED:
             # Padded keys must be masked here: their score is 0 and exp2(0 − lse2) overflows
             # when LSE is very negative, and inf·0 in dS·k would be NaN.
@@ -308,6 +338,8 @@ def _dq_keys(
         p = tl.math.exp2(x)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - th * th)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     return dq
 
@@ -323,11 +355,11 @@ def _bwd_dq(
     sdb, sdh, sdm,
     sdqb, sdqh, sdqm, sdqd,
     H, H_KV, NQ, NK, D, DV,
-    sm_scale, qk_scale, win_left, win_right,
+    sm_scale, qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr, SPLIT: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -381,18 +413,18 @@ def _bwd_dq(
         full_hi = hi
     dq = _dq_keys(
         dq, q, do, lse2, delta, k_base, v_base, lo, full_lo, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        True, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        True, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
     )  # fmt: skip
     dq = _dq_keys(
         dq, q, do, lse2, delta, k_base, v_base, full_lo, full_hi, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        False, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        False, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
     )  # fmt: skip
     dq = _dq_keys(
         dq, q, do, lse2, delta, k_base, v_base, full_hi, hi, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        True, CAUSAL, WINDOW, BLOCK_N, PRECISION,
+        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        True, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
     )  # fmt: skip
     dq = dq * sm_scale
     tl.store(
@@ -460,10 +492,15 @@ def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
     return BackwardConfig(32, 128, 4, 3, True, 64, 64, 4, 3)
 
 
-def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None):
+def launch_backward(
+    q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None, softcap=None,
+    sinks=None,
+):  # fmt: skip
     """Launch the backward on tensors :func:`flash_attention_backward` has already checked
-    (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float); ``config``
-    overrides the tiles. Returns ``(dQ, dK, dV)`` in the input dtype."""
+    (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` and
+    ``sinks`` as :func:`~flashcheck.kernels.triton_flash.check_options` returns them);
+    ``config`` overrides the tiles. Returns ``(dQ, dK, dV)`` in the input dtype, and ``dσ``
+    (float32 ``(Hq,)``) after them with sinks."""
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -477,28 +514,37 @@ def launch_backward(q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, c
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
     sm_scale = float(scale)
     qk_scale = sm_scale * _LOG2E
+    # Sinks alone leave P's recomputation as it is (the LSE holds the sink); a cap makes it
+    # tanh(s·c1)·c2 − lse2.
+    _, c1, c2 = option_constants(sm_scale, softcap, None)
     opts = {"CAUSAL": bool(causal), "WINDOW": window is not None, "BLOCK_M": cfg.block_m,
             "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
             "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
-            "num_stages": cfg.stages}  # fmt: skip
+            "num_stages": cfg.stages, "SOFTCAP": bool(softcap)}  # fmt: skip
     dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
+    terms = torch.empty_like(delta) if sinks is not None else delta
     _bwd_preprocess[(triton.cdiv(nq, dq_m), bsz * hq)](
-        o, do, delta, *o.stride(), *do.stride(), *delta.stride(), hq, nq, dv,
-        BLOCK_M=dq_m, BLOCK_DV=block_dv, num_warps=dq_warps,
+        o, do, delta, lse, delta if sinks is None else sinks, terms,
+        *o.stride(), *do.stride(), *delta.stride(), *lse.stride(), hq, nq, dv,
+        BLOCK_M=dq_m, BLOCK_DV=block_dv, SINKS=sinks is not None, num_warps=dq_warps,
     )  # fmt: skip
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *delta.stride())
     for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
         _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
             q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
-            hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
+            hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
             OUT_K=out_k, OUT_V=out_v,
         )  # fmt: skip
     opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
     _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
         q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-        hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, **opts,
+        hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
     )  # fmt: skip
-    return dq, dk, dvv
+    if sinks is None:
+        return dq, dk, dvv
+    # dσ_h = −Σ_{b,i} P_iσ·D_i: an fp32 sum of the rows' terms (torch's, deterministic for a
+    # given shape).
+    return dq, dk, dvv, -terms.sum(dim=(0, 2))
 
 
 def flash_attention_backward(
@@ -513,7 +559,9 @@ def flash_attention_backward(
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     allow_tf32: bool = False,
-) -> tuple[Any, Any, Any]:
+    softcap: float | None = None,
+    sinks: Any = None,
+) -> tuple[Any, ...]:
     """FlashAttention-2 backward of ``O = softmax(scale·QKᵀ + mask)·V`` for the upstream ``dO``.
 
     With ``P`` the softmax, ``D_i = Σ_c dO_ic·O_ic`` and ``dS = P∘(dO·Vᵀ − D)``:
@@ -525,8 +573,13 @@ def flash_attention_backward(
     gradient of the loss with respect to ``o`` (its shape and dtype), any strides. Returns
     ``(dQ, dK, dV)`` in the input dtype, contiguous, shaped like ``q``, ``k``, ``v``. Rows that
     keep no key get ``dQ = 0`` and add nothing to ``dK``, ``dV``.
+
+    ``softcap`` and ``sinks`` as for the forward (and the same as given to it): with a cap,
+    ``dS`` is multiplied by the slope ``1 − tanh²(s/c)`` (tanh recomputed); with sinks, the
+    result gains ``dσ_h = −Σ_{b,i} exp(σ_h − LSE_i)·D_i`` (float32, ``(Hq,)``) after dV.
     """
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
+    cap, sinks = check_options(q, softcap, sinks)
     bsz, hq, nq, _ = q.shape
     dv = v.shape[3]
     for name, x in (("o", o), ("do", do)):
@@ -550,8 +603,9 @@ def flash_attention_backward(
     if not (o.device == do.device == lse.device == q.device):
         raise ValueError("o, lse and do must be on the device of q, k, v")
     return launch_backward(
-        q, k, v, o, lse, do, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32
-    )
+        q, k, v, o, lse, do, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -559,18 +613,21 @@ class FlashAttentionFunction(torch.autograd.Function):
     and ``LSE`` (O(N·d) memory), the backward runs :func:`flash_attention_backward`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, window, scale, allow_tf32):
+    def forward(ctx, q, k, v, causal, window, scale, allow_tf32, softcap=None, sinks=None):
         window, sc = check_inputs(q, k, v, window=window, scale=scale)
-        o, lse = launch(q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.opts = {"causal": causal, "window": window, "scale": sc, "allow_tf32": allow_tf32}
+        cap, sinks = check_options(q, softcap, sinks)
+        opts = {"causal": causal, "window": window, "scale": sc, "allow_tf32": allow_tf32}
+        o, lse = launch(q, k, v, **opts, softcap=cap, sinks=sinks)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
+        ctx.opts = {**opts, "softcap": cap}
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = launch_backward(q, k, v, o, lse, do, **ctx.opts)
-        return dq, dk, dv, None, None, None, None
+        q, k, v, o, lse, sinks = ctx.saved_tensors
+        grads = launch_backward(q, k, v, o, lse, do, **ctx.opts, sinks=sinks)
+        dsinks = grads[3] if sinks is not None else None
+        return *grads[:3], None, None, None, None, None, dsinks
 
 
 def flash_attention_differentiable(
@@ -582,7 +639,9 @@ def flash_attention_differentiable(
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     allow_tf32: bool = False,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> Any:
     """``O`` of :func:`flashcheck.kernels.triton_flash.flash_attention` (same arguments), with
-    gradients to ``q``, ``k``, ``v`` through :func:`flash_attention_backward`."""
-    return FlashAttentionFunction.apply(q, k, v, causal, window, scale, allow_tf32)
+    gradients to ``q``, ``k``, ``v`` (and ``sinks``) through :func:`flash_attention_backward`."""
+    return FlashAttentionFunction.apply(q, k, v, causal, window, scale, allow_tf32, softcap, sinks)

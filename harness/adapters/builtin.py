@@ -100,30 +100,45 @@ def _naive_torch(q, k, v, *, causal, window, scale, mask=None, softcap=None, sin
     return naive_torch(q, k, v, softcap=softcap, sinks=sinks, **opts)
 
 
-def _triton(q, k, v, *, causal, window, scale, mask=None):
+def _triton(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.triton_flash import flash_attention
 
-    return flash_attention(q, k, v, causal=causal, window=window, scale=scale)
+    opts = {"causal": causal, "window": window, "scale": scale}
+    return flash_attention(q, k, v, softcap=softcap, sinks=_detached(sinks), **opts)
 
 
-def _triton_tf32(q, k, v, *, causal, window, scale, mask=None):
+def _detached(sinks):
+    """The sinks as the Triton kernels take them (a plain tensor: they are not differentiated
+    through torch autograd; their backward returns dσ itself)."""
+    return None if sinks is None else sinks.detach()
+
+
+def _triton_tf32(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.triton_flash import flash_attention
 
-    return flash_attention(q, k, v, causal=causal, window=window, scale=scale, allow_tf32=True)
+    opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": True}
+    return flash_attention(q, k, v, softcap=softcap, sinks=_detached(sinks), **opts)
 
 
-def _triton_backward(q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False):
-    """The Triton FA2 backward, after the Triton forward (for O and LSE)."""
+def _triton_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False, softcap=None, sinks=None
+):
+    """The Triton FA2 backward, after the Triton forward (for O and LSE); ``(dQ, dK, dV)``, and
+    ``dσ`` after them with sinks."""
     from ...kernels.triton_flash import flash_attention
     from ...kernels.triton_flash_bwd import flash_attention_backward
 
     opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": allow_tf32}
+    opts.update(softcap=softcap, sinks=_detached(sinks))
     o, lse = flash_attention(q, k, v, **opts)
     return flash_attention_backward(q, k, v, o, lse, do, **opts)
 
 
-def _triton_tf32_backward(q, k, v, do, *, causal, window, scale, mask=None):
-    return _triton_backward(q, k, v, do, causal=causal, window=window, scale=scale, allow_tf32=True)
+def _triton_tf32_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, softcap=None, sinks=None
+):
+    opts = {"causal": causal, "window": window, "scale": scale, "softcap": softcap}
+    return _triton_backward(q, k, v, do, allow_tf32=True, sinks=sinks, **opts)
 
 
 def _recurrence_varlen(
@@ -342,6 +357,7 @@ def project_kernels() -> dict[str, Kernel]:
             "flash",
             api="torch",
             masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale", "softcap", "sinks"}),
             check_available=_triton_available,
             backward=_triton_backward,
             backward_arithmetic="flash",
@@ -357,6 +373,7 @@ def project_kernels() -> dict[str, Kernel]:
             dtypes=("fp32",),
             devices=("cuda",),
             masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale", "softcap", "sinks"}),
             check_available=_triton_available,
             backward=_triton_tf32_backward,
             backward_arithmetic="tf32",

@@ -5,7 +5,8 @@
   ``torch.nn.attention.sdpa_kernel`` so torch cannot silently fall back to another one (a
   backend that cannot take an input raises, and the campaign records the error).
 - ``flex``: ``torch.nn.attention.flex_attention`` under ``torch.compile`` (the eager path is a
-  reference implementation, not the kernel users run).
+  reference implementation, not the kernel users run); soft-capping through ``score_mod``,
+  sinks by correcting O and LSE from the LSE it returns.
 - ``flash-attn``: ``flash_attn.flash_attn_func`` when the ``flash-attn`` package is installed.
 
 How each is called, and why:
@@ -37,7 +38,13 @@ import numpy as np
 from ..cases.case import Case
 from .adapter import Kernel, KernelUnsupported
 
-__all__ = ["SDPA_BACKENDS", "library_kernels", "raise_recompile_limits"]
+__all__ = [
+    "SDPA_BACKENDS",
+    "flex_function",
+    "library_kernels",
+    "raise_recompile_limits",
+    "with_sinks",
+]
 
 SDPA_BACKENDS = {
     "sdpa-math": "MATH",
@@ -128,16 +135,46 @@ def _square_causal(case: Case, device: str | None = None) -> str | None:
     return None
 
 
-def _flex_fn():
-    compiled: dict[str, Any] = {}
+def with_sinks(o: Any, lse: Any, sinks: Any) -> tuple[Any, Any]:
+    """Attention sinks added to an attention's ``O`` and natural-log ``LSE`` (torch tensors,
+    ``(B, H, N, dv)`` and ``(B, H, N)``): the sink ``σ_h`` joins each row's denominator, so
+    ``LSE' = log(e^LSE + e^σ_h)`` and ``O' = O·e^(LSE − LSE')`` (in fp32, then rounded to O's
+    dtype: a second rounding of O). A row that kept no key (``LSE = −inf``, ``O = 0``) gets
+    ``O' = 0``, ``LSE' = σ_h``. Differentiable: autograd through it gives ``dσ``."""
+    import torch
 
-    def fn(q, k, v, *, causal, window, scale, mask=None):
+    total = torch.logaddexp(lse.float(), sinks.float().reshape(1, -1, 1))
+    o = (o.float() * torch.exp(lse.float() - total).unsqueeze(-1)).to(o.dtype)
+    return o, total
+
+
+def _flex_call(flex: Any, q: Any, k: Any, v: Any, kw: dict) -> tuple[Any, Any]:
+    """``(O, LSE)`` of one FlexAttention call: ``return_aux`` where this torch has it
+    (``return_lse`` is deprecated there), else ``return_lse``."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return flex(q, k, v, return_lse=True, **kw)
+    o, aux = flex(q, k, v, return_aux=AuxRequest(lse=True), **kw)
+    return o, aux.lse
+
+
+def flex_function(*, compiled: bool = True):
+    """The ``flex`` adapter's function: ``flex_attention`` under ``torch.compile`` as users call
+    it (``compiled=False``: the eager reference path, for testing this adapter where the
+    compiled kernel cannot run, e.g. with LSE on a CPU). Soft-capping is the ``score_mod``
+    ``c·tanh(score/c)`` (the cap a captured tensor, so a new cap does not recompile); sinks
+    correct O and LSE from the returned LSE (:func:`with_sinks`)."""
+    flex: dict[str, Any] = {}
+
+    def fn(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
         import torch
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        if "f" not in compiled:
-            raise_recompile_limits()
-            compiled["f"] = torch.compile(flex_attention)  # as users call it
+        if "f" not in flex:
+            if compiled:
+                raise_recompile_limits()
+            flex["f"] = torch.compile(flex_attention) if compiled else flex_attention
         b, hq, nq, _ = q.shape
         nk = k.shape[2]
         keep = _keep_tensor(q, k, causal, window, mask)
@@ -150,7 +187,17 @@ def _flex_fn():
 
             block_mask = create_block_mask(mask_mod, b, hq, nq, nk, device=q.device)
         k, v = _repeat_kv(q, k, v)
-        o, lse = compiled["f"](q, k, v, block_mask=block_mask, scale=scale, return_lse=True)
+        score_mod = None
+        if softcap:
+            cap = torch.tensor(float(softcap), dtype=torch.float32, device=q.device)
+
+            def score_mod(score, bi, hi, qi, kj):
+                return cap * torch.tanh(score / cap)
+
+        kw = {"block_mask": block_mask, "scale": scale, "score_mod": score_mod}
+        o, lse = _flex_call(flex["f"], q, k, v, kw)
+        if sinks is not None:
+            o, lse = with_sinks(o, lse, sinks)
         return o, lse
 
     return fn
@@ -260,10 +307,11 @@ def library_kernels() -> dict[str, Kernel]:
         ),
         "flex": Kernel(
             "flex",
-            _flex_fn(),
+            flex_function(),
             "unknown",
             devices=("cuda",),
             masks=all_masks,
+            options=frozenset({"causal", "window", "mask", "scale", "softcap", "sinks"}),
             head_dims=pow2,
             check_available=_flex_available,
             backward="autograd",

@@ -28,7 +28,10 @@ and stable words (CRC-32), so a plan is the same on every run and machine. The p
   (lengths to neighbouring block edges, magnitudes ×/÷, head dims, masks, scale, family, RNG
   seed). The score is the *failure margin*: the larger of the deterministic-bound utilization
   and ``max_ulp / (2·E_naive + 1)`` (the empirical limit), infinite for a NaN/Inf mismatch;
-  above 1 means the case fails. A generation runs for every kernel and dtype at once.
+  above 1 means the case fails. A generation runs for every kernel and dtype at once;
+- ``options``: soft-capping and attention sinks (:mod:`flashcheck.harness.campaign.option_plan`),
+  forward and gradients (dσ judged), run only by the kernels whose contract takes the options
+  an item sets; the search never starts from them.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import hashlib
 import json
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +56,7 @@ from ..cases.families import (
 )
 from ..checks.registry import GRADIENT_CHECKS
 from .fitting import fit_recipe
+from .resultrecords import gradient_record
 
 __all__ = [
     "GRADIENT_SCENARIOS",
@@ -72,7 +76,17 @@ __all__ = [
 
 
 # The parts of a campaign (runner.py's module docstring says what each one runs), in order.
-PARTS = ("grid", "length", "edge", "logit", "fa3", "structural", "gradients", "search")
+PARTS = (
+    "grid",
+    "length",
+    "edge",
+    "logit",
+    "fa3",
+    "structural",
+    "gradients",
+    "options",
+    "search",
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,8 @@ class Preset:
     search_max_work: int = 1 << 14
     structural_cases: int = 2  # per structural property, kernel and dtype
     gradient_cases: int = 7  # per dtype, for kernels with a backward (one per scenario first)
+    options_cases: int = 7  # forward cases with a soft-cap and/or sinks, per dtype
+    options_gradient_cases: int = 4  # gradient cases with them, per dtype
     # Keys per dtype of a kernel with compile keys (flashcheck.harness.adapters.palette).
     palette: int = DEFAULT_PALETTE
 
@@ -121,8 +137,12 @@ PRESETS: dict[str, Preset] = {
         search_max_work=1 << 10,
         structural_cases=1,
         gradient_cases=2,
+        options_cases=4,
+        options_gradient_cases=2,
     ),
-    "cpu": Preset("cpu"),
+    # The options part at 5 + 3 cases per dtype: 37 s of CPU time over the built-in
+    # kernels that take the options, measured on 2 shared cores (7 + 4 took 48 s).
+    "cpu": Preset("cpu", options_cases=5, options_gradient_cases=3),
     "gpu": Preset(
         "gpu",
         grid_lengths=(16, 64, 129, 257),
@@ -152,7 +172,7 @@ class Item:
     recipe: Recipe
 
     def key(self, kernel: str) -> str:
-        blob = json.dumps([self.part, self.tag, kernel, asdict(self.recipe)], sort_keys=True)
+        blob = json.dumps([self.part, self.tag, kernel, self.recipe.to_json()], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -163,7 +183,7 @@ class Item:
     @property
     def backward(self) -> bool:
         """Whether the item calls the kernels' backward: it runs on kernels that have one."""
-        return self.part == "gradients" or self.check in GRADIENT_CHECKS
+        return gradient_record(self.part, self.tag) or self.check in GRADIENT_CHECKS
 
     def cost(self) -> float:
         r = self.recipe

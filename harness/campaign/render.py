@@ -17,6 +17,7 @@ from pathlib import Path
 from ..core.status import Status
 from .glossary import glossary_markdown
 from .logrecords import ResultsFile, load
+from .option_sections import OPTIONS_TEXT, options_lines
 from .ragged_records import is_ragged_campaign
 from .ragged_render import render_ragged_report
 from .sections import (
@@ -80,7 +81,9 @@ _GRADIENTS = (
     "error + 1 floored ulp, the probabilistic bound). Floored ULP uses each gradient's "
     "floor (dV: Σ_i P|dO|; dQ, dK: |τ|Σ P(|dP| + |D|)|K| or |Q|). Cases: masked rows, "
     "lengths off the block grid, huge logits, ties, windows, two batches of four query "
-    "heads on two kv heads."
+    "heads on two kv heads. Kernels that take soft-capping or sinks also run the *options* "
+    "part's cases (their shapes say `softcap c` / `sinks`), forward and backward, with the "
+    "sink gradient dσ judged as its own row."
 )
 _CLASSES = (
     "Largest error / deterministic bound of each class over the judged cases (in brackets: "
@@ -193,6 +196,12 @@ def _body(data: ResultsFile, case_dir: str) -> list[str]:
         _GRADIENTS,
         "",
         *gradient_table(data, kernels, dtypes, case_dir),
+        "",
+        "## Soft-capping and sinks",
+        "",
+        OPTIONS_TEXT,
+        "",
+        *options_lines(data, kernels, dtypes, case_dir),
         "",
         "## Arithmetic classes",
         "",

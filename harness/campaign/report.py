@@ -43,6 +43,7 @@ from .logrecords import (
     load,
     parse_records,
 )
+from .option_sections import options_summary
 from .plan import PARTS
 from .records import gist
 from .resultrecords import (
@@ -414,6 +415,8 @@ def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str)
     fits = fit_text(rows)
     if fits is not None:
         lines.append(f"    {fits}")
+    if (opts := options_summary(rows)) is not None:
+        lines.append(f"    {opts}")
     invariance = batch_invariance_text(rows)
     if invariance is not None:
         lines.append(f"    {invariance.replace('**', '')}")

@@ -32,6 +32,7 @@ __all__ = [
     "ResultRecord",
     "StructuralResult",
     "decode_number",
+    "gradient_record",
     "recipe_from_json",
 ]
 
@@ -67,6 +68,12 @@ def recipe_from_json(d: Mapping[str, Any]) -> Recipe:
     return Recipe(**out)
 
 
+def gradient_record(part: str, tag: str) -> bool:
+    """Whether the results of an item of ``part`` with ``tag`` are gradient results: the
+    ``gradients`` part, and the items of the ``options`` part tagged ``gradients/...``."""
+    return part == "gradients" or (part == "options" and tag.startswith("gradients/"))
+
+
 # -- the parts of a result record ----------------------------------------------------------
 
 
@@ -92,30 +99,41 @@ class CaseShape:
 
 @dataclass(frozen=True)
 class CaseOptions:
-    """The case's options: causal, the sliding window, an explicit mask, the scale."""
+    """The case's options: causal, the sliding window, an explicit mask, the scale, and the
+    softmax options (the cap ``softcap``, the per-head logits ``sinks``; written only where
+    set, so records without them read and write as before)."""
 
     causal: bool = False
     window: tuple[int | None, int | None] | None = None
     mask: bool = False
     scale: float | None = None
+    softcap: float | None = None
+    sinks: tuple[float, ...] | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CaseOptions:
-        win = d.get("window")
+        win, sinks = d.get("window"), d.get("sinks")
         return cls(
             causal=bool(d.get("causal", False)),
             window=None if win is None else tuple(win),
             mask=bool(d.get("mask", False)),
             scale=decode_number(d.get("scale")),
+            softcap=decode_number(d.get("softcap")),
+            sinks=None if sinks is None else tuple(float(x) for x in sinks),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "causal": self.causal,
             "window": None if self.window is None else list(self.window),
             "mask": self.mask,
             "scale": self.scale,
         }
+        if self.softcap is not None:
+            out["softcap"] = self.softcap
+        if self.sinks is not None:
+            out["sinks"] = list(self.sinks)
+        return out
 
 
 @dataclass(frozen=True)
@@ -244,8 +262,9 @@ class ResultRecord:
         """The record of ``d``'s part (:class:`StructuralResult`, :class:`GradientResult`, or
         :class:`AccuracyResult` for every other part)."""
         if cls is ResultRecord:
-            kind = {"structural": StructuralResult, "gradients": GradientResult}
-            cls = kind.get(d["part"], AccuracyResult)
+            cls = StructuralResult if d["part"] == "structural" else AccuracyResult
+            if gradient_record(d["part"], d["tag"]):
+                cls = GradientResult
         return cls(**cls.common_json(d), **cls.part_json(d))
 
     @classmethod
@@ -280,7 +299,7 @@ class ResultRecord:
         if self.arithmetic is not None:
             out["arithmetic"] = self.arithmetic
         out.update(
-            recipe=asdict(self.recipe),
+            recipe=self.recipe.to_json(),
             shape=self.shape.to_json(),
             options=self.options.to_json(),
             status=str(self.status),
@@ -368,8 +387,9 @@ class StructuralResult(ResultRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class GradientResult(ResultRecord):
-    """dQ, dK and dV of a kernel's backward on one case: the worst verdict is ``status``, each
-    tensor's verdict and numbers are in ``gradients`` (absent for a SKIP or broken result)."""
+    """dQ, dK and dV (and dσ, ``dsinks``, for a case with sinks) of a kernel's backward on one
+    case: the worst verdict is ``status``, each tensor's verdict and numbers are in
+    ``gradients`` (absent for a SKIP or broken result)."""
 
     gradients: dict[str, GradientMetrics] | None = None
 

@@ -53,6 +53,7 @@ from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
 from .grouping import affinity, compile_waits, grouped, palette_first
 from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
+from .option_plan import option_work
 from .plan import (
     PARTS,
     PRESETS,
@@ -79,6 +80,12 @@ STREAK = 5  # identical failures in a row that stop a kernel for a dtype
 # Seconds of one reference worker per unit of Item.cost(), for the first ETA: the default CPU
 # campaign (142,312 units with the search's estimate) takes about 150 s on 2 cores.
 SECONDS_PER_COST = 150 * 2 / 142_312
+
+
+def _weight(item: Item) -> float:
+    """An item's share of the progress bar per kernel: a backward case costs about three
+    forwards (its oracle and bounds likewise)."""
+    return 3.0 if item.backward and item.part != "structural" else 1.0
 
 
 @dataclass
@@ -193,6 +200,8 @@ class Campaign:
                 window=case.window,
                 mask=case.mask is not None,
                 scale=case.scale,
+                softcap=case.softcap,
+                sinks=None if case.sinks is None else tuple(float(x) for x in case.sinks),
             ),
         }
 
@@ -282,7 +291,7 @@ class Campaign:
                     self._compiles(task, spec, group.recipe)
                 task.groups.append(group)
             return task
-        gradients = item.part == "gradients"
+        gradients = item.backward
         fitted: dict[Recipe, list[str]] = {}
         for spec in new:
             fitted.setdefault(
@@ -337,7 +346,7 @@ class Campaign:
         for group in task.groups:
             if group.check is not None:
                 self._collect_check(task.item, group)
-            elif task.item.part == "gradients":
+            elif task.item.backward:
                 self._collect_gradients(task.item, group)
             else:
                 self._collect_group(task.item, group)
@@ -406,8 +415,11 @@ class Campaign:
             if rec is None:
                 cls = self.kernels[spec].backward_arithmetic
                 bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
+                named = {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv}
+                if grads.dsinks is not None:
+                    named["dsinks"] = grads.dsinks
                 verdicts = judge_gradients(
-                    {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv},
+                    named,
                     ref.ref,
                     bounds,
                     naive=ref.naive,
@@ -435,7 +447,10 @@ class Campaign:
         backward = [s for s in specs if self.kernels[s].backward is not None]
         grads = [it for dt in self.dtypes for it in gradient_items(self.preset, dt, self.seed)]
         grads = grads if backward and "gradients" in self.parts else []
-        return [(it, backward if it.backward else specs) for it in items + checks + grads]
+        work = [(it, backward if it.backward else specs) for it in items + checks + grads]
+        if "options" in self.parts:
+            work += option_work(self.preset, self.dtypes, self.seed, self.kernels)
+        return work
 
     def run(self) -> None:
         """Run every part not yet on file: the fixed parts, then the search."""
@@ -449,15 +464,10 @@ class Campaign:
         generations = p.search_generations if "search" in self.parts else 0
         per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
         search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
-        # A backward costs about three forwards (its oracle and bounds likewise).
-        weight = {"gradients": 3.0}
-        total = sum(it.cost() * weight.get(it.part, 1.0) * len(sp) for it, sp in fixed)
+        total = sum(it.cost() * _weight(it) * len(sp) for it, sp in fixed)
         total += search_cost
         done = sum(
-            it.cost() * weight.get(it.part, 1.0)
-            for it, sp in fixed
-            for s in sp
-            if it.key(s) in self._done
+            it.cost() * _weight(it) for it, sp in fixed for s in sp if it.key(s) in self._done
         )
         if self._done:
             self.echo(f"resuming: {len(self._done)} results already in {self.log.path}")

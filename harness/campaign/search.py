@@ -28,13 +28,15 @@ def parents(
     results: Iterable[ResultRecord], spec: str, dtype: str, gen: int, count: int
 ) -> list[Recipe]:
     """The recipes of the ``count`` highest-scoring forward results of ``spec`` and ``dtype``
-    from before generation ``gen`` (SKIPs left out; ties broken by key)."""
+    from before generation ``gen`` (SKIPs and the ``options`` part left out; ties broken by
+    key)."""
     pool = [
         r
         for r in results
         if r.kernel == spec
         and r.dtype == dtype
         and r.status != Status.SKIP
+        and r.part != "options"  # (the search mutates plain cases; options have their part)
         and not isinstance(r, StructuralResult | GradientResult)
         and r.generation < gen
     ]

@@ -95,8 +95,11 @@ def gradient_table(
         st = status_counts(grp)
         judged = [r for r in grp if r.status.judged and r.gradients is not None]
         broken = ", ".join(f"{st[s]} {s}" for s in BROKEN if st[s]) or "0"
-        for name, label in (("dq", "dQ"), ("dk", "dK"), ("dv", "dV")):
-            per = [r.gradients[name] for r in judged]
+        names = [("dq", "dQ"), ("dk", "dK"), ("dv", "dV")]
+        if any("dsinks" in r.gradients for r in judged):
+            names.append(("dsinks", "dσ"))  # cases with sinks (the options part)
+        for name, label in names:
+            per = [r.gradients[name] for r in judged if name in r.gradients]
             vs = Counter(g.verdict for g in per)
             ulps = [float(g.max_ulp) for g in per]
             util = [float(g.det_util) for g in per if g.det_util is not None]

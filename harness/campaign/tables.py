@@ -21,7 +21,6 @@ import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
 from typing import TypeVar
 
 from ..core.status import Status
@@ -249,11 +248,15 @@ def shape_text(r: ResultRecord) -> str:
         extras.append(f"window={o.window}")
     if o.scale is not None:
         extras.append(f"scale={o.scale}")
+    if o.softcap is not None:
+        extras.append(f"softcap {o.softcap:.4g}")
+    if o.sinks is not None:
+        extras.append("sinks")
     return txt + (" " + " ".join(extras) if extras else "")
 
 
 def _recipe_expr(r: ResultRecord) -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in asdict(r.recipe).items())
+    args = ", ".join(f"{k}={v!r}" for k, v in r.recipe.to_json().items())
     return f"make_case(Recipe({args}))"
 
 

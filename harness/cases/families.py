@@ -14,17 +14,22 @@ as large: a finite sentinel in place of −inf for the running max is never repl
 (N(0,1) + N(0,100)·Bernoulli(0.001)), ``sink`` (attention sink at key 0), ``monotone`` (the
 running max grows at every key: the most rescales), ``cancel_v`` (V whose weighted sum cancels
 to near 0), ``uniform`` scores, ``one_hot`` rows and ``nonfinite`` (NaN/±Inf injected).
+
+A recipe may also set a soft-cap and sinks relative to the case's own scores (``cap_factor``,
+``sink_offset``: :func:`~flashcheck.harness.cases.softmax_families.with_softmax_options`, the
+cap rounded to fp32); a recipe without them is written and hashed as before they existed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from ..core.formats import FORMATS, round_to_format
 from .case import DTYPES, Case
+from .softmax_families import with_softmax_options
 
 __all__ = ["EDGES", "EXP_OVERFLOW", "FAMILIES", "HEAD_DIMS", "Recipe", "magnitudes", "make_case"]
 
@@ -71,6 +76,22 @@ class Recipe:
     scale: float | None = None
     magnitude: float = 1.0
     score_limit: float | None = None
+    # The softmax options, relative to the case's own scores (cases/softmax_families.py): the
+    # cap as a fraction of max |s|, each head's sink as an offset from its largest score.
+    cap_factor: float | None = None
+    sink_offset: float | None = None
+
+    def to_json(self) -> dict:
+        """The fields as a dict; the softmax options only where set, so that a recipe without
+        them is written (and hashed into campaign keys) as before they existed."""
+        out = asdict(self)
+        for name in _OPTION_FIELDS:
+            if out[name] is None:
+                del out[name]
+        return out
+
+
+_OPTION_FIELDS = ("cap_factor", "sink_offset")
 
 
 def magnitudes(family: str, dtype: str, score_limit: float | None = None) -> list[float]:
@@ -213,6 +234,11 @@ def make_case(r: Recipe) -> Case:
         scale=r.scale,
         family=fam,
         seed=r.seed,
-        params={"recipe": asdict(r)},
+        params={"recipe": r.to_json()},
     )
+    if r.cap_factor is not None or r.sink_offset is not None:
+        case = with_softmax_options(case, cap_factor=r.cap_factor, sink_offset=r.sink_offset)
+        if case.softcap is not None:
+            # A float32 cap: what a kernel computing in fp32 holds is exactly the cap judged.
+            case = replace(case, softcap=float(np.float32(case.softcap)))
     return case

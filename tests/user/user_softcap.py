@@ -50,6 +50,11 @@ def correct(q, k, v, *, causal=False, scale=None, softcap=None, sinks=None):
     return _forward(q, k, v, causal=causal, scale=scale, softcap=softcap, sinks=sinks)
 
 
+def plain(q, k, v, *, causal=False, scale=None):
+    """The same forward for a kernel that takes neither option."""
+    return _forward(q, k, v, causal=causal, scale=scale)
+
+
 def cap_unscaled(q, k, v, *, causal=False, scale=None, softcap=None, sinks=None):
     return _forward(
         q, k, v, causal=causal, scale=scale, softcap=softcap, sinks=sinks, bug="cap_unscaled"

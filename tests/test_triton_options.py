@@ -1,0 +1,171 @@
+"""Soft-capping and attention sinks in the Triton forward and backward, under TRITON_INTERPRET=1
+(tox sets it), fp16 and fp32, or on a CUDA GPU: the tanh's accuracy, the checks of the oracle and
+the flash-class bounds (dσ included), rows that keep no key, the sink gradient through autograd,
+and the mask-free and prefetching paths changing no bit with the options on."""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+triton = pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may lack it")
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
+    pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
+
+import triton.language as tl  # noqa: E402
+
+import flashcheck  # noqa: E402
+from flashcheck.harness.judging.roundoff import RHO_TANH  # noqa: E402
+from flashcheck.kernels.triton_flash import (  # noqa: E402
+    flash_attention,
+    launch,
+    portable_config,
+    tanh_fp32,
+)
+from flashcheck.kernels.triton_flash_bwd import (  # noqa: E402
+    flash_attention_backward,
+    flash_attention_differentiable,
+)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+SINKS = [2.0, -1.5, 30.0, -30.0]  # among the scores, and far above and below them
+
+
+@triton.jit
+def _tanh_kernel(X, Y, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < N, other=0.0)
+    tl.store(Y + offs, tanh_fp32(x), mask=offs < N)
+
+
+def test_tanh_is_within_the_bounds_assumption():
+    """Assumption A3 of docs/error-bounds.md: tanh within 4·2^-24 relative (2 fp32 ulps)."""
+    x = np.concatenate(
+        [
+            np.linspace(-12, 12, 40_001),
+            np.geomspace(1e-30, 1.0, 2_000),
+            np.linspace(0.95, 1.05, 2_001),  # the switch between the two formulas
+            [0.0, -0.0, np.inf, -np.inf, 1e-45, 88.0, -88.0],
+        ]
+    ).astype(np.float32)
+    xt = torch.from_numpy(x).to(DEV)
+    y = torch.empty_like(xt)
+    _tanh_kernel[(triton.cdiv(x.size, 1024),)](xt, y, x.size, BLOCK=1024)
+    got = y.cpu().numpy().astype(np.float64)
+    want = np.tanh(x.astype(np.float64))
+    rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
+    assert rel.max() <= RHO_TANH, (rel.max() / 2**-24, x[rel.argmax()])
+    assert np.all(np.sign(got) == np.sign(want))
+    nan = torch.full((4,), float("nan"), device=DEV)
+    _tanh_kernel[(1,)](nan, y, 4, BLOCK=16)
+    assert torch.isnan(y[:4]).all()
+
+
+def _inputs(dtype, seed, *, hq=4, hk=2, nq=40, nk=37, d=24):
+    g = torch.Generator().manual_seed(seed)
+    # Scores of several times the cap, so that it flattens them.
+    q = (torch.randn(2, hq, nq, d, generator=g) * 3).to(dtype).to(DEV)
+    k = (torch.randn(2, hk, nk, d, generator=g) * 3).to(dtype).to(DEV)
+    v = torch.randn(2, hk, nk, d, generator=g).to(dtype).to(DEV)
+    return q, k, v
+
+
+OPTIONS = {
+    "softcap": {"softcap": 1.5},
+    "sinks": {"sinks": SINKS},
+    "both": {"softcap": 0.75, "sinks": SINKS},
+}
+
+
+def _opts(opts):
+    out = dict(opts)
+    if "sinks" in out:
+        out["sinks"] = np.asarray(out["sinks"], np.float32)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp32"])
+@pytest.mark.parametrize("which", list(OPTIONS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_forward_passes_the_oracle_within_flash_bounds(fmt, which, causal):
+    """Causal with Nq > Nk: the first rows keep no key (O = 0, LSE = σ with sinks)."""
+    q, k, v = _inputs(DTYPES[fmt], seed=len(which) + causal)
+    res = flashcheck.check("triton", q, k, v, causal=causal, save="never", **_opts(OPTIONS[which]))
+    assert res.passed, res.verdict.reasons
+
+
+def test_rows_that_keep_no_key_have_o_zero_and_lse_sigma():
+    q, k, v = _inputs(torch.float32, seed=3, nq=20, nk=8)
+    sinks = torch.tensor(SINKS, device=DEV)
+    o, lse = flash_attention(q, k, v, causal=True, sinks=sinks, softcap=2.0)
+    empty = slice(0, 12)  # row i keeps key j <= i - 12
+    assert torch.equal(o[:, :, empty], torch.zeros_like(o[:, :, empty]))
+    want = sinks.reshape(1, -1, 1).expand_as(lse[:, :, empty])
+    # σ·log2 e, then ·ln 2, in fp32: within a few ulps of σ
+    assert torch.allclose(lse[:, :, empty], want, rtol=4 * 2**-24, atol=0)
+    assert torch.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp32"])
+@pytest.mark.parametrize("which", list(OPTIONS))
+def test_gradients_pass_the_oracle_within_flash_bounds(fmt, which):
+    q, k, v = _inputs(DTYPES[fmt], seed=7 + len(which), nq=24, nk=33)
+    res = flashcheck.check_gradients(
+        "triton", q, k, v, causal=True, save="never", **_opts(OPTIONS[which])
+    )
+    assert res.passed, res.reasons
+    assert ("dsinks" in res.verdicts) == ("sinks" in OPTIONS[which])
+
+
+def test_autograd_differentiates_the_sinks():
+    q, k, v = (x.requires_grad_(True) for x in _inputs(torch.float32, seed=11, nq=17, nk=21))
+    sinks = torch.tensor(SINKS, device=DEV, requires_grad=True)
+    o = flash_attention_differentiable(q, k, v, causal=True, softcap=2.5, sinks=sinks)
+    do = torch.randn_like(o)
+    o.backward(do)
+    with torch.no_grad():
+        o2, lse = flash_attention(q, k, v, causal=True, softcap=2.5, sinks=sinks)
+        want = flash_attention_backward(
+            q, k, v, o2, lse, do, causal=True, softcap=2.5, sinks=sinks.detach()
+        )
+    for got, w in zip((q.grad, k.grad, v.grad, sinks.grad), want, strict=True):
+        assert torch.equal(got, w)
+    # dσ_h = −Σ_i exp(σ_h − LSE_i)·D_i, from the tensors
+    d = (do * o2).sum(-1)
+    ref = -(torch.exp(sinks.detach().reshape(1, -1, 1) - lse) * d).sum(dim=(0, 2))
+    assert torch.allclose(sinks.grad, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_without_the_options_the_kernel_is_the_one_it_was():
+    """softcap=None / 0 and sinks=None take the default path: the same bits as no argument."""
+    q, k, v = _inputs(torch.float16, seed=5)
+    o, lse = flash_attention(q, k, v, causal=True)
+    for opts in ({"softcap": None, "sinks": None}, {"softcap": 0.0}):
+        o2, lse2 = flash_attention(q, k, v, causal=True, **opts)
+        assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+@pytest.mark.parametrize("variant", ["masked", "prefetch"])
+def test_mask_free_and_prefetching_paths_change_no_bit_with_the_options(variant):
+    q, k, v = _inputs(torch.float16, seed=9, nq=70, nk=96, d=16)
+    sinks = torch.tensor(SINKS, device=DEV)
+    cfg = portable_config(16, 16, 2)
+    other = cfg._replace(split=False) if variant == "masked" else cfg._replace(prefetch=True)
+    kw = {"causal": True, "window": None, "scale": 0.25, "allow_tf32": False}
+    kw.update(softcap=1.5, sinks=sinks)
+    a = launch(q, k, v, config=cfg, **kw)
+    b = launch(q, k, v, config=other, **kw)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+
+
+def test_bad_options_raise_value_errors_that_say_what_to_pass():
+    q, k, v = _inputs(torch.float32, seed=1, nq=4, nk=4)
+    with pytest.raises(ValueError, match="finite float > 0"):
+        flash_attention(q, k, v, softcap=-1.0)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        flash_attention(q, k, v, sinks=torch.zeros(3, device=DEV))
+    with pytest.raises(ValueError, match="float32"):
+        flash_attention(q, k, v, sinks=torch.zeros(4, dtype=torch.float64, device=DEV))

@@ -1,0 +1,86 @@
+"""Soft-capping and sinks through ``flashcheck report``, as a user runs it: the installed
+command in a folder that holds nothing but the user's module (tests/user/user_softcap.py), on
+the campaign's ``options`` part. Each real bug class exits 1 with the option it is in named;
+the correct kernels, and a kernel that takes neither option, exit 0."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+# A subprocess each (about 5 s on the smoke preset, fp16, the options part alone).
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent / "user"
+ARGS = ["--preset", "smoke", "--part", "options", "--dtype", "fp16", "--workers", "1"]
+
+
+def _report(cwd, *kernels):
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    specs = [a for k in kernels for a in ("--kernel", f"user_softcap:{k}")]
+    args = [*cmd, "report", *specs, *ARGS]
+    out = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return out.returncode, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("user")
+    shutil.copy(HERE / "user_softcap.py", path / "user_softcap.py")
+    return path
+
+
+def _failed(text, what):
+    """``(failed, of)`` from the summary's ``softcap/sinks:`` line for ``what``."""
+    m = re.search(rf"{what} (\d+) of (\d+) failed", text)
+    assert m, text
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_correct_kernels_exit_0_and_one_without_the_options_does_not_run_them(user_dir):
+    rc, text = _report(user_dir, "manual", "plain")
+    assert rc == 0, text
+    # a declared backward: the gradient cases ran, dσ judged
+    assert _failed(text, "soft-capped cases") == (0, 3)
+    assert _failed(text, "with sinks cases") == (0, 5)
+    assert _failed(text, "dσ") == (0, 2)
+    assert "user_softcap:plain" not in text.split("report [")[-1]  # no result of its own
+    md = next((user_dir / "reports").glob("*plain/error-report.md")).read_text()
+    assert "Not applicable (their contract takes neither option): user_softcap:plain." in md
+    rc, text = _report(user_dir, "correct")  # forward only (no backward declared)
+    assert rc == 0, text
+    assert _failed(text, "soft-capped cases") == (0, 2)
+    assert _failed(text, "with sinks cases") == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "named"),
+    [
+        ("cap_unscaled", "soft-capped cases"),  # the cap applied to the unscaled dot product
+        ("cap_ignored", "soft-capped cases"),
+        ("sink_scaled", "with sinks cases"),  # the sink multiplied by the softmax scale
+    ],
+)
+def test_each_forward_bug_exits_1_named(user_dir, kernel, named):
+    rc, text = _report(user_dir, kernel)
+    assert rc == 1, text
+    assert f"FAIL-HARD: user_softcap:{kernel} fp16" in text
+    failed, of = _failed(text, named)
+    assert failed == of > 0  # every case with the option fails
+    assert "O elements exceed the deterministic bound" in text
+    assert "flashcheck replay" in text
+
+
+def test_the_sink_gradient_with_the_wrong_sign_exits_1_named(user_dir):
+    rc, text = _report(user_dir, "sink_grad_sign")
+    assert rc == 1, text
+    assert "gradients FAIL-HARD: user_softcap:sink_grad_sign fp16" in text
+    assert _failed(text, "dσ") == (2, 2)
+    assert "dσ elements exceed the deterministic bound" in text
