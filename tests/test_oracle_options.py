@@ -247,3 +247,20 @@ def test_empty_shapes_and_rows_without_keys_have_the_sink_as_lse(nq, nk, mode):
     np.testing.assert_array_equal(r.dsinks.hi, [0.0, 0.0])
     for name in ("o", "lse", "dq", "dk", "dv", "dsinks"):
         assert r[name].certified.all(), name
+
+
+@pytest.mark.parametrize("cap", [6.8e27, 1.25e28])
+def test_caps_near_the_float64_range_leave_the_fast_path_for_the_interval_path(cap):
+    # fp32 logits near 1e30 with a cap of 1e28: the fast path's double-double arithmetic has
+    # no room (it raised, or divided by an underflowed sum); the result must still be the
+    # certified one the interval path gives.
+    from flashcheck.harness.cases.families import Recipe, make_case
+
+    case = make_case(Recipe("fp32", "huge_logits", 1, 1, 1, 8, 8, 16, 16, seed=0, magnitude=1e30))
+    q, k, v = case.q, case.k, case.v
+    do = np.random.default_rng(0).standard_normal((1, 1, 8, 16)).astype(np.float32)
+    opts = {"softcap": cap, "sinks": np.zeros(1, np.float32), "do": do}
+    fast, strict = oracle(q, k, v, **opts), oracle(q, k, v, mode="strict", **opts)
+    for name in ("o", "lse", "dq", "dk", "dv", "dsinks"):
+        assert np.all(fast[name].certified)
+        assert np.array_equal(fast[name].rounded, strict[name].rounded, equal_nan=True)

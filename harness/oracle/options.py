@@ -133,11 +133,21 @@ def _fill_row(args, view, r, fmt, prec, max_prec, stats, cols, need_lse) -> None
         p = min(2 * p, max_prec)
 
 
+# What the fast path's float64 and double-double arithmetic raises where a cap or a sink
+# puts the values past its range (an exponent over 700, a sum that underflows to 0).
+FAST_PATH_LIMITS = (ValueError, ZeroDivisionError, OverflowError, FloatingPointError)
+
+
 def _fast(view, args, fmt: Format, row_nan, elem_nan):
     """The fast path's O and LSE of one head (:mod:`.options_fast`) into ``view``; returns the
     elements it does not certify (``(R, dv)`` and ``(R,)``), for the interval path."""
-    res = options_fast_rows(*args)
     has = args[3].any(axis=1)
+    try:
+        with np.errstate(divide="raise", invalid="raise", over="raise"):
+            res = options_fast_rows(*args)
+    except FAST_PATH_LIMITS:
+        # The interval path, which has no such limit, takes every row of the head.
+        return ~elem_nan & has[:, None], ~row_nan & has
     for name in ("o", "lse"):
         for f in ("hi", "lo", "err", "floor"):
             key = f"{name}_{f}"

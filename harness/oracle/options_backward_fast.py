@@ -26,6 +26,7 @@ from ..core.semantics import AttentionProblem
 from . import exact as ex
 from .backward import fast_group
 from .common import Scale, decide, target
+from .options import FAST_PATH_LIMITS
 from .options_fast import options_fast_rows, slopes
 
 __all__ = ["fast_gradients"]
@@ -88,8 +89,15 @@ def fast_gradients(
     nk = problem.shape[4]
     sink_terms: list[list[np.ndarray]] = [[] for _ in range(hq)]
     sink_err, sink_floor = np.zeros(hq), np.zeros(hq)
+    failed = False
     for b, kvh, heads, (q, k, v, dog), keep, todo, _, _ in groups:
-        out = _group(problem, sc, q, k, v, dog, keep, heads)
+        try:
+            with np.errstate(divide="raise", invalid="raise", over="raise"):
+                out = _group(problem, sc, q, k, v, dog, keep, heads)
+        except FAST_PATH_LIMITS:
+            failed = True  # the whole group (and dσ) to the interval path
+            stats["fallback_elements"] += sum(int(todo[n].sum()) for n in ("dq", "dk", "dv"))
+            continue
         sel = {"dq": (slice(None), rows), "dk": (keys,), "dv": (keys,)}
         for name, idx in (("dq", (b, heads)), ("dk", (b, kvh)), ("dv", (b, kvh))):
             # (dK and dV drop the sink's slot, the last key row)
@@ -106,6 +114,8 @@ def fast_gradients(
                 sink_floor[h] += float(np.sum(out["p_sink"][g] * out["pdp"][g]))
     if problem.sinks is None:
         return False
+    if failed:
+        return True
     # dσ_h = −Σ_{b,i} P_iσ·D_i = Σ_{b,i} dS_iσ: the rows' dd terms summed as an expansion
     pending = False
     for h in range(hq):
