@@ -134,3 +134,20 @@ def test_only_gradient_tags_of_the_options_part_are_gradient_records():
     assert gradient_record("options", "gradients/randn/sink+3/1")
     assert not gradient_record("options", "randn/sink+3/gradients")
     assert gradient_record("gradients", "randn/0") and not gradient_record("grid", "gradients/0")
+
+
+def test_kernels_that_could_not_run_here_are_not_said_to_lack_the_options():
+    from pathlib import Path
+
+    from flashcheck.harness.campaign.logrecords import load
+    from flashcheck.harness.campaign.option_sections import options_lines
+
+    # The committed CPU sample: SDPA ran and takes neither option; triton-tf32 and flex take
+    # both but need CUDA, so they ran nowhere in it.
+    data = load(Path(__file__).parents[1] / "reports/samples/cpu/results.jsonl")
+    cfg = data.header.config
+    lines = options_lines(data, cfg.kernels, cfg.dtypes, "cases")
+    lacking = next(x for x in lines if x.startswith("Not applicable"))
+    absent = next(x for x in lines if x.startswith("Not run"))
+    assert "sdpa-math" in lacking and "triton-tf32" not in lacking and "flex" not in lacking
+    assert "triton-tf32" in absent and "flex" in absent and "sdpa-math" not in absent

@@ -48,12 +48,19 @@ def options_lines(
                 f"| {note or '–'} |"
             )
     ran = {r.kernel for r in rows}
+    ran_here = {r.kernel for r in data.every_result}
     idle = [k for k in kernels if k not in ran]
-    if idle:
+    # A kernel with no result at all could not run here (no CUDA device, ...): its contract
+    # may well take the options.
+    lacking = [k for k in idle if k in ran_here]
+    absent = [k for k in idle if k not in ran_here]
+    if lacking:
         lines += [
             "",
-            f"Not applicable (their contract takes neither option): {', '.join(idle)}.",
+            f"Not applicable (their contract takes neither option): {', '.join(lacking)}.",
         ]
+    if absent:
+        lines += ["", f"Not run (they could not run here at all): {', '.join(absent)}."]
     return lines
 
 
