@@ -48,12 +48,14 @@ def options_lines(
                 f"| {note or '–'} |"
             )
     ran = {r.kernel for r in rows}
-    ran_here = {r.kernel for r in data.every_result}
     idle = [k for k in kernels if k not in ran]
-    # A kernel with no result at all could not run here (no CUDA device, ...): its contract
-    # may well take the options.
-    lacking = [k for k in idle if k in ran_here]
-    absent = [k for k in idle if k not in ran_here]
+    # A kernel limited in every dtype of the campaign (no CUDA device, a missing package...)
+    # could not run here: its contract may well take the options.
+    limited: dict[str, set[str]] = {}
+    for lim in data.limitations:
+        limited.setdefault(lim.kernel, set()).add(lim.dtype)
+    absent = [k for k in idle if set(dtypes) <= limited.get(k, set())]
+    lacking = [k for k in idle if k not in absent]
     if lacking:
         lines += [
             "",
