@@ -148,6 +148,9 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
         seen.append(line)
         if " PASSED" in line or " FAILED" in line:
             break
+    # Inside the next test (the kernel sleeps on each call), not in the instant between two
+    # tests, where there is no test to name.
+    time.sleep(1.5)
     os.killpg(proc.pid, signal.SIGINT)
     rest = proc.communicate(timeout=120)[0]
     text = "".join(seen) + rest
