@@ -63,13 +63,17 @@ def _host(x: Any) -> np.ndarray:
 
 @dataclass
 class Reference:
-    """The oracle, the naive baseline's error and the inputs of one configuration's sample."""
+    """The oracle, the naive baseline's error and the inputs of one configuration's sample
+    (``softcap``, ``sinks``: the softmax options it was computed with; ``sinks`` the logits of
+    the sampled heads)."""
 
     rows: np.ndarray
     causal: bool
     ref: OracleResult
     naive_ulp: float
     inputs: tuple[Any, Any, Any]
+    softcap: float | None = None
+    sinks: np.ndarray | None = None
     _bounds: dict[str, Bounds] = field(default_factory=dict)
 
     def bounds(self, arithmetic: str) -> Bounds:
@@ -78,24 +82,45 @@ class Reference:
         if arithmetic not in self._bounds:
             q, k, v = self.inputs
             self._bounds[arithmetic] = error_bounds(
-                q, k, v, arithmetic=arithmetic, causal=self.causal, rows=self.rows
+                q,
+                k,
+                v,
+                arithmetic=arithmetic,
+                causal=self.causal,
+                rows=self.rows,
+                softcap=self.softcap,
+                sinks=self.sinks,
             )
         return self._bounds[arithmetic]
 
 
-def reference(q: Any, k: Any, v: Any, *, causal: bool, rows: np.ndarray) -> Reference:
-    """Oracle and same-precision naive error on ``rows`` of :func:`sampled_output`'s heads."""
+def reference(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool,
+    rows: np.ndarray,
+    softcap: float | None = None,
+    sinks: Any = None,
+) -> Reference:
+    """Oracle and same-precision naive error on ``rows`` of :func:`sampled_output`'s heads;
+    ``softcap`` and ``sinks`` (one logit per query head, all heads) as the kernel was given."""
     from ...kernels.naive import naive_numpy
     from ...kernels.recurrence import keep_mask
 
     b = q.shape[0] - 1
     hs = _heads(q.shape[1])
     qs, ks, vs = (_host(x[b : b + 1, hs]) for x in (q, k, v))
-    ref = oracle(qs, ks, vs, causal=causal, rows=rows)
+    sk = None if sinks is None else np.asarray(_host(sinks), np.float32)[hs]
+    ref = oracle(qs, ks, vs, causal=causal, rows=rows, softcap=softcap, sinks=sk)
     nq, nk = qs.shape[2], ks.shape[2]
     keep = keep_mask(nq, nk, rows, np.arange(nk), causal, None, None)
-    o_naive, _ = naive_numpy(qs[:, :, rows], ks, vs, mask=keep[None, None])
-    return Reference(rows, causal, ref, naive_error(o_naive.astype(np.float64), ref), (qs, ks, vs))
+    o_naive, _ = naive_numpy(
+        qs[:, :, rows], ks, vs, mask=keep[None, None], softcap=softcap, sinks=sk
+    )
+    naive = naive_error(o_naive.astype(np.float64), ref)
+    return Reference(rows, causal, ref, naive, (qs, ks, vs), softcap, sk)
 
 
 def judge_rows(o_rows: np.ndarray, ref: Reference, arithmetic: str) -> dict[str, Any]:

@@ -94,15 +94,26 @@ class Float64KeyGradients:
 
 
 def fp64_key_gradients(
-    q: Any, k: Any, v: Any, do: Any, *, causal: bool, keys: np.ndarray, chunk: int = _FP64_CHUNK
+    q: Any,
+    k: Any,
+    v: Any,
+    do: Any,
+    *,
+    causal: bool,
+    keys: np.ndarray,
+    chunk: int = _FP64_CHUNK,
+    softcap: float | None = None,
+    sink: float | None = None,
 ) -> Float64KeyGradients:
     """Float64 ``dK``, ``dV`` of ``keys`` for one head (torch tensors ``(N, d)``, any device).
 
-    With ``P`` the float64 softmax of ``τ·QKᵀ`` (causal: bottom-right aligned),
+    With ``P`` the float64 softmax of ``t = τ·QKᵀ`` (causal: bottom-right aligned),
     ``dP = dO·Vᵀ``, ``D_i = Σ_c dO_ic·O_ic`` and ``dS = P∘(dP − D)``:
     ``dK_j = τ·Σ_i dS_ij·q_i``, ``dV_j = Σ_i P_ij·dO_i``; the floors are the oracle's
-    ``τ·Σ_i P_ij(|dP_ij| + |D_i|)|q_i|`` and ``Σ_i P_ij|dO_i|``. Rows are processed ``chunk``
-    at a time, so memory is ``chunk·Nk`` doubles.
+    ``τ·Σ_i P_ij(|dP_ij| + |D_i|)|q_i|`` and ``Σ_i P_ij|dO_i|``. With ``softcap = c`` the
+    scores are ``t = c·tanh(s/c)`` and ``dS`` (and its floor) gains the factor
+    ``1 − tanh²(s/c)``; a ``sink`` logit σ joins each row's denominator with no value row.
+    Rows are processed ``chunk`` at a time, so memory is ``chunk·Nk`` doubles.
     """
     import torch
 
@@ -122,19 +133,27 @@ def fp64_key_gradients(
     for r0 in range(0, nq, chunk):
         r1 = min(nq, r0 + chunk)
         s = (qd[r0:r1] @ kd.T) * tau
+        slope = torch.ones_like(s)
+        if softcap:
+            th = torch.tanh(s / softcap)
+            s, slope = softcap * th, 1.0 - th * th
         if causal:
             rows = torch.arange(r0, r1, device=qd.device)
             s = s.masked_fill(cols[None, :] > rows[:, None] + (nk - nq), float("-inf"))
-        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that keeps no key: P = 0
+        if sink is None:
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that keeps no key: P = 0
+        else:
+            col = torch.full((r1 - r0, 1), float(sink), dtype=s.dtype, device=s.device)
+            p = torch.softmax(torch.cat([s, col], dim=-1), dim=-1)[:, :-1]
         o = p @ vd
         dp = dod[r0:r1] @ vd.T
         dsum = (dod[r0:r1] * o).sum(-1, keepdim=True)
-        pk = p[:, idx]
+        pk = p[:, idx] * slope[:, idx]
         dsk = pk * (dp[:, idx] - dsum)
         out["dk"] += tau * (dsk.T @ qd[r0:r1])
-        out["dv"] += pk.T @ dod[r0:r1]
+        out["dv"] += p[:, idx].T @ dod[r0:r1]
         out["fk"] += tau * ((pk * (dp[:, idx].abs() + dsum.abs())).T @ qd[r0:r1].abs())
-        out["fv"] += pk.T @ dod[r0:r1].abs()
+        out["fv"] += p[:, idx].T @ dod[r0:r1].abs()
     host = {n: t.cpu().numpy()[None, None] for n, t in out.items()}
 
     def tensor(hi: np.ndarray, floor: np.ndarray) -> CertifiedTensor:
@@ -162,10 +181,14 @@ def sampled_grads(
     return {"dq": pick(dq, hs, rows), "dk": pick(dk, [h], keys), "dv": pick(dv, [h], keys)}
 
 
-def _naive_grads(q, k, v, do, causal, rows, keys) -> dict[str, np.ndarray]:
+def _naive_grads(q, k, v, do, causal, rows, keys, softcap=None, sinks=None) -> dict:
     """Gradients of torch autograd through the ``naive`` provider, on the checked heads only
-    (one head at a time: each materializes its ``N × N`` scores)."""
+    (one head at a time: each materializes its ``N × N`` scores); with softmax options,
+    through :func:`flashcheck.kernels.naive.naive_torch`, the same-precision baseline that
+    takes them."""
     import torch
+
+    from ...kernels.naive import naive_torch
 
     b, hs = q.shape[0] - 1, _heads(q.shape[1])
     dqs = []
@@ -173,7 +196,11 @@ def _naive_grads(q, k, v, do, causal, rows, keys) -> dict[str, np.ndarray]:
         qh, kh, vh = (
             x[b : b + 1, h : h + 1].detach().clone().requires_grad_(True) for x in (q, k, v)
         )
-        o = PROVIDERS["naive"].make(qh, kh, vh, causal)(qh, kh, vh)
+        if softcap or sinks is not None:
+            sk = None if sinks is None else sinks[h : h + 1].detach()
+            o = naive_torch(qh, kh, vh, causal=causal, softcap=softcap, sinks=sk)[0]
+        else:
+            o = PROVIDERS["naive"].make(qh, kh, vh, causal)(qh, kh, vh)
         gq, gk, gv = torch.autograd.grad(o, (qh, kh, vh), do[b : b + 1, h : h + 1])
         dqs.append(as_exact_array(gq[:, :, rows.tolist()], "dq")[0])
         if h == hs[-1]:
@@ -198,6 +225,8 @@ class GradReference:
     dq_inputs: tuple
     kv_inputs: tuple | None
     seconds: float = 0.0
+    softcap: float | None = None
+    sinks: np.ndarray | None = None  # the logits of the checked heads (first, last)
     _bounds: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
     def bounds(self, arithmetic: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -205,10 +234,16 @@ class GradReference:
         ``arithmetic`` (dK, dV absent in ``fp64`` mode), cached."""
         if arithmetic not in self._bounds:
             qs, ks, vs, dos, keep = self.dq_inputs
-            bq = gradient_bounds(qs, ks, vs, dos, arithmetic=arithmetic, mask=keep)
+            opts = {"softcap": self.softcap}
+            bq = gradient_bounds(
+                qs, ks, vs, dos, arithmetic=arithmetic, mask=keep, sinks=self.sinks, **opts
+            )
             out = {"dq": (bq.dq.det, bq.dq.prob)}
             if self.kv_inputs is not None:
-                bk = gradient_bounds(*self.kv_inputs, arithmetic=arithmetic, causal=self.causal)
+                last = None if self.sinks is None else self.sinks[-1:]
+                bk = gradient_bounds(
+                    *self.kv_inputs, arithmetic=arithmetic, causal=self.causal, sinks=last, **opts
+                )
                 for g in ("dk", "dv"):
                     det, prob = bk[g].det, bk[g].prob
                     out[g] = (det[:, :, self.keys], prob[:, :, self.keys])
@@ -227,9 +262,12 @@ def grad_reference(
     keys: np.ndarray | None = None,
     oracle_max_n: int = ORACLE_MAX_N,
     seed: int = 0,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> GradReference:
     """The reference for the elements :func:`sampled_grads` picks from ``(B, H, N, d)`` torch
-    tensors ``q, k, v, do`` (one device): see the module docstring for what is exact where."""
+    tensors ``q, k, v, do`` (one device): see the module docstring for what is exact where.
+    ``softcap`` and ``sinks`` (one logit per query head, all heads) as the kernel was given."""
     import time
 
     from ...kernels.recurrence import keep_mask
@@ -248,18 +286,34 @@ def grad_reference(
     ks, vs = (_host(x[b : b + 1, hs]) for x in (k, v))
     # keys=[]: the sub-problem's own dK/dV (partial sums over the sampled rows) are not wanted,
     # and certifying them would send much of them to the strict path.
-    dq_ref = oracle(qs, ks, vs, mask=keep, do=dos, keys=np.arange(0))
+    sk = None if sinks is None else np.asarray(_host(sinks), np.float32)[hs]
+    last = None if sk is None else sk[-1:]
+    dq_ref = oracle(qs, ks, vs, mask=keep, do=dos, keys=np.arange(0), softcap=softcap, sinks=sk)
     # dK, dV of the sampled keys of the last head: every query row.
     one = tuple(x[b : b + 1, hl : hl + 1] for x in (q, k, v, do))
     if max(nq, nk) <= oracle_max_n:
         kv_inputs = tuple(_host(x) for x in one)
-        kv_ref = oracle(*kv_inputs[:3], causal=causal, do=kv_inputs[3], rows=rows[:1], keys=keys)
+        kv_ref = oracle(
+            *kv_inputs[:3],
+            causal=causal,
+            do=kv_inputs[3],
+            rows=rows[:1],
+            keys=keys,
+            softcap=softcap,
+            sinks=last,
+        )
         mode = "oracle"
     else:
         kv_inputs = None
-        kv_ref = fp64_key_gradients(*(x[0, 0] for x in one), causal=causal, keys=keys)
+        kv_ref = fp64_key_gradients(
+            *(x[0, 0] for x in one),
+            causal=causal,
+            keys=keys,
+            softcap=softcap,
+            sink=None if last is None else float(last[0]),
+        )
         mode = "fp64"
-    naive_g = _naive_grads(q, k, v, do, causal, rows, keys)
+    naive_g = _naive_grads(q, k, v, do, causal, rows, keys, softcap, sinks)
     naive = gradient_errors({"dq": naive_g["dq"]}, dq_ref)
     naive.update(gradient_errors({g: naive_g[g] for g in ("dk", "dv")}, kv_ref))
     return GradReference(
@@ -273,6 +327,8 @@ def grad_reference(
         (qs, ks, vs, dos, keep),
         kv_inputs,
         seconds=time.perf_counter() - t0,
+        softcap=softcap,
+        sinks=sk,
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from .benchrecords import SpeedRecord
 from .check import judge_rows, reference, sample_rows, sampled_output
 from .grad_check import ORACLE_MAX_N, grad_reference, judge_grads, sampled_grads
-from .providers import PROVIDERS
+from .providers import PROVIDERS, bench_sinks
 from .shapes import ITEMSIZE, Shape
 from .timing import copies_for_l2, time_cuda
 
@@ -229,6 +229,13 @@ def _pass_figures(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _options(prov: Any, inputs: tuple) -> dict[str, Any]:
+    """The oracle's ``softcap=``/``sinks=`` for a provider's options on ``inputs``."""
+    q, k, _ = inputs
+    sinks = bench_sinks(q.shape[1], k.shape[2], q.device) if prov.sinks else None
+    return {"softcap": prov.softcap, "sinks": sinks}
+
+
 def run_shape(
     shape: Shape, providers: tuple[str, ...], *, seed: int, oracle_max_n: int = ORACLE_MAX_N
 ) -> list[SpeedRecord]:
@@ -248,10 +255,15 @@ def run_shape(
             r["out_bytes"] = shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
             r["lse_bytes"] = shape.b * shape.h * shape.n * 4
     t0 = time.perf_counter()
-    ref = reference(*sets[0], causal=shape.causal, rows=rows)
+    refs: dict[tuple, Any] = {}  # one oracle reference per set of softmax options
     for r in recs:
         if r["status"] == "ok":
-            r["check"] = judge_rows(r.pop("o_rows"), ref, PROVIDERS[r["provider"]].arithmetic)
+            prov = PROVIDERS[r["provider"]]
+            if prov.options not in refs:
+                refs[prov.options] = reference(
+                    *sets[0], causal=shape.causal, rows=rows, **_options(prov, sets[0])
+                )
+            r["check"] = judge_rows(r.pop("o_rows"), refs[prov.options], prov.arithmetic)
     for r in recs:
         r["check_s"] = time.perf_counter() - t0
     del sets
@@ -270,28 +282,32 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
         for r in recs:
             r["grad_bytes"] = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
     t0 = time.perf_counter()
-    if any(r["status"] == "ok" for r in recs):
-        try:
-            ref = grad_reference(
-                *sets[0],
-                dos[0],
-                causal=shape.causal,
-                rows=rows,
-                keys=keys,
-                oracle_max_n=oracle_max_n,
-                seed=seed,
-            )
-        except Exception as exc:  # e.g. the naive baseline out of memory: nothing scores
-            torch.cuda.empty_cache()
-            ref, why = None, _short(exc, [])
-        for r in recs:
-            if r["status"] == "ok":
-                cls = PROVIDERS[r["provider"]].backward_arithmetic
-                r["check"] = (
-                    judge_grads(r.pop("grads"), ref, cls)
-                    if ref is not None
-                    else {"verdict": "unchecked", "reasons": [f"no reference: {why}"]}
+    refs: dict[tuple, Any] = {}  # one reference (or why there is none) per set of options
+    for r in recs:
+        if r["status"] != "ok":
+            continue
+        prov = PROVIDERS[r["provider"]]
+        if prov.options not in refs:
+            try:
+                refs[prov.options] = grad_reference(
+                    *sets[0],
+                    dos[0],
+                    causal=shape.causal,
+                    rows=rows,
+                    keys=keys,
+                    oracle_max_n=oracle_max_n,
+                    seed=seed,
+                    **_options(prov, sets[0]),
                 )
+            except Exception as exc:  # e.g. the naive baseline out of memory: nothing scores
+                torch.cuda.empty_cache()
+                refs[prov.options] = _short(exc, [])
+        ref = refs[prov.options]
+        r["check"] = (
+            judge_grads(r.pop("grads"), ref, prov.backward_arithmetic)
+            if not isinstance(ref, str)
+            else {"verdict": "unchecked", "reasons": [f"no reference: {ref}"]}
+        )
     for r in recs:
         r.pop("grads", None)
         r["check_s"] = time.perf_counter() - t0

@@ -15,6 +15,9 @@ same
   path is a reference implementation, not the kernel users run), with a causal block mask.
 - ``naive``: what people write by hand: ``softmax(Q·Kᵀ·scale)`` materialized in the input
   dtype (softmax in fp32), then ``·V``.
+- ``triton+softcap``, ``triton+sinks``: the project's kernel with one softmax option on
+  (:data:`BENCH_SOFTCAP`; :func:`bench_sinks`), timed beside plain ``triton`` on the same inputs
+  so the option's cost is a ratio of one run (the ``options`` part).
 
 For the backward (``flashcheck bench --pass bwd``) :meth:`Provider.make_grad` gives a forward
 that torch autograd differentiates: the same callable for every provider but ``triton``, whose
@@ -32,7 +35,7 @@ from typing import Any
 
 from ..adapters.library import SDPA_BACKENDS as _SDPA
 
-__all__ = ["PROVIDERS", "Provider", "provider_names"]
+__all__ = ["BENCH_SOFTCAP", "PROVIDERS", "Provider", "bench_sinks", "provider_names"]
 
 _HALF = ("fp16", "bf16")
 _ALL = ("fp16", "bf16", "fp32")
@@ -60,6 +63,14 @@ class Provider:
     backward_arithmetic: str = "unknown"
     build_grad: Callable[[Any, Any, Any, bool], Callable[..., Any]] | None = None
     grad_module: str | None = None  # the module build_grad imports, checked before a run
+    # The softmax options it computes (its outputs are checked against the oracle with them).
+    softcap: float | None = None
+    sinks: bool = False
+
+    @property
+    def options(self) -> tuple[float | None, bool]:
+        """``(softcap, sinks)``: providers with equal options share one oracle reference."""
+        return (self.softcap, self.sinks)
 
     def unsupported(self, dtype: str, d: int, *, backward: bool = False) -> str | None:
         if backward and self.grad_module and importlib.util.find_spec(self.grad_module) is None:
@@ -85,24 +96,51 @@ class Provider:
         return (self.build_grad or self.build)(q, k, v, causal)
 
 
-def _triton(tf32: bool):
+# A cap that bites on the benchmark's N(0, 1) inputs (scaled scores are about N(0, 1)), so
+# the oracle check sees the tanh at work; the kernel's time does not depend on the value.
+BENCH_SOFTCAP = 2.0
+
+
+def bench_sinks(h: int, n_k: int, device: Any) -> Any:
+    """The sink logits of a benchmarked shape: ``log(N_k) + t`` with ``t`` spread evenly over
+    ``[-4, 4]`` across the ``h`` heads, so the sink's weight ranges from small to dominant
+    against a row's total ``≈ N_k`` on N(0, 1) inputs; float32 ``(h,)``."""
+    import torch
+
+    return math.log(n_k) + torch.linspace(-4.0, 4.0, h, device=device, dtype=torch.float32)
+
+
+def _option_kwargs(q: Any, k: Any, softcap: float | None, sinks: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if softcap:
+        out["softcap"] = softcap
+    if sinks:
+        out["sinks"] = bench_sinks(q.shape[1], k.shape[2], q.device)
+    return out
+
+
+def _triton(tf32: bool, softcap: float | None = None, sinks: bool = False):
     def build(q, k, v, causal):
         from ...kernels.triton_flash import flash_attention
 
+        opts = _option_kwargs(q, k, softcap, sinks)
+
         def fn(q, k, v):
-            return flash_attention(q, k, v, causal=causal, allow_tf32=tf32)[0]
+            return flash_attention(q, k, v, causal=causal, allow_tf32=tf32, **opts)[0]
 
         return fn
 
     return build
 
 
-def _triton_grad(tf32: bool):
+def _triton_grad(tf32: bool, softcap: float | None = None, sinks: bool = False):
     def build(q, k, v, causal):
         from ...kernels.triton_flash_bwd import flash_attention_differentiable
 
+        opts = _option_kwargs(q, k, softcap, sinks)
+
         def fn(q, k, v):
-            return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32)
+            return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32, **opts)
 
         return fn
 
@@ -214,6 +252,30 @@ PROVIDERS: dict[str, Provider] = {
     "sdpa-math": Provider("sdpa-math", _ALL, 1 << 30, True, "unknown", _sdpa(_SDPA["sdpa-math"])),
     "flex": Provider("flex", _ALL, 256, False, "unknown", _flex),
     "naive": Provider("naive", _ALL, 1 << 30, True, "naive", _naive, "naive"),
+    "triton+softcap": Provider(
+        "triton+softcap",
+        _ALL,
+        256,
+        False,
+        "flash",
+        _triton(False, softcap=BENCH_SOFTCAP),
+        backward_arithmetic="flash",
+        build_grad=_triton_grad(False, softcap=BENCH_SOFTCAP),
+        grad_module=_TRITON_BWD,
+        softcap=BENCH_SOFTCAP,
+    ),
+    "triton+sinks": Provider(
+        "triton+sinks",
+        _ALL,
+        256,
+        False,
+        "flash",
+        _triton(False, sinks=True),
+        backward_arithmetic="flash",
+        build_grad=_triton_grad(False, sinks=True),
+        grad_module=_TRITON_BWD,
+        sinks=True,
+    ),
 }
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from .backward_tables import backward_sections
 from .benchrecords import BenchResults
+from .option_tables import option_sections
+from .shapes import PARTS
 from .summary import BenchSummary, bench_summary, load_results, only_pass, passes_in
 from .tables import forward_sections
 
@@ -40,7 +42,7 @@ def _command(name: str, cfg: dict[str, Any]) -> str:
     cmd = f"flashcheck bench --name {name}"
     if cfg.get("quick"):
         cmd += " --quick"
-    if cfg.get("parts") and list(cfg["parts"]) != ["grid", "width", "memory", "fp32"]:
+    if cfg.get("parts") and tuple(cfg["parts"]) != PARTS:
         cmd += "".join(f" --part {p}" for p in cfg["parts"])
     if cfg.get("providers"):
         cmd += "".join(f" --provider {p}" for p in cfg["providers"])
@@ -119,6 +121,7 @@ def render_bench(
         L += forward_sections(data, summ)
     for p in backward:
         L += backward_sections(only_pass(everything, p), p)
+    L += option_sections(everything)
     L += _not_run(everything)
     L += ["## Environment", "", "| | |", "|---|---|"]
     L += [f"| {k} | {v} |" for k, v in env.items() if k != "argv"]
@@ -170,6 +173,10 @@ def summary_text(results: str | Path) -> str:
     for sec in md.split("\n## ")[1:]:
         title = sec.splitlines()[0]
         lead = title.split(": ")[0]
-        if title.endswith("side by side with its peers") or "bf16, d = 128," in lead:
+        if (
+            title.endswith("side by side with its peers")
+            or "bf16, d = 128," in lead
+            or title.startswith("Soft-capping and sinks")
+        ):
             keep.append("## " + sec.strip())
     return "\n\n".join(keep)

@@ -26,9 +26,11 @@ NS = (1024, 2048, 4096, 8192, 16384, 32768)
 HEAD_DIMS = (64, 128, 256)
 WIDTHS = (1024, 2048, 4096, 8192)
 MEMORY_HEADS = 8
-GRID_PROVIDERS = tuple(p for p in PROVIDERS if p != "triton-tf32")  # tf32: fp32 inputs only
+# The plain providers: tf32 takes fp32 inputs only; the option variants run in "options".
+GRID_PROVIDERS = tuple(p for p in PROVIDERS if p != "triton-tf32" and "+" not in p)
 FP32_PROVIDERS = ("triton", "triton-tf32", "sdpa-efficient", "sdpa-math", "flex", "naive")
-PARTS = ("grid", "width", "memory", "fp32")
+OPTION_PROVIDERS = ("triton", "triton+softcap", "triton+sinks")
+PARTS = ("grid", "width", "memory", "fp32", "options")
 PASSES = ("fwd", "bwd", "fwd+bwd")
 # FLOPs of a pass in units of the forward's 4·N²·d: the backward runs five GEMMs of the
 # forward's size (S = QKᵀ again, dV, dP, dQ, dK) to the forward's two.
@@ -159,6 +161,8 @@ def plan(
                             keep(FP32_PROVIDERS),
                         )
                     )
+    if "options" in parts:
+        out += _option_shapes(quick, keep(OPTION_PROVIDERS))
     out = [
         (s, p)
         for s, p in out
@@ -168,3 +172,16 @@ def plan(
         and (only_dt is None or s.dtype in only_dt)
     ]
     return [(replace(s, pass_=ps), p) for ps in passes for s, p in out]
+
+
+def _option_shapes(quick: bool, provs: tuple[str, ...]) -> list[tuple[Shape, tuple[str, ...]]]:
+    """The ``options`` part: the Triton kernel with and without soft-capping and sinks on the
+    grid's convention (bf16, ``B·N = 16384``, ``H·d = 2048``), d = 128 and 64."""
+    ns = (1024, 4096) if quick else (1024, 4096, 16384)
+    dims = (128,) if quick else (128, 64)
+    return [
+        (Shape("options", "bf16", max(1, TOKENS // n), WIDTH // d, n, d, causal), provs)
+        for d in dims
+        for causal in (False, True)
+        for n in ns
+    ]

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Soft-capping and sinks on one GPU (run through the device tool):
+#   bash benchmarks/gpu_options.sh [name]          (default name: h100-options)
+#
+# 2. The campaign's options part (`flashcheck report --part options --preset gpu`) on the
+#    Triton kernel (IEEE and tf32 dots) and FlexAttention, every dtype: forward and gradient
+#    cases with a soft-cap and/or sinks, judged against the oracle and the bounds.
+# 1. `flashcheck bench --part options`, forward and backward: the Triton kernel with each option
+#    beside the same kernel without it on the same inputs (bf16, B·N = 16K, H·d = 2048,
+#    d = 128 and 64, N = 1K, 4K, 16K), every output oracle-checked.
+# Each step is held to a deadline (SIGINT: bench keeps what it measured); the reports come back
+# under $OUT with the logs, the bench's options table last.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/flashcheck-out}
+NAME=${1:-h100-options}
+WORK=${WORK:-/tmp/fc-options}
+mkdir -p "$OUT" "$WORK"
+python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
+export PYTHONPATH=/tmp/fc${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+cd "$ROOT"
+python3 -m flashcheck.harness.cli env >"$OUT/env.log" 2>&1
+t1=$SECONDS
+timeout -s INT -k 20 "${BENCH_LIMIT:-280}" python3 -m flashcheck.harness.cli bench \
+    --part options --pass fwd --pass bwd ${BENCH_ARGS:-} --name "$NAME-bench" --out "$WORK" \
+    >"$OUT/bench.log" 2>&1
+status=$?
+echo "bench exit status: $status after $((SECONDS - t1)) s" | tee -a "$OUT/bench.log"
+if [[ $status -ne 0 && -f "$WORK/$NAME-bench/results.jsonl" ]]; then
+    python3 -m flashcheck.harness.cli bench --render-only --name "$NAME-bench" --out "$WORK" \
+        >>"$OUT/bench.log" 2>&1
+fi
+t0=$SECONDS
+timeout -s INT -k 20 "${REPORT_LIMIT:-240}" python3 -m flashcheck.harness.cli report \
+    --preset gpu --part options --name "$NAME-report" --out "$WORK" \
+    --kernel triton --kernel triton-tf32 --kernel flex --timeout 120 >"$OUT/report.log" 2>&1
+echo "report exit status: $? after $((SECONDS - t0)) s" | tee -a "$OUT/report.log"
+tar -C "$WORK" -czf "$OUT/options.tgz" . 2>/dev/null
+tail -n 25 "$OUT/report.log"
+[[ -f "$WORK/$NAME-bench/bench.md" ]] &&
+    sed -n '/^## Soft-capping and sinks/,/^## [^S]/p' "$WORK/$NAME-bench/bench.md"
