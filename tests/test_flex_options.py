@@ -6,8 +6,10 @@ compiled kernel (forward and gradients) only where CUDA is."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch.nn.attention.flex_attention")
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+pytest.importorskip(
+    "torch.nn.attention.flex_attention", reason="FlexAttention needs torch 2.5 or later"
+)
 
 import flashcheck  # noqa: E402
 from flashcheck.harness.adapters.library import flex_function, with_sinks  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 # A subprocess each (about 5 s on the smoke preset, fp16, the options part alone).
 pytestmark = pytest.mark.slow
 

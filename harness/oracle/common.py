@@ -52,6 +52,12 @@ def scale_of(problem: AttentionProblem) -> Scale:
     return Scale(val, hi, lo, err, None, d)
 
 
+def finite_or_zero(a: np.ndarray) -> np.ndarray:
+    """``a`` with NaN and ±inf replaced by 0: the values the oracle's reductions read where a
+    masked key or a non-finite input would otherwise poison a sum the mask removes anyway."""
+    return np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def target(floor: np.ndarray, fmt: Format) -> np.ndarray:
     return np.maximum(
         np.ldexp(floor, -ACCURACY_BITS) * (1 - 2.0**-30), fmt.min_subnormal * 2.0**-ACCURACY_BITS

@@ -46,7 +46,7 @@ from ..core.formats import Format, format_of
 from ..core.semantics import AttentionProblem, as_exact_array, make_problem, nan_rows_and_cols
 from .backward import GRADIENTS, fast_group
 from .backward_strict import strict_group
-from .common import ACCURACY_BITS, MIN_PREC, Scale, decide, scale_of, target
+from .common import ACCURACY_BITS, MIN_PREC, Scale, decide, finite_or_zero, scale_of, target
 from .fast import fast_rows
 from .options import options_forward
 from .options_backward import gradient_nan, options_gradients
@@ -270,7 +270,6 @@ def _gradients(
         shape = (*lead[name], widths[name])
         res.update({f"{name}_{f}": np.zeros(shape) for f in FIELDS[:-1]})
         res[f"{name}_certified"] = np.ones(shape, dtype=bool)
-    fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
     all_rows = np.arange(nq)
     for b in range(bsz):
         for kvh in range(hk):
@@ -280,7 +279,13 @@ def _gradients(
             k, v = problem.k[b, kvh], problem.v[b, kvh]
             keep = np.stack([problem.keep(b, h, all_rows) for h in heads]) if group else None
             bad_row, bad_key = gradient_nan(q, k, v, dog, keep)
-            args = (fin(q), fin(k), fin(v), fin(dog), keep)
+            args = (
+                finite_or_zero(q),
+                finite_or_zero(k),
+                finite_or_zero(v),
+                finite_or_zero(dog),
+                keep,
+            )
             full = {
                 name: np.zeros((group, nq, d)) if name == "dq" else np.zeros((nk, widths[name]))
                 for name in GRADIENTS
@@ -363,8 +368,9 @@ def _forward(
                 todo_o = np.zeros((keep.shape[0], dv), dtype=bool)
                 todo_l = np.zeros(keep.shape[0], dtype=bool)
             elif mode == "fast":
-                fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
-                res = fast_rows(fin(qr), fin(kk), fin(vv), keep, sc)
+                res = fast_rows(
+                    finite_or_zero(qr), finite_or_zero(kk), finite_or_zero(vv), keep, sc
+                )
                 for name, val in res.items():
                     view[name][...] = val
                 view["o_rounded"][...], dec_o = decide(

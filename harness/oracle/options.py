@@ -27,7 +27,7 @@ from mpmath import iv
 
 from ..core.formats import Format, round_mpf, round_to_format
 from ..core.semantics import AttentionProblem, nan_rows_and_cols
-from .common import MIN_PREC, Scale, decide, target
+from .common import MIN_PREC, Scale, decide, finite_or_zero, target
 from .options_fast import options_fast_rows
 from .strict import interval_to_dd, iv_prec, mpf_of, to_ints
 from .tensor import CertifiedTensor
@@ -189,12 +189,11 @@ def options_forward(
     arrays["o_certified"] = np.ones((bsz, hq, r_n, dv), dtype=bool)
     arrays["lse_certified"] = np.ones((bsz, hq, r_n), dtype=bool)
     shift = shift_of(problem)
-    fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
     for b in range(bsz):
         for h in range(hq):
             kvh = problem.kv_head(h)
             keep = problem.keep(b, h, rows)
-            kk, vv = fin(problem.k[b, kvh]), fin(problem.v[b, kvh])
+            kk, vv = finite_or_zero(problem.k[b, kvh]), finite_or_zero(problem.v[b, kvh])
             row_nan, elem_nan = nan_rows_and_cols(
                 problem.q[b, h][rows], problem.k[b, kvh], problem.v[b, kvh], keep
             )
@@ -207,7 +206,15 @@ def options_forward(
             todo_o, todo_l = ~elem_nan & has[:, None], ~row_nan & has
             start = prec
             if mode == "fast" and has.any():
-                fast_args = (fin(problem.q[b, h][rows]), kk, vv, keep, sc, problem.softcap, sink)
+                fast_args = (
+                    finite_or_zero(problem.q[b, h][rows]),
+                    kk,
+                    vv,
+                    keep,
+                    sc,
+                    problem.softcap,
+                    sink,
+                )
                 todo_o, todo_l = _fast(view, fast_args, fmt, row_nan, elem_nan)
                 stats["fallback_elements"] += int(todo_o.sum() + todo_l.sum())
                 start = max(prec, 2 * MIN_PREC)
@@ -219,7 +226,7 @@ def options_forward(
             for r in pending:
                 sel = keep[r]
                 cols = list(np.flatnonzero(todo_o[r]))
-                q_int = to_ints(fin(problem.q[b, h, rows[r]]), shift)
+                q_int = to_ints(finite_or_zero(problem.q[b, h, rows[r]]), shift)
                 args = (q_int, k_int[sel], vv[sel], v_iv[sel], 2 * shift, sc, problem.softcap, sink)
                 _fill_row(args, view, r, fmt, start, max_prec, stats, cols, bool(todo_l[r]))
             for name in ("o_hi", "o_rounded"):

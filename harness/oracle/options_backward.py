@@ -25,7 +25,7 @@ from mpmath import iv
 
 from ..core.formats import Format
 from ..core.semantics import AttentionProblem
-from .common import MIN_PREC, Scale
+from .common import MIN_PREC, Scale, finite_or_zero
 from .options import capped, sech2, shift_of, store_interval
 from .options_backward_fast import fast_gradients
 from .strict import iv_prec, mpf_of, to_ints
@@ -145,7 +145,6 @@ def options_gradients(
     bsz, hq, hk, nq, _, d, dv = problem.shape
     group = hq // hk
     shift = shift_of(problem)
-    fin = lambda a: np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
     res = {
         "dq": _empty((bsz, hq, rows.size, d)),
         "dk": _empty((bsz, hk, keys.size, d)),
@@ -166,7 +165,9 @@ def options_gradients(
                 "dv": np.repeat(~bad_key[keys, None], dv, axis=1),
             }
             todo["dq"][...] = ~bad_row[:, rows, None]
-            groups.append((b, kvh, heads, tuple(fin(a) for a in raw), keep, todo, bad_row, bad_key))
+            groups.append(
+                (b, kvh, heads, tuple(finite_or_zero(a) for a in raw), keep, todo, bad_row, bad_key)
+            )
     sink_todo = problem.sinks is not None
     p_ = prec
     if mode == "fast":

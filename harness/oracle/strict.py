@@ -14,7 +14,7 @@ from mpmath import iv
 
 from ..core.formats import round_mpf, round_to_format
 from . import exact as ex
-from .common import Scale, target
+from .common import Scale, finite_or_zero, target
 
 
 def to_ints(x: np.ndarray, shift: int) -> np.ndarray:
@@ -91,8 +91,8 @@ def strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, ma
     """Strictly (re)compute the flagged elements of one head with Ziv escalation, in place."""
     kvh = problem.kv_head(h)
     shift = -(problem.fmt.emin - problem.fmt.p + 1)
-    kfull = np.nan_to_num(problem.k[b, kvh], nan=0.0, posinf=0.0, neginf=0.0)
-    vfull = np.nan_to_num(problem.v[b, kvh], nan=0.0, posinf=0.0, neginf=0.0)
+    kfull = finite_or_zero(problem.k[b, kvh])
+    vfull = finite_or_zero(problem.v[b, kvh])
     k_int_all = v_iv_all = None
     for r in np.flatnonzero(todo_o.any(axis=1) | todo_lse):
         i = rows[r]
@@ -104,7 +104,7 @@ def strict_fill(problem, scale, fmt, b, h, rows, todo_o, todo_lse, res, prec, ma
             # interval copies of V made once per head (exact: doubles convert exactly)
             v_iv_all = np.array([[iv.mpf(x) for x in row] for row in vfull], dtype=object)
             v_iv_all = v_iv_all.reshape(vfull.shape)
-        qrow = np.nan_to_num(problem.q[b, h, i], nan=0.0, posinf=0.0, neginf=0.0)
+        qrow = finite_or_zero(problem.q[b, h, i])
         q_int = to_ints(qrow, shift)
         k_int = k_int_all[keep]
         vk = vfull[keep]
