@@ -68,7 +68,7 @@ def _saved(tmp_path):
             0.1,
             (SequenceCheck(0, 8192, "FAIL", 90.0, 2.0, ("too far",)),),
         ),
-        DecodeRecord(shape, "flex-paged", "error", 33554432, 8192, "RuntimeError: no"),
+        DecodeRecord(shape, "flex-paged", "error", 33554432, 8192, "RuntimeError: no", note="n"),
     ]
     with ResultLog.open(path, header) as log:
         log.append({"type": "session", "env": {"gpu": "NVIDIA H100", "torch": "2.11"}})
@@ -90,6 +90,7 @@ def test_records_read_back_and_render(tmp_path):
     assert "20.0 µs (1678 GB/s, 56%)" in md  # 1678 GB/s of the 3.0 TB/s copy bandwidth
     assert "~~30.0 µs" in md and "error: RuntimeError: no" in md
     assert "triton-decode-paged PASS (0.5 ulp)" in md and "NVIDIA H100" in md
+    assert "- flex-paged: n" in md
     assert render_decode(path).read_text() == md
 
 
@@ -105,3 +106,33 @@ def test_cli_decode_needs_cuda_and_renders_saved_results(tmp_path, capsys):
     assert main(["bench", "--decode", "--render-only", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "decode" / "bench-decode.md").is_file()
     assert main(["bench", "--decode", "--render-only", "--name", "x", "--out", str(tmp_path)]) == 2
+
+
+def test_triton_provider_and_the_oracle_check_on_the_interpreter():
+    import os
+
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
+        pytest.skip("the Triton provider needs CUDA or TRITON_INTERPRET=1")
+    from flashcheck.harness.bench.decode_bench import check_sequences
+    from flashcheck.harness.bench.decode_providers import DECODE_PROVIDERS, gathered, make_batch
+
+    batch = make_batch(
+        [5, 140], nq=2, hq=4, hk=2, d=16, page=7, dtype="fp16", causal=True, seed=1, device="cpu"
+    )
+    k, v = gathered(batch)
+    assert k.shape == v.shape == (2, 2, 140, 16) and (k[0, :, 5:] == 0).all()
+    assert torch.equal(k[1, 1, 139], batch.k_cache[batch.block_table[1, 139 // 7], 139 % 7, 1])
+    fn = DECODE_PROVIDERS["triton-decode-paged"](batch)
+    o = fn()
+    checks = check_sequences(batch, o, "flash")
+    assert [(c.sequence, c.keys, c.verdict) for c in checks] == [(0, 5, "PASS"), (1, 140, "PASS")]
+    assert "keys per split" in fn.note
+    sizes = {"nq": 1, "hq": 4, "hk": 2, "d": 16, "page": 4, "dtype": "fp32", "causal": False}
+    uniform = make_batch([9, 9], seed=2, device="cpu", **sizes)
+    sdpa = DECODE_PROVIDERS["sdpa"](uniform)  # the flash backend runs on the CPU too
+    assert all(c.verdict == "PASS" for c in check_sequences(uniform, sdpa(), "unknown"))
+    bad = o.clone()
+    bad[1, 1, 3] += 0.05  # the last sequence, last query, last head: a sampled row
+    assert check_sequences(batch, bad, "flash")[1].verdict != "PASS"

@@ -117,6 +117,7 @@ def _measure(shape: DecodeShape, batch: PagedBatch, provider: str, base: DecodeR
     status, reason = ("failed", failed) if bad else ("ok", "")
     return replace(
         base,
+        note=getattr(fn, "note", ""),
         status=status,
         reason=reason,
         median_us=t.median_ms * 1e3,

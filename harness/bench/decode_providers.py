@@ -8,9 +8,10 @@ layouts, compiling) happens when the callable is made, never in the timed calls.
 - ``triton-decode-paged``: this project's paged split-KV kernel
   (:func:`flashcheck.kernels.triton_decode.flash_decode_paged`) on the pages themselves.
 - ``sdpa``: ``scaled_dot_product_attention`` on the keys gathered contiguous once (the batch
-  padded to its longest sequence), flash or memory-efficient backend (``sdpa_kernel``), grouped
-  heads with ``enable_gqa``. Uniform non-causal batches take no mask (the flash backend);
-  ragged or causal ones a boolean key mask, bottom-right causal (the efficient backend).
+  padded to its longest sequence). Uniform non-causal batches: the flash backend, grouped heads
+  native (``enable_gqa``), no mask. Ragged or causal ones need a boolean key mask (bottom-right
+  causal), which only the memory-efficient backend takes, and it takes no grouped heads: K/V
+  heads are repeated to Hq (so it reads Hq/Hk times the bytes the others read).
 - ``flex-paged``: compiled FlexAttention on the page pool through torch's experimental
   ``PagedAttention`` helper (a logical block mask of the cache lengths converted to physical
   pages by the block table); its pool is laid out ``(1, Hk, pages·page, d)`` once, its KV block
@@ -52,26 +53,27 @@ def make_batch(
     dtype: str,
     causal: bool,
     seed: int,
+    device: str = "cuda",
 ) -> PagedBatch:
     """Standard-normal queries, keys and values in a permuted pool holding exactly the
-    sequences' pages (one spare page)."""
+    sequences' pages (one spare page), on ``device``."""
     import torch
 
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     counts = [-(-n // page) for n in lengths]
     total = sum(counts) + 1
     pool = (total, page, hk, d)
-    kc = torch.randn(pool, device="cuda", dtype=dt, generator=g)
-    vc = torch.randn(pool, device="cuda", dtype=dt, generator=g)
-    order = torch.randperm(total, device="cuda", generator=g).to(torch.int32)
-    table = torch.zeros((len(lengths), max(1, max(counts))), dtype=torch.int32, device="cuda")
+    kc = torch.randn(pool, device=device, dtype=dt, generator=g)
+    vc = torch.randn(pool, device=device, dtype=dt, generator=g)
+    order = torch.randperm(total, device=device, generator=g).to(torch.int32)
+    table = torch.zeros((len(lengths), max(1, max(counts))), dtype=torch.int32, device=device)
     start = 0
     for i, c in enumerate(counts):
         table[i, :c] = order[start : start + c]
         start += c
-    q = torch.randn((len(lengths), nq, hq, d), device="cuda", dtype=dt, generator=g)
-    lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    q = torch.randn((len(lengths), nq, hq, d), device=device, dtype=dt, generator=g)
+    lens = torch.tensor(lengths, dtype=torch.int32, device=device)
     return PagedBatch(q, kc, vc, table, lens, list(lengths), causal)
 
 
@@ -106,7 +108,7 @@ def _key_mask(batch: PagedBatch, n_max: int) -> Any:
 
 
 def _triton(batch: PagedBatch) -> Callable[[], Any]:
-    from ...kernels.triton_decode import flash_decode_paged
+    from ...kernels.triton_decode import DEFAULT_SPLIT, flash_decode_paged
 
     def fn():
         return flash_decode_paged(
@@ -118,6 +120,7 @@ def _triton(batch: PagedBatch) -> Callable[[], Any]:
             causal=batch.causal,
         )[0]
 
+    fn.note = f"{DEFAULT_SPLIT} keys per split (fixed), fp32 partials, Triton merge"
     return fn
 
 
@@ -127,15 +130,26 @@ def _sdpa(batch: PagedBatch) -> Callable[[], Any]:
 
     k, v = gathered(batch)
     q = batch.q.transpose(1, 2).contiguous()
-    uniform = len(set(batch.lengths)) == 1 and not batch.causal
-    mask = None if uniform else _key_mask(batch, k.shape[2])
-    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    if len(set(batch.lengths)) == 1 and not batch.causal:
 
-    def fn():
-        with sdpa_kernel(backends):
-            return sdpa(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+        def fn():
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return sdpa(q, k, v, enable_gqa=True).transpose(1, 2)
 
-    return fn
+        fn.note = "flash backend, grouped heads native"
+        return fn
+    # The flash backend takes no mask, and the efficient one no grouped heads (torch 2.11):
+    # a ragged or causal batch needs the mask, so K/V heads are repeated to Hq (once, untimed).
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    mask = _key_mask(batch, k.shape[2])
+
+    def masked():
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            return sdpa(q, k, v, attn_mask=mask).transpose(1, 2)
+
+    masked.note = "efficient backend, key mask, K/V heads repeated to Hq"
+    return masked
 
 
 _FLEX: dict[str, Any] = {}
@@ -151,12 +165,12 @@ def _flex(batch: PagedBatch) -> Callable[[], Any]:
     pages, page, hk, d = batch.k_cache.shape
     bsz, nq = batch.q.shape[:2]
     width = batch.block_table.shape[1]
-    helper = PagedAttention(pages, page, bsz, device="cuda")
+    helper = PagedAttention(pages, page, bsz, device=str(batch.q.device))
     table = batch.block_table.long()
     helper.page_table[:, :width] = table
     for b, n in enumerate(batch.lengths):
         owned = table[b, : -(-n // page)]
-        helper.physical_to_logical[b, owned] = torch.arange(owned.numel(), device="cuda")
+        helper.physical_to_logical[b, owned] = torch.arange(owned.numel(), device=owned.device)
     lens = batch.cache_seqlens.long()
 
     def logical(b, h, i, j):
@@ -175,6 +189,7 @@ def _flex(batch: PagedBatch) -> Callable[[], Any]:
     def fn():
         return compiled(q, k, v, block_mask=mask, enable_gqa=True).transpose(1, 2)
 
+    fn.note = "torch.compile'd flex_attention, PagedAttention block mask, KV block = page size"
     return fn
 
 

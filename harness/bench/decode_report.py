@@ -46,6 +46,7 @@ class DecodeRecord:
     median_us: float | None = None
     spread: float | None = None
     checks: tuple[SequenceCheck, ...] = field(default=())
+    note: str = ""
 
     @property
     def gbs(self) -> float | None:
@@ -69,7 +70,7 @@ class DecodeRecord:
             SequenceCheck(**{**c, "reasons": tuple(c.get("reasons", ()))})
             for c in d.get("checks", ())
         )
-        names = {"shape", "provider", "status", "kv_bytes", "lengths_sum", "reason"}
+        names = {"shape", "provider", "status", "kv_bytes", "lengths_sum", "reason", "note"}
         kw = {k: d[k] for k in names if k in d}
         return cls(**kw, median_us=d.get("median_us"), spread=d.get("spread"), checks=checks)
 
@@ -177,6 +178,9 @@ def decode_markdown(data: DecodeResults) -> str:
         mb = recs[0].kv_bytes / 1e6
         row = [f"`{key}`", f"{mb:.1f}"] + [_cell(by.get(p), data.copy_tbs) for p in providers]
         lines.append("| " + " | ".join([*row, _checked(recs)]) + " |")
+    notes = sorted({(r.provider, r.note) for r in data.records if r.note})
+    if notes:
+        lines += ["", "How each provider ran:"] + [f"- {p}: {n}" for p, n in notes]
     return "\n".join(lines) + "\n"
 
 
