@@ -306,9 +306,10 @@ def flash_decode_paged(
     split_size: int = DEFAULT_SPLIT,
 ) -> tuple[Any, Any]:
     """Paged split-KV decode attention ``softmax(scale·QKᵀ + mask)·V`` per sequence (module
-    docstring): returns ``O (B, Nq, Hq, dv)`` in q's dtype and fp32 ``LSE (B, Hq, Nq)``
-    (natural log; ``O = 0``, ``LSE = −inf`` for rows that keep no key). ``scale`` defaults to
-    ``1/sqrt(d)``; ``split_size`` keys per split (fixed: results do not depend on the batch)."""
+    docstring): returns ``O (B, Nq, Hq, dv)`` in q's dtype and fp32 ``LSE (B, Hq, Nq)`` (a
+    transposed view of the merge's ``(B, Nq, Hq)``, which saves a copy; natural log;
+    ``O = 0``, ``LSE = −inf`` for rows that keep no key). ``scale`` defaults to ``1/sqrt(d)``;
+    ``split_size`` keys per split (fixed: results do not depend on the batch)."""
     o_p, l_p = decode_partials(
         q,
         k_cache,
@@ -320,4 +321,4 @@ def flash_decode_paged(
         split_size=split_size,
     )
     o, lse = combine_partials(o_p, l_p, out_dtype=q.dtype)
-    return o, lse.transpose(1, 2).contiguous()
+    return o, lse.transpose(1, 2)

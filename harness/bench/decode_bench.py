@@ -6,7 +6,8 @@ For each shape of :data:`~.decode_shapes.DECODE_SHAPES` one paged batch is drawn
 check of its output on sampled sequences (:func:`check_sequences`: the first and the last
 sequence, query heads 0 and Hq−1, every query row, judged by
 :func:`flashcheck.harness.bench.check.judge_rows`), then the timing
-(:func:`flashcheck.harness.bench.timing.time_cuda`: CUDA events after warm-up, the median).
+(:func:`time_flushed`: CUDA events after warm-up, the L2 cache overwritten before each run,
+the median).
 The device copy bandwidth is measured before and after the shapes. Records go to
 ``<out>/<name>/results.jsonl`` as they are measured (a rerun resumes); ``bench-decode.md``
 is rendered from them (:mod:`~.decode_report`).
@@ -14,6 +15,7 @@ is rendered from them (:mod:`~.decode_report`).
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,8 +26,11 @@ from .check import judge_rows, reference, sample_rows, sampled_output
 from .decode_providers import DECODE_PROVIDERS, PagedBatch, make_batch
 from .decode_report import CopyCeiling, DecodeRecord, SequenceCheck, render_decode
 from .decode_shapes import DECODE_SHAPES, QUICK_SHAPES, DecodeShape, kv_bytes, lengths_of
+from .timing import Timing
 
-__all__ = ["ARITHMETIC", "DecodeOptions", "check_sequences", "run_decode_bench"]
+__all__ = ["ARITHMETIC", "DecodeOptions", "check_sequences", "run_decode_bench", "time_flushed"]
+
+FLUSH_BYTES = 256 * 2**20  # five times an H100's L2 (50 MiB): nothing of the last run survives
 
 # The bounds each provider's outputs are judged with ("unknown": the loosest class).
 ARITHMETIC = {"triton-decode-paged": "flash", "sdpa": "unknown", "flex-paged": "unknown"}
@@ -101,14 +106,43 @@ def check_sequences(batch: PagedBatch, o: Any, arithmetic: str) -> tuple[Sequenc
     return tuple(checks)
 
 
-def _measure(shape: DecodeShape, batch: PagedBatch, provider: str, base: DecodeRecord):
-    from .timing import time_cuda
+def time_flushed(fn: Any, *, warmup: int = 10, reps: int = 30, min_ms: float = 100.0) -> Timing:
+    """Median-of-runs GPU time of ``fn()`` with CUDA events, the L2 cache overwritten before
+    each run (a decode step's K/V is read once: a cache that still holds the previous run's
+    keys would credit the kernel with bandwidth it does not have); ``reps`` is raised, up to
+    200, until the timed runs add up to about ``min_ms``."""
+    import torch
 
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush.zero_()
+    a.record()
+    fn()
+    z.record()
+    torch.cuda.synchronize()
+    n = int(min(200, max(reps, math.ceil(min_ms / max(a.elapsed_time(z), 1e-3)))))
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(n)
+    ]
+    for a, z in events:
+        flush.zero_()
+        a.record()
+        fn()
+        z.record()
+    torch.cuda.synchronize()
+    return Timing(tuple(a.elapsed_time(z) for a, z in events))
+
+
+def _measure(shape: DecodeShape, batch: PagedBatch, provider: str, base: DecodeRecord):
     try:
         fn = DECODE_PROVIDERS[provider](batch)
         o = fn()
         checks = check_sequences(batch, o, ARITHMETIC[provider])
-        t = time_cuda(fn, [()], warmup=10, reps=50)
+        t = time_flushed(fn)
     except Exception as exc:  # a provider that cannot run this shape is reported, not fatal
         text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
         return replace(base, status="error", reason=text[:300])

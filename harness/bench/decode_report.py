@@ -155,7 +155,8 @@ def decode_markdown(data: DecodeResults) -> str:
         + (" --quick" if data.config.get("quick") else "")
         + "`.",
         "",
-        "Each cell: median latency of one decode step over CUDA-event-timed runs after warm-up, "
+        "Each cell: median GPU time of one decode step over CUDA-event-timed runs after "
+        "warm-up, the L2 cache overwritten before each run, "
         "then K/V bytes read per second (every key and value row a sequence owns, once) and "
         "that as a share of the copy bandwidth. Shape keys: `b` batch, `nk` longest cache "
         "(`r`: ragged lengths in [nk/4, nk], `c`: causal), `p` page size, `q` queries per "
