@@ -9,8 +9,10 @@
 # 2. `flashcheck bench --decode`: latency and K/V bandwidth of triton-decode-paged, SDPA and
 #    FlexAttention's paged attention at decode shapes, every output oracle-checked on
 #    sampled sequences (reports/bench/decode/bench-decode.md).
-# Then a short table. Each step has its own time limit (the whole under ~5 minutes).
-# Back under $OUT: decode-gpu.tgz (the reports) and decode-gpu.log.
+# Then a short table. Each step has its own time limit (CAMPAIGN_BUDGET seconds per kernel,
+# default 120; BENCH_BUDGET, default 200): a step out of time keeps what it measured, and
+# running the script again resumes it (delete reports/decode-gpu-* and reports/bench/decode to
+# start over). Back under $OUT: decode-gpu.tgz (the reports) and decode-gpu.log.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
@@ -24,13 +26,13 @@ FC=(python3 -m flashcheck.harness.cli)
 declare -A RC
 for k in triton-decode-paged triton-combine; do
     echo "== flashcheck report --kernel $k --preset gpu" | tee -a "$LOG"
-    timeout -s INT -k 20 ${CAMPAIGN_BUDGET:-100} "${FC[@]}" report --kernel "$k" --preset gpu \
-        --dtype fp16 --dtype bf16 --dtype fp32 --name "decode-gpu-$k" --out reports \
-        --fresh 2>&1 | tee -a "$LOG"
+    timeout -s INT -k 20 ${CAMPAIGN_BUDGET:-120} "${FC[@]}" report --kernel "$k" --preset gpu \
+        --dtype fp16 --dtype bf16 --dtype fp32 --name "decode-gpu-$k" --out reports 2>&1 |
+        tee -a "$LOG"
     RC[$k]=${PIPESTATUS[0]}
 done
 echo "== flashcheck bench --decode" | tee -a "$LOG"
-timeout -s INT -k 20 ${BENCH_BUDGET:-150} "${FC[@]}" bench --decode --fresh 2>&1 | tee -a "$LOG"
+timeout -s INT -k 20 ${BENCH_BUDGET:-200} "${FC[@]}" bench --decode 2>&1 | tee -a "$LOG"
 RC[bench]=${PIPESTATUS[0]}
 "${FC[@]}" bench --decode --render-only >>"$LOG" 2>&1
 tar -C reports -czf "$OUT/decode-gpu.tgz" decode-gpu-triton-decode-paged \

@@ -12,8 +12,15 @@ import pytest
 import flashcheck
 from flashcheck.harness.adapters.builtin import project_kernels
 from flashcheck.harness.adapters.registry import as_kernel
+from flashcheck.harness.campaign.ragged_records import load_ragged
+from flashcheck.harness.campaign.ragged_report import run_ragged_report
+from flashcheck.harness.campaign.report import ReportOptions
 from flashcheck.harness.cases.ragged_inputs import combine_case, paged_case
-from flashcheck.harness.checks.ragged_properties import batch_invariance
+from flashcheck.harness.checks.ragged_properties import (
+    batch_invariance,
+    page_independence,
+    sequence_independence,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -123,3 +130,23 @@ def test_arguments_are_checked():
         with pytest.raises(NotImplementedError, match="11584"):
             decode.flash_decode_paged(bf["q"], bf["k_cache"], bf["v_cache"], **good)
     assert np.isfinite(decode.DEFAULT_SPLIT)
+
+
+def test_paged_properties_hold():
+    kern = project_kernels()["triton-decode-paged"]
+    case = _case(16, "fp16", causal=True)
+    for prop in (sequence_independence, page_independence):
+        res = prop(kern, case, "cpu")
+        assert res.status == "PASS", (prop.__name__, res.message)
+
+
+def test_the_campaign_of_the_merge_exits_zero(tmp_path):
+    # (The paged kernel's campaign takes ~20 s of CPU here: `flashcheck report --kernel
+    # triton-decode-paged --preset cpu` is run by hand; its checks are the tests above.)
+    opts = ReportOptions(
+        name="merge", kernels=("triton-combine",), dtypes=("fp32",), out=str(tmp_path)
+    )
+    lines: list[str] = []
+    assert run_ragged_report(opts, echo=lines.append) == 0, lines
+    data = load_ragged(tmp_path / "merge" / "results.jsonl")
+    assert len(data.results) == 3 and all(r.status == "PASS" for r in data.results)

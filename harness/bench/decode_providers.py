@@ -161,6 +161,9 @@ def _flex(batch: PagedBatch) -> Callable[[], Any]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _FLEX:
+        from ..adapters.library import raise_recompile_limits
+
+        raise_recompile_limits()  # past dynamo's limit flex would run its eager reference
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     pages, page, hk, d = batch.k_cache.shape
     bsz, nq = batch.q.shape[:2]
