@@ -43,14 +43,17 @@ Arithmetic class "flash" per split (fp32 scores, softmax and accumulators, P rou
 input format before P·V) followed by an fp32 merge; the merge's own error is within
 docs/error-bounds.md's "The split-KV merge".
 
-Known limits: forward only; no sliding window, soft-cap, sinks or ALiBi; head dims up to 256
-(padded to a power of two ≥ 16); at most 128 query rows per group (``Hq/Hk·Nq``); one fixed
-split size means few programs for a short cache at batch 1 (the price of batch invariance:
-a FlashDecoding heuristic picking splits per batch would be faster there and not invariant);
-the paged gather is per key, without TMA. Under ``TRITON_INTERPRET=1`` bf16 ``tl.dot`` is
-broken upstream (triton-lang/triton#11584): bf16 then raises ``NotImplementedError``. The
-merge has no dot and runs bf16 there, but the interpreter converts fp32 to bf16 by truncation,
-so under it a bf16 ``O`` is written in fp32 and rounded to nearest by torch.
+Known limits: ``cache_seqlens[b] ≤ max_pages·page_size`` is the caller's promise on a GPU
+(checked on the CPU only: a check there would cost a host sync per call); forward only; no
+sliding window, soft-cap, sinks or ALiBi; head dims up to 256 (padded to a power of two
+≥ 16); at most 128 query rows per group (``Hq/Hk·Nq``); one fixed split size means few
+programs for a short cache at batch 1 (the price of batch invariance: a FlashDecoding
+heuristic picking splits per batch would be faster there and not invariant); the paged
+gather is per key, without TMA; not yet timed or tuned on a GPU by its author. Under
+``TRITON_INTERPRET=1`` bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): bf16
+then raises ``NotImplementedError``. The merge has no dot and runs bf16 there, but the
+interpreter converts fp32 to bf16 by truncation, so under it a bf16 ``O`` is written in fp32
+and rounded to nearest by torch.
 """
 
 from __future__ import annotations
@@ -207,6 +210,14 @@ def _check_paged(q, k_cache, v_cache, cache_seqlens, block_table, split_size) ->
     ):
         if x.dtype != torch.int32 or tuple(x.shape) != shape or x.device != q.device:
             raise ValueError(f"{name} must be int32 {shape} on q's device, got {x.dtype} {x.shape}")
+    if cache_seqlens.device.type == "cpu" and bsz:
+        # On a GPU this would cost a host sync per call: there it is the caller's promise.
+        low, high = int(cache_seqlens.min()), int(cache_seqlens.max())
+        if low < 0 or high > block_table.shape[1] * page:
+            raise ValueError(
+                f"cache_seqlens must lie in [0, max_pages·page_size = "
+                f"{block_table.shape[1] * page}], got [{low}, {high}]: widen the block table"
+            )
     if isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 16:
         raise ValueError(f"split_size must be an int >= 16 keys, got {split_size!r}")
     if q.dtype == torch.bfloat16 and _interpreting():

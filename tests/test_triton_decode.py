@@ -119,6 +119,13 @@ def test_arguments_are_checked():
             t["v_cache"],
             **{**good, "cache_seqlens": good["cache_seqlens"].long()},
         )
+    with pytest.raises(ValueError, match="widen the block table"):
+        decode.flash_decode_paged(
+            t["q"],
+            t["k_cache"],
+            t["v_cache"],
+            **{**good, "block_table": good["block_table"][:, :2]},
+        )
     with pytest.raises(ValueError, match="multiple of Hk"):
         decode.flash_decode_paged(t["q"][:, :, :3], t["k_cache"], t["v_cache"], **good)
     with pytest.raises(ValueError, match="split_size"):
