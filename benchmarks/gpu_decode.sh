@@ -9,7 +9,7 @@
 # 2. `flashcheck bench --decode`: latency and K/V bandwidth of triton-decode-paged, SDPA and
 #    FlexAttention's paged attention at decode shapes, every output oracle-checked on
 #    sampled sequences (reports/bench/decode/bench-decode.md).
-# Then a short table. Each step has its own time limit (CAMPAIGN_BUDGET seconds per kernel,
+# Then a short table (SPLIT_SWEEP=1 adds benchmarks/probe_decode_split.py before it). Each step has its own time limit (CAMPAIGN_BUDGET seconds per kernel,
 # default 120; BENCH_BUDGET, default 200): a step out of time keeps what it measured, and
 # running the script again resumes it (delete reports/decode-gpu-* and reports/bench/decode to
 # start over). Back under $OUT: decode-gpu.tgz (the reports) and decode-gpu.log.
@@ -35,6 +35,9 @@ echo "== flashcheck bench --decode" | tee -a "$LOG"
 timeout -s INT -k 20 ${BENCH_BUDGET:-200} "${FC[@]}" bench --decode 2>&1 | tee -a "$LOG"
 RC[bench]=${PIPESTATUS[0]}
 "${FC[@]}" bench --decode --render-only >>"$LOG" 2>&1
+if [[ -n ${SPLIT_SWEEP:-} ]]; then  # optional: the kernel at other fixed split sizes
+    timeout -k 10 120 python3 benchmarks/probe_decode_split.py 2>&1 | tee -a "$LOG"
+fi
 tar -C reports -czf "$OUT/decode-gpu.tgz" decode-gpu-triton-decode-paged \
     decode-gpu-triton-combine bench/decode 2>>"$LOG"
 {
