@@ -253,6 +253,8 @@ def decode_partials(
     o_p = torch.empty((splits, bsz, nq, hq, dv), dtype=torch.float32, device=q.device)
     l_p = torch.empty((splits, bsz, nq, hq), dtype=torch.float32, device=q.device)
     group = hq // hk
+    if bsz == 0:
+        return o_p, l_p
     _decode_split_kernel[(bsz * hk, splits)](
         q, k_cache, v_cache, block_table, cache_seqlens, o_p, l_p,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),

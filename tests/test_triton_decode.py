@@ -103,9 +103,25 @@ def test_combine_edge_rows_exact():
     o, out_lse = decode.combine_partials(o_p, lse)
     assert (o[0] == 0).all() and torch.isneginf(out_lse[0])  # every split empty: no 0/0
     assert torch.equal(o[1], o_p[0, 1]) and out_lse[1] == 0.5  # one live split: itself
+    o, out_lse = decode.combine_partials(torch.zeros(0, 3, 4), torch.zeros(0, 3))
+    assert (o == 0).all() and torch.isneginf(out_lse).all()  # no split at all: empty rows
     lse[1, 0] = float("nan")
     o, out_lse = decode.combine_partials(o_p, lse)
     assert torch.isnan(o[0]).all() and torch.isnan(out_lse[0])  # NaN is not hidden
+
+
+def test_strided_queries_and_an_empty_batch():
+    case = _case(7, "fp32", nq=2)
+    t = {k: torch.as_tensor(v) for k, v in {**case.tensors, **case.index}.items()}
+    opts = {"cache_seqlens": t["cache_seqlens"].int(), "block_table": t["block_table"].int()}
+    strided = t["q"].transpose(1, 2).contiguous().transpose(1, 2)  # (B, Nq, Hq, d), Hq slowest
+    assert not strided.is_contiguous()
+    want = decode.flash_decode_paged(t["q"], t["k_cache"], t["v_cache"], **opts)
+    got = decode.flash_decode_paged(strided, t["k_cache"], t["v_cache"], **opts)
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    none = {k: v[:0] for k, v in opts.items()}
+    o, lse = decode.flash_decode_paged(t["q"][:0], t["k_cache"], t["v_cache"], **none)
+    assert o.shape == (0, 2, 4, 16) and lse.shape == (0, 4, 2)
 
 
 def test_arguments_are_checked():
