@@ -35,9 +35,10 @@ Algorithm (two launches):
        m = max_s lse_s;  w_s = exp2((lse_s − m)·log2 e);  Z = Σ_s w_s
        O = (Σ_s w_s·o_s) / Z;   LSE = m + ln Z
 
-   A ``−inf`` split has weight exactly 0 and adds exact zeros, so the merge of a sequence does
-   not depend on how many empty splits the batch's longest sequence adds. A row whose splits
-   are all ``−inf`` gives ``O = 0``, ``LSE = −inf`` (no 0/0); a NaN ``lse_s`` gives NaN.
+   A ``−inf`` split has weight exactly 0 and adds exact zeros (the sums start at +0, so not
+   even a zero's sign changes): the merge of a sequence does not depend on how many empty
+   splits the batch's longest sequence adds. A row whose splits are all ``−inf`` gives
+   ``O = 0``, ``LSE = −inf`` (no 0/0); a NaN ``lse_s`` gives NaN.
 
 Arithmetic class "flash" per split (fp32 scores, softmax and accumulators, P rounded to the
 input format before P·V) followed by an fp32 merge; the merge's own error is within

@@ -103,6 +103,13 @@ def test_combine_edge_rows_exact():
     o, out_lse = decode.combine_partials(o_p, lse)
     assert (o[0] == 0).all() and torch.isneginf(out_lse[0])  # every split empty: no 0/0
     assert torch.equal(o[1], o_p[0, 1]) and out_lse[1] == 0.5  # one live split: itself
+    # A trailing empty split changes no bit, not even the sign of a zero output.
+    neg = torch.full((1, 1, 2), -0.0)
+    one, _ = decode.combine_partials(neg, torch.zeros(1, 1))
+    two, _ = decode.combine_partials(
+        torch.cat([neg, torch.zeros(1, 1, 2)]), torch.tensor([[0.0], [float("-inf")]])
+    )
+    assert torch.equal(one, two) and torch.equal(torch.signbit(one), torch.signbit(two))
     o, out_lse = decode.combine_partials(torch.zeros(0, 3, 4), torch.zeros(0, 3))
     assert (o == 0).all() and torch.isneginf(out_lse).all()  # no split at all: empty rows
     lse[1, 0] = float("nan")
