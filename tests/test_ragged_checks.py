@@ -260,7 +260,8 @@ def test_dense_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_
 ):
     from flashcheck.harness.cli import main
 
-    ragged = {"recurrence-varlen", "split-kv-paged", "split-kv-combine"}
+    ragged = {"recurrence-varlen", "split-kv-paged", "split-kv-combine", "triton-decode-paged"}
+    ragged |= {"triton-combine"}
     assert ragged <= set(KERNELS) and not ragged & set(default_kernels())
     # A dense campaign does not take them (they run in a campaign of their own:
     # tests/test_ragged_campaign.py), nor does one report mix the two.

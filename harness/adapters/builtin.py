@@ -6,7 +6,8 @@ precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and
 fp32 or tf32 dots for fp32 inputs). Ragged layouts (docs/api.md, "Ragged batches"):
 ``recurrence-varlen`` (the recurrence per packed sequence), ``split-kv-paged`` (paged decode,
 split-KV with 64 keys per split) and ``split-kv-combine`` (the fp32 merge of split-KV
-partials). docs/kernels.md describes each.
+partials); ``triton-decode-paged`` and ``triton-combine``: the Triton paged split-KV decode
+forward and its merge kernel. docs/kernels.md describes each.
 """
 
 from __future__ import annotations
@@ -183,6 +184,24 @@ def _split_kv_combine(out_partial, lse_partial):
 
     o, lse = merge_partials(out_partial, lse_partial, accum="fp32")
     return o.astype(out_partial.dtype), lse
+
+
+def _triton_decode_paged(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, scale):
+    from ...kernels.triton_decode import flash_decode_paged
+
+    opts = {"cache_seqlens": cache_seqlens, "block_table": block_table}
+    return flash_decode_paged(q, k_cache, v_cache, causal=causal, scale=scale, **opts)
+
+
+def _triton_combine(out_partial, lse_partial):
+    from ...kernels.triton_decode import combine_partials
+
+    return combine_partials(out_partial, lse_partial)
+
+
+def _triton_combine_available(dtype: str, device: str) -> str | None:
+    """As the Triton kernels, but bf16 runs under the interpreter: the merge has no dot."""
+    return _triton_available("fp16" if dtype == "bf16" else dtype, device)
 
 
 def _triton_available(dtype: str, device: str) -> str | None:
@@ -412,5 +431,33 @@ def _ragged_kernels() -> dict[str, Kernel]:
             deterministic=True,
             batch_invariant=True,
             op="combine",
+        ),
+        **_triton_ragged_kernels(),
+    }
+
+
+def _triton_ragged_kernels() -> dict[str, Kernel]:
+    """The Triton paged decode kernel (fixed keys per split) and its split-KV merge."""
+    fixed = {"api": "torch", "deterministic": True, "batch_invariant": True}
+    return {
+        "triton-decode-paged": Kernel(
+            "triton-decode-paged",
+            _triton_decode_paged,
+            "flash",
+            masks=frozenset({"causal"}),
+            options=frozenset({"causal", "scale"}),
+            check_available=_triton_available,
+            layout="paged",
+            **fixed,
+        ),
+        "triton-combine": Kernel(
+            "triton-combine",
+            _triton_combine,
+            "unknown",
+            masks=frozenset(),
+            options=frozenset(),
+            check_available=_triton_combine_available,
+            op="combine",
+            **fixed,
         ),
     }

@@ -18,6 +18,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     def chosen(values):
         return tuple(dict.fromkeys(values)) if values else None
 
+    if args.decode:
+        return _cmd_decode(args)
     if args.render_only:
         if not args.name:
             print(
@@ -65,6 +67,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_decode(args: argparse.Namespace) -> int:
+    """``--decode``: the paged decode benchmark (its own results folder, default ``decode``)."""
+    from ..bench.decode_bench import DecodeOptions, run_decode_bench
+    from ..bench.decode_report import render_decode
+
+    name = args.name or "decode"
+    if args.render_only:
+        results = Path(args.out) / name / "results.jsonl"
+        try:
+            print(f"decode bench report: {render_decode(results)}")
+        except (OSError, ValueError) as err:
+            print(f"flashcheck bench: error: {results} cannot be rendered: {err}", file=sys.stderr)
+            return 2
+        return 0
+    providers = tuple(dict.fromkeys(args.decode_provider)) if args.decode_provider else None
+    opts = DecodeOptions(name=name, out=args.out, providers=providers, quick=args.quick)
+    opts.fresh, opts.render, opts.seed = args.fresh, not args.no_render, args.seed
+    try:
+        return run_decode_bench(opts)
+    except ValueError as err:
+        print(f"flashcheck bench: error: {err}", file=sys.stderr)
+        return 2
+
+
 def add_bench(sub) -> None:
     """Add ``bench`` to the subparsers ``sub``."""
     b = sub.add_parser(
@@ -102,6 +128,18 @@ def add_bench(sub) -> None:
         help="re-render bench.md, bench.json, figures from results.jsonl",
     )
     b.add_argument("--no-figures", action="store_true", help="with --render-only: markdown only")
+    b.add_argument(
+        "--decode",
+        action="store_true",
+        help="the paged decode benchmark instead: latency and K/V bandwidth of "
+        "triton-decode-paged, SDPA and FlexAttention's paged attention (docs/bench.md)",
+    )
+    b.add_argument(
+        "--decode-provider",
+        action="append",
+        choices=("triton-decode-paged", "sdpa", "flex-paged"),
+        help="with --decode: run only this provider; repeat for several",
+    )
     b.set_defaults(func=_cmd_bench)
 
 
