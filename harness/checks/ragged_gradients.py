@@ -18,19 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..adapters.adapter import Kernel, KernelGradients, score_magnitude
+from ..adapters.probe import default_probe_device
 from ..adapters.ragged_backward import call_varlen_backward, varlen_gradients
+from ..adapters.registry import as_kernel
 from ..cases.ragged import RaggedCase
+from ..cases.ragged_store import save_ragged_case
 from ..core.status import Status
+from . import accuracy
 from .accuracy import GradientCheckResult, check_gradients_case
 
 __all__ = [
     "RaggedGradientResult",
+    "check_gradients",
+    "check_ragged_gradients",
     "check_varlen_gradients",
     "varlen_backward_supports",
     "varlen_grad_output",
@@ -57,6 +64,8 @@ class RaggedGradientResult:
     grads: KernelGradients
     sequences: list[GradientCheckResult | None] = field(default_factory=list)
     zero_reasons: list[str] = field(default_factory=list)
+    case_id: str | None = None
+    case_dir: str | None = None
 
     @property
     def verdict(self) -> Status:
@@ -87,6 +96,18 @@ class RaggedGradientResult:
         cu = self.case.index["cu_seqlens_q" if name == "dq" else "cu_seqlens_k"]
         what = "query" if name == "dq" else "key"
         return f"{_NAMES.get(name, name)}[{int(cu[b]) + i}, {h}, {c}] ({what} {i} of the sequence)"
+
+    @property
+    def replay(self) -> str | None:
+        if self.case_id is None:
+            return None
+        where = "" if self.case_dir is None else f" --dir {self.case_dir}"
+        return f"flashcheck replay {self.case_id}{where}"
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.kernel} on {self.device}: {self.case.describe()}"]
+        lines += [f"gradients {self.verdict}", *(f"  - {r}" for r in self.reasons)]
+        return "\n".join(lines + ([f"replay: {self.replay}"] if self.replay else []))
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as stored: status, reasons, and each sequence's dense verdicts."""
@@ -187,3 +208,46 @@ def worst_gradient_util(res: RaggedGradientResult) -> float | None:
         if not math.isnan(tv.det_util)
     ]
     return max(utils) if utils else None
+
+
+def check_ragged_gradients(
+    kernel: Any,
+    case: RaggedCase,
+    *,
+    device: str | None = None,
+    save: str = "failure",
+    case_dir: str | os.PathLike | None = None,
+) -> RaggedGradientResult:
+    """Judge the gradients of ``kernel`` (declared with ``flashcheck.kernel(fn,
+    layout="varlen", backward=...)``) on a varlen :class:`RaggedCase` (module docstring);
+    ``device``, ``save`` and ``case_dir`` as for :func:`flashcheck.check`. A saved case
+    replays its accuracy check and this gradient check (``flashcheck replay``)."""
+    if save not in ("failure", "always", "never"):
+        raise ValueError(f"save must be 'failure', 'always' or 'never', got {save!r}")
+    adapter = as_kernel(kernel)
+    device = device or default_probe_device(adapter)
+    res = check_varlen_gradients(adapter, case, device=device)
+    if save == "always" or (save == "failure" and not res.passed):
+        findings = [f"gradients: {r}" for r in res.reasons[:1]]
+        context = {"property": "gradients", "api": "check_gradients", "findings": findings}
+        res.case_id = save_ragged_case(
+            case, kernel=adapter.name, device=device, context=context, directory=case_dir
+        )
+        res.case_dir = None if case_dir is None else os.fspath(case_dir)
+    return res
+
+
+def check_gradients(kernel: Any, q: Any, k: Any = None, v: Any = None, **options: Any) -> Any:
+    """``flashcheck.check_gradients``: :func:`check_ragged_gradients` when ``q`` is a varlen
+    :class:`RaggedCase` (``options``: ``device``, ``save``, ``case_dir`` only; the case
+    carries its own), else the dense :func:`~.accuracy.check_gradients` with the same
+    arguments."""
+    if not isinstance(q, RaggedCase):
+        return accuracy.check_gradients(kernel, q, k, v, **options)
+    extra = sorted(set(options) - {"device", "save", "case_dir"})
+    if k is not None or v is not None or extra:
+        raise ValueError(
+            f"a RaggedCase carries its inputs and options: pass it alone (with device=, save=, "
+            f"case_dir=), not {extra or 'k, v'}"
+        )
+    return check_ragged_gradients(kernel, q, **options)

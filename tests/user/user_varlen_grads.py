@@ -14,7 +14,7 @@ import flashcheck
 
 def _attend(q, k, v, causal, scale):
     """fp32 attention of one sequence, ``q (Nq, Hq, d)``, ``k``/``v`` ``(Nk, Hk, ·)`` with
-    GQA; causal bottom-right aligned; every row keeps a key in the cases used here."""
+    GQA; causal bottom-right aligned."""
     nq, hq, d = q.shape
     nk, hk, _ = v.shape
     rep = hq // hk
@@ -22,11 +22,13 @@ def _attend(q, k, v, causal, scale):
     kf = k.float().repeat_interleave(rep, 1).transpose(0, 1)
     vf = v.float().repeat_interleave(rep, 1).transpose(0, 1)
     s = (qf @ kf.transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    keep = torch.ones(nq, nk, dtype=torch.bool)
     if causal:
-        i = torch.arange(nq)[:, None]
-        j = torch.arange(nk)[None, :]
-        s = s.masked_fill(j > i + (nk - nq), float("-inf"))
-    return (torch.softmax(s, dim=-1) @ vf).transpose(0, 1).to(q.dtype)
+        keep = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    # A row that keeps no key gets O = 0 (and no gradient), not softmax's NaN.
+    has = keep.any(-1, keepdim=True)
+    s = s.masked_fill(~keep, float("-inf")).masked_fill(~has, 0.0)
+    return ((torch.softmax(s, dim=-1) * has) @ vf).transpose(0, 1).to(q.dtype)
 
 
 def _varlen_autograd(
