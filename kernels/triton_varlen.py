@@ -51,6 +51,7 @@ __all__ = [
     "bf16_dot_supported",
     "check_varlen",
     "flash_attn_varlen",
+    "interpreting",
     "launch_varlen",
     "tiles",
 ]
@@ -180,7 +181,8 @@ def _varlen_fwd(
 # Launcher
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -188,8 +190,10 @@ def tiles(dtype_bytes: int, d: int, dv: int) -> tuple[int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, warps, stages)``: 32×32 under the interpreter (its cost is per
     tile operation; 32 still crosses a block edge at the test lengths), portable defaults that
     fit 100 KiB of shared memory on a GPU (not tuned)."""
-    if _interpreting():
+    if interpreting():
         return 32, 32, 4, 1
+    if dtype_bytes == 4 and max(d, dv) > 128:
+        return 32, 32, 4, 2
     if dtype_bytes == 4 or max(d, dv) > 128:
         return 64, 32, 4, 2
     return 128, 64, 8, 2
@@ -209,6 +213,11 @@ def launch_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, *, causal, window, scale):
     if total_q == 0 or batch == 0 or max_seqlen_q == 0:
         return o, lse
     bm, bn, warps, stages = tiles(q.element_size(), d, dv)
+    block_dv = max(16, triton.next_power_of_2(dv))
+    if bm >= 128:
+        # The dense kernel's measurement (H100, Triton 3.6): 128-row tiles with a P·V tile
+        # narrower than 64 gave wrong values at 8 warps; a 64-wide one is correct.
+        block_dv = max(block_dv, 64)
     left, right = (-1, -1) if window is None else window
     qk_scale = float(scale) * _LOG2E
     _varlen_fwd[(triton.cdiv(max_seqlen_q, bm), hq, batch)](
@@ -216,7 +225,7 @@ def launch_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, *, causal, window, scale):
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
         hq // hk, d, dv, qk_scale, left, right,
         CAUSAL=bool(causal), WINDOW=window is not None, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)),
+        BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=block_dv,
         PRECISION="ieee", POS_SCALE=qk_scale > 0, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return o, lse
@@ -252,7 +261,7 @@ def _check_tensors(q: Any, k: Any, v: Any, torch: Any) -> None:
         raise ValueError(f"dtype {q.dtype} is not supported: use float16, bfloat16 or float32")
     if not (q.device == k.device == v.device):
         raise ValueError("q, k and v must be on the same device")
-    if q.device.type != "cuda" and not _interpreting():
+    if q.device.type != "cuda" and not interpreting():
         raise ValueError(
             f"tensors are on {q.device}: the Triton kernel needs CUDA, or set TRITON_INTERPRET=1 "
             "before importing triton to run it on CPU (slow)"
@@ -310,7 +319,7 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
     if not math.isfinite(sc):
         raise ValueError(f"scale must be finite, got {scale}")
-    if q.dtype == torch.bfloat16 and _interpreting() and not bf16_dot_supported(torch):
+    if q.dtype == torch.bfloat16 and interpreting() and not bf16_dot_supported(torch):
         raise NotImplementedError(
             "bf16 under TRITON_INTERPRET=1: the interpreter's bf16 tl.dot returns wrong values "
             "(triton-lang/triton#11584, detected by a canary); run bf16 on a GPU"

@@ -39,10 +39,11 @@ import torch
 import triton
 import triton.language as tl
 
-from flashcheck.kernels.triton_varlen import check_varlen, launch_varlen, tiles
+from flashcheck.kernels.triton_varlen import check_varlen, interpreting, launch_varlen
 
 __all__ = [
     "FlashAttnVarlenFunction",
+    "backward_tiles",
     "flash_attn_varlen_backward",
     "flash_attn_varlen_differentiable",
     "launch_varlen_backward",
@@ -74,15 +75,17 @@ def _varlen_delta(
 
 @triton.jit
 def _keep(rows, cols, nq, nk, off, win_left, win_right, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
-    """The mask of a (rows × cols) tile of one sequence, bottom-right aligned."""
-    keep = (rows[:, None] < nq) & (cols[None, :] < nk)
+    """The mask of one sequence's tile, bottom-right aligned: ``rows`` and ``cols`` come in
+    already shaped ``(M, 1)``, ``(1, N)`` or transposed, so the dK/dV program gets its
+    (keys × rows) mask directly rather than through a transpose of booleans."""
+    keep = (rows < nq) & (cols < nk)
     if CAUSAL:
-        keep = keep & (cols[None, :] <= rows[:, None] + off)
+        keep = keep & (cols <= rows + off)
     if WINDOW:
         if win_left >= 0:
-            keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
+            keep = keep & (cols >= rows + off - win_left)
         if win_right >= 0:
-            keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
+            keep = keep & (cols <= rows + off + win_right)
     return keep
 
 
@@ -146,7 +149,9 @@ def _varlen_dkdv(
             lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
             delta = tl.load(Delta + h * sdh + (q0 + rows) * sdm, mask=in_q, other=0.0)
             st = tl.dot(k, tl.trans(q), input_precision=PRECISION)
-            keep = tl.trans(_keep(rows, cols, nq, nk, off, win_left, win_right, CAUSAL, WINDOW))
+            keep = _keep(
+                rows[None, :], cols[:, None], nq, nk, off, win_left, win_right, CAUSAL, WINDOW
+            )
             pt = tl.math.exp2(tl.where(keep, st * qk_scale - lse2[None, :], float("-inf")))
             dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
             dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -215,7 +220,7 @@ def _varlen_dq(
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         # Keys past the sequence are masked too: their score is 0 and exp2(0 − lse2) overflows
         # for a very negative LSE (inf·0 = NaN in dS·k).
-        keep = _keep(rows, cols, nq, nk, off, win_left, win_right, CAUSAL, WINDOW)
+        keep = _keep(rows[:, None], cols[None, :], nq, nk, off, win_left, win_right, CAUSAL, WINDOW)
         p = tl.math.exp2(tl.where(keep, s * qk_scale - lse2[:, None], float("-inf")))
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
@@ -227,6 +232,19 @@ def _varlen_dq(
 
 # ---------------------------------------------------------------------------------------------
 # Launcher
+
+
+def backward_tiles(dtype_bytes: int, d: int, dv: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, warps, stages)`` of the three backward programs: the dK/dV program
+    keeps two fp32 accumulators of ``BLOCK_N × d`` besides its k and v tiles, so the tiles are
+    narrower than the forward's (the dense backward's sizes, not tuned for varlen)."""
+    if interpreting():
+        return 32, 32, 4, 1
+    if dtype_bytes == 4 or max(d, dv) > 128:
+        return 32, 32, 4, 1
+    if max(d, dv) > 64:
+        return 32, 64, 4, 2
+    return 64, 64, 4, 2
 
 
 def launch_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k, max_q, max_k, *, causal, window, scale):
@@ -242,14 +260,12 @@ def launch_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k, max_q, max_k, *, cau
     if batch == 0 or total_q == 0 or k.shape[0] == 0:
         return dq, dk, dvv
     delta = torch.empty((hq, total_q), dtype=torch.float32, device=q.device)
-    bm, bn, warps, stages = tiles(q.element_size(), d, dv)
-    # The dK/dV program keeps two fp32 accumulators of block_n × d: keep its tile narrow.
-    bm, bn = min(bm, 64), min(bn, 64)
+    bm, bn, warps, stages = backward_tiles(q.element_size(), d, dv)
     block_d, block_dv = max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
     left, right = (-1, -1) if window is None else window
     consts = {"CAUSAL": bool(causal), "WINDOW": window is not None, "BLOCK_M": bm,
               "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_DV": block_dv, "PRECISION": "ieee",
-              "num_warps": min(warps, 4), "num_stages": stages}  # fmt: skip
+              "num_warps": warps, "num_stages": stages}  # fmt: skip
     if max_q > 0:
         _varlen_delta[(triton.cdiv(max_q, bm), hq, batch)](
             o, do, delta, cu_q, *o.stride(), *do.stride(), *delta.stride(), dv,
