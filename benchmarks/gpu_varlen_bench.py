@@ -29,6 +29,7 @@ SHAPES = [  # (batch, shortest, longest, hq, hk)
     (16, 128, 4096, 16, 16),
     (64, 16, 1024, 32, 8),
 ]
+DTYPES = (torch.bfloat16, torch.float16)
 
 
 def _batch(b, lo, hi, hq, hk, dtype, seed):
@@ -120,10 +121,11 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for shape in SHAPES:
-        for dtype in (torch.bfloat16, torch.float16):
+        for dtype in DTYPES:
             for causal in (False, True):
                 rows.append(_one(shape, dtype, causal, seed=len(rows)))
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}")
     print(
         "| shape | dtype | causal | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s "
         "| dense padded fwd ms | max abs err O / dQ / dK / dV |"
