@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
     from flashcheck.harness.checks.accuracy import CheckResult, GradientCheckResult
     from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
-    from flashcheck.harness.checks.ragged_gradients import check_gradients
+    from flashcheck.harness.checks.ragged_gradients import RaggedGradientResult, check_gradients
     from flashcheck.harness.oracle.combine import CombineResult
     from flashcheck.harness.oracle.dispatch import oracle
     from flashcheck.harness.oracle.evaluate import OracleResult
@@ -58,6 +58,7 @@ __all__ = [
     "OracleResult",
     "RaggedCase",
     "RaggedCheckResult",
+    "RaggedGradientResult",
     "__version__",
     "assert_attention",
     "call",
@@ -79,6 +80,7 @@ _WHERE = {
     "CombineResult": "flashcheck.harness.oracle.combine",
     "check": "flashcheck.harness.checks.ragged",
     "RaggedCheckResult": "flashcheck.harness.checks.ragged",
+    "RaggedGradientResult": "flashcheck.harness.checks.ragged_gradients",
     "RaggedCase": "flashcheck.harness.cases.ragged",
     "CheckResult": "flashcheck.harness.checks.accuracy",
     "check_gradients": "flashcheck.harness.checks.ragged_gradients",
