@@ -212,6 +212,8 @@ def launch_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, *, causal, window, scale):
     batch = cu_q.numel() - 1
     if total_q == 0 or batch == 0 or max_seqlen_q == 0:
         return o, lse
+    if k.shape[0] == 0:  # no sequence has a key (and an empty k has no address to launch with)
+        return o.zero_(), lse.fill_(float("-inf"))
     bm, bn, warps, stages = tiles(q.element_size(), d, dv)
     block_dv = max(16, triton.next_power_of_2(dv))
     if bm >= 128:

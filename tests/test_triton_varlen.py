@@ -97,6 +97,15 @@ def test_a_backward_summing_over_a_neighbours_row_fails_names_it_and_replays(use
     assert verdict == "PASS"
 
 
+def test_a_backward_that_skips_a_sequence_without_keys_fails_on_its_rows(user):
+    res = flashcheck.check_gradients(user.varlen_bwd_skips_keyless, _batch("fp32"), save="never")
+    assert res.verdict == "FAIL-HARD"
+    assert res.reasons == [
+        "sequence 3 (Nq=1, Nk=0): dQ[36, 0, 0] = 7.0 where the exact gradient is 0 (64 such "
+        "elements): the sequence has no keys"
+    ]
+
+
 def test_the_ragged_campaign_runs_the_gradient_check_and_gates_on_it(user, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copy(USER / "user_varlen_grads.py", tmp_path / "user_varlen_grads.py")

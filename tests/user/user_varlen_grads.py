@@ -4,7 +4,8 @@
 autograd (``backward="autograd"``). ``varlen_bwd_neighbour_row``: the same forward with a
 backward function whose dK and dV sum over one query row past the sequence's end (the first
 row of the next sequence), the off-by-one a dK/dV program's row loop makes when it runs to
-``cu_seqlens_q[b + 1] + 1``; its dQ is right.
+``cu_seqlens_q[b + 1] + 1``; its dQ is right. ``varlen_bwd_skips_keyless``: dQ left as
+allocated (uninitialised) for the rows of a sequence with no keys.
 """
 
 import torch
@@ -49,6 +50,21 @@ def _grads(q, k, v, do, causal, scale):
         return torch.autograd.grad(o, (q, k, v), do)
 
 
+def _bwd_skips_keyless(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, do, *, causal=False, scale=None
+):
+    # The bug: dQ is allocated uninitialised (7.0 stands for what memory held) and a sequence
+    # with no keys is skipped, so its rows keep it.
+    dq, dk, dv = torch.full_like(q, 7.0), torch.zeros_like(k), torch.zeros_like(v)
+    for b in range(cu_seqlens_q.numel() - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if k1 > k0:
+            g = _grads(q[q0:q1], k[k0:k1], v[k0:k1], do[q0:q1], causal, scale)
+            dq[q0:q1], dk[k0:k1], dv[k0:k1] = g
+    return dq, dk, dv
+
+
 def _bwd_neighbour_row(
     q,
     k,
@@ -85,4 +101,10 @@ varlen_bwd_neighbour_row = flashcheck.kernel(
     name="user_varlen_grads:varlen_bwd_neighbour_row",
     layout="varlen",
     backward=_bwd_neighbour_row,
+)
+varlen_bwd_skips_keyless = flashcheck.kernel(
+    _varlen_autograd,
+    name="user_varlen_grads:varlen_bwd_skips_keyless",
+    layout="varlen",
+    backward=_bwd_skips_keyless,
 )
