@@ -115,33 +115,36 @@ def _one(shape, dtype, causal, seed):
     }
 
 
+def _line(r: dict) -> str:
+    e = r["errors"]
+    return (
+        f"| {r['shape']} | {r['dtype']} | {r['causal']} | {r['fwd_ms']:.3f} | "
+        f"{r['fwd_tflops']:.0f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_tflops']:.0f} | "
+        f"{r['dense_padded_ms']:.3f} | {e['o']:.2g} / {e['dq']:.2g} / {e['dk']:.2g} / "
+        f"{e['dv']:.2g} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", help="write the rows here as JSON")
+    ap.add_argument("--json", help="write the rows here as JSON (after each row)")
     args = ap.parse_args()
-    rows = []
-    for shape in SHAPES:
-        for dtype in DTYPES:
-            for causal in (False, True):
-                rows.append(_one(shape, dtype, causal, seed=len(rows)))
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}")
     print(
         "| shape | dtype | causal | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s "
         "| dense padded fwd ms | max abs err O / dQ / dK / dV |"
     )
-    print("|---" * 9 + "|")
-    for r in rows:
-        e = r["errors"]
-        print(
-            f"| {r['shape']} | {r['dtype']} | {r['causal']} | {r['fwd_ms']:.3f} | "
-            f"{r['fwd_tflops']:.0f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_tflops']:.0f} | "
-            f"{r['dense_padded_ms']:.3f} | {e['o']:.2g} / {e['dq']:.2g} / {e['dk']:.2g} / "
-            f"{e['dv']:.2g} |"
-        )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    print("|---" * 9 + "|", flush=True)
+    rows = []
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            for causal in (False, True):
+                rows.append(_one(shape, dtype, causal, seed=len(rows)))
+                print(_line(rows[-1]), flush=True)  # a run stopped at its limit keeps these
+                if args.json:
+                    with open(args.json, "w") as fh:
+                        json.dump(rows, fh, indent=1)
 
 
 if __name__ == "__main__":
