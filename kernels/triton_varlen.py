@@ -88,6 +88,23 @@ def _softmax_step(s, m_i, l_i, keep, qk_scale, POS_SCALE: tl.constexpr):
 
 
 @triton.jit
+def _keep(rows, cols, in_k, off, win_left, win_right, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """The (rows × keys) mask of one sequence's tile: keys inside the sequence, bottom-right
+    causal (``j ≤ i + off``), the window ``i + off − left ≤ j ≤ i + off + right``."""
+    # 2-D from the start (the row term is always true): Triton 3.6 rejects a tensor whose
+    # shape changes inside a run-time `if` (the dense kernel's finding).
+    keep = in_k[None, :] & (rows[:, None] >= 0)
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None] + off)
+    if WINDOW:
+        if win_left >= 0:
+            keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
+        if win_right >= 0:
+            keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
+    return keep
+
+
+@triton.jit
 def _varlen_fwd(
     Q, K, V, Out, LSE, CuQ, CuK,
     sqm, sqh, sqd, skn, skh, skd, svn, svh, svd, som, soh, sod, slh, slm,
@@ -143,16 +160,7 @@ def _varlen_fwd(
             other=0.0,
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        # 2-D from the start (the row term is always true): Triton 3.6 rejects a tensor whose
-        # shape changes inside a run-time `if` (the dense kernel's finding).
-        keep = in_k[None, :] & (rows[:, None] >= 0)
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None] + off)
-        if WINDOW:
-            if win_left >= 0:
-                keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
-            if win_right >= 0:
-                keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
+        keep = _keep(rows, cols, in_k, off, win_left, win_right, CAUSAL, WINDOW)
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, POS_SCALE)
         v = tl.load(
             v_base + cols[:, None] * svn + offs_dv[None, :] * svd,
