@@ -358,6 +358,8 @@ class FlashAttnVarlenFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        if do is None:  # only LSE was used downstream: O contributes nothing
+            do = torch.zeros_like(o)
         grads = launch_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k, *ctx.lengths, **ctx.opts)
         return *grads, None, None, None, None, None, None, None
 
