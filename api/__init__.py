@@ -11,7 +11,8 @@ and ``flashcheck.properties`` is internal and may change.
 - :func:`check`: judge a kernel on one input (verdict, metrics, bounds, a saved case to replay),
   or on a :class:`RaggedCase` (a varlen or paged batch, or split-KV partials) for a kernel
   declared with ``kernel(fn, layout=...)`` or ``op="combine"``;
-- :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV;
+- :func:`check_gradients`: the same for the kernel's gradients dQ, dK, dV (per sequence on a
+  varlen :class:`RaggedCase` for a kernel declared with ``layout="varlen", backward=...``);
 - :func:`assert_attention`: the same as a test assertion (raises :class:`AttentionMismatch`);
 - :func:`load_case`: a saved failing case, rebuilt bit for bit; :func:`call`: a kernel called
   on a case as the checks call it (only the options its signature names);
@@ -37,12 +38,9 @@ if TYPE_CHECKING:
     from flashcheck.harness.cases.case import Case
     from flashcheck.harness.cases.ragged import RaggedCase
     from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
-    from flashcheck.harness.checks.accuracy import (
-        CheckResult,
-        GradientCheckResult,
-        check_gradients,
-    )
+    from flashcheck.harness.checks.accuracy import CheckResult, GradientCheckResult
     from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
+    from flashcheck.harness.checks.ragged_gradients import RaggedGradientResult, check_gradients
     from flashcheck.harness.oracle.combine import CombineResult
     from flashcheck.harness.oracle.dispatch import oracle
     from flashcheck.harness.oracle.evaluate import OracleResult
@@ -60,6 +58,7 @@ __all__ = [
     "OracleResult",
     "RaggedCase",
     "RaggedCheckResult",
+    "RaggedGradientResult",
     "__version__",
     "assert_attention",
     "call",
@@ -81,9 +80,10 @@ _WHERE = {
     "CombineResult": "flashcheck.harness.oracle.combine",
     "check": "flashcheck.harness.checks.ragged",
     "RaggedCheckResult": "flashcheck.harness.checks.ragged",
+    "RaggedGradientResult": "flashcheck.harness.checks.ragged_gradients",
     "RaggedCase": "flashcheck.harness.cases.ragged",
     "CheckResult": "flashcheck.harness.checks.accuracy",
-    "check_gradients": "flashcheck.harness.checks.accuracy",
+    "check_gradients": "flashcheck.harness.checks.ragged_gradients",
     "GradientCheckResult": "flashcheck.harness.checks.accuracy",
     "kernel": "flashcheck.harness.adapters.registry",
     "Kernel": "flashcheck.harness.adapters.adapter",

@@ -4,7 +4,8 @@
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
 precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and backward (IEEE
 fp32 or tf32 dots for fp32 inputs). Ragged layouts (docs/api.md, "Ragged batches"):
-``recurrence-varlen`` (the recurrence per packed sequence), ``split-kv-paged`` (paged decode,
+``recurrence-varlen`` (the recurrence per packed sequence), ``triton-varlen`` (the Triton
+varlen forward and backward, cu_seqlens), ``split-kv-paged`` (paged decode,
 split-KV with 64 keys per split) and ``split-kv-combine`` (the fp32 merge of split-KV
 partials); ``triton-decode-paged`` and ``triton-combine``: the Triton paged split-KV decode
 forward and its merge kernel. docs/kernels.md describes each.
@@ -152,6 +153,14 @@ def _recurrence_varlen(
     policy = PrecisionPolicy.flash(format_of(q.dtype).name)
     opts = {"causal": causal, "window": window, "scale": scale}
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, policy=policy, **opts)
+
+
+def _triton_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts):
+    from ...kernels.triton_varlen_bwd import flash_attn_varlen_differentiable
+
+    return flash_attn_varlen_differentiable(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts
+    )
 
 
 # Keys per split of the paged decode kernel: fixed, never derived from the batch.
@@ -416,6 +425,21 @@ def _ragged_kernels() -> dict[str, Kernel]:
             key_block=16,
             layout="varlen",
             **ragged,
+        ),
+        "triton-varlen": Kernel(
+            "triton-varlen",
+            _triton_varlen,
+            "flash",
+            api="torch",
+            masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale"}),
+            check_available=_triton_available,
+            backward="autograd",
+            backward_arithmetic="flash",
+            backward_score_limit=BWD_FLASH_SCORES,
+            deterministic=True,
+            batch_invariant=True,
+            layout="varlen",
         ),
         "split-kv-paged": Kernel(
             "split-kv-paged", _split_kv_paged, "flash", key_block=16, layout="paged", **ragged

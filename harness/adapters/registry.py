@@ -162,7 +162,9 @@ def kernel(
         score_limit: per dtype, the largest ``scale·Σ|q||k|`` it is specified for.
         backward: how to get its gradients for gradient checks: ``"autograd"`` (torch autograd
             through ``fn``'s output) or a function ``bwd(q, k, v, do, *, causal=..., ...) ->
-            (dQ, dK, dV)`` taking the options ``fn`` takes; ``None``: no gradient checks.
+            (dQ, dK, dV)`` taking the options ``fn`` takes; ``None``: no gradient checks. With
+            ``layout="varlen"``: ``bwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            max_seqlen_k, do, *, causal=..., ...)`` in the packed layout (paged: none).
         backward_arithmetic: the class whose gradient bounds apply (``naive``, ``flash``,
             ``flash-fa1``, ``tf32`` or ``unknown``, the loosest: docs/error-bounds.md §11).
         backward_score_limit: the largest ``scale·Σ|q||k|`` the backward is specified for.
@@ -318,6 +320,8 @@ def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]
     if layout == "dense" and op == "attention":
         return {}
     refused = _NOT_COMBINE if op == "combine" else _NOT_RAGGED
+    if layout == "varlen":  # a varlen backward is checked per sequence (checks/ragged_gradients)
+        refused = tuple(key for key in refused if key != "backward")
     what = "op='combine'" if op == "combine" else f"layout={layout!r}"
     bad = sorted(key for key in refused if given.get(key) not in (None, {}))
     if bad:
@@ -328,7 +332,7 @@ def _check_layout(layout: str, op: str, given: dict[str, Any]) -> dict[str, Any]
         if op == "attention":
             why = "lengths and batch shapes are the layout's own"
             if "backward" in bad:
-                why = "gradient checks of ragged layouts are not offered yet"
+                why = "paged decode kernels have no gradient checks (varlen ones do)"
         raise ValueError(f"{what} takes no {', '.join(bad)}: {why}; leave them out")
     masks = given.get("masks")
     if op == "attention" and masks is not None and "mask" in _as_tuple(masks):

@@ -3,12 +3,14 @@
 For each kernel and dtype, every case of the families of its layout
 (:mod:`flashcheck.harness.cases.ragged_families`) is judged by the accuracy check of ragged
 cases (:func:`~flashcheck.harness.checks.ragged.check_ragged_case`: per sequence against the
-oracle and the bounds), then, for varlen and paged kernels, by the properties of
-:mod:`flashcheck.harness.checks.ragged_properties` (page independence on paged cases only).
-Each check gives one :class:`~.ragged_records.RaggedResult`, appended to the results file as
-it is produced; a case with a failure is saved as a case file (``flashcheck replay`` re-runs
-its accuracy check and the properties that failed on it, with the campaign's seed). Results
-already on file are not recomputed: an interrupted campaign resumes.
+oracle and the bounds), for varlen kernels with a backward by the per-sequence gradient
+check (:mod:`~flashcheck.harness.checks.ragged_gradients`), then, for varlen and paged
+kernels, by the properties of :mod:`flashcheck.harness.checks.ragged_properties` (page
+independence on paged cases only). Each check gives one :class:`~.ragged_records.RaggedResult`,
+appended to the results file as it is produced; a case with a failure is saved as a case file
+(``flashcheck replay`` re-runs its accuracy check and the properties that failed on it, with
+the campaign's seed). Results already on file are not recomputed: an interrupted campaign
+resumes.
 
 The kernels run in this process, one call at a time: a kernel that hangs is not stopped.
 """
@@ -28,6 +30,11 @@ from ..cases.ragged_families import family_cases, sizes_for
 from ..cases.ragged_store import save_ragged_case
 from ..checks.ragged import RaggedCheckResult, check_ragged_case
 from ..checks.ragged_diagnosis import diagnose_ragged
+from ..checks.ragged_gradients import (
+    check_varlen_gradients,
+    varlen_backward_supports,
+    worst_gradient_util,
+)
 from ..checks.ragged_properties import RAGGED_PROPERTIES
 from ..core.resultlog import ResultLog
 from ..core.status import Status
@@ -47,12 +54,14 @@ def head_dim_for(adapter: Kernel, want: int) -> int:
     return min(above) if above else max(adapter.head_dims)
 
 
-def checks_of(layout: str) -> tuple[str, ...]:
-    """The checks a case of ``layout`` gets: accuracy, and the properties that apply."""
+def checks_of(layout: str, *, gradients: bool = False) -> tuple[str, ...]:
+    """The checks a case of ``layout`` gets: accuracy, the gradients of a varlen kernel with a
+    backward (``gradients=True``), and the properties that apply."""
     if layout == "combine":
         return ("accuracy",)
     props = [p for p in RAGGED_PROPERTIES if layout == "paged" or p != "page-independence"]
-    return ("accuracy", *props)
+    grads = ("gradients",) if gradients and layout == "varlen" else ()
+    return ("accuracy", *grads, *props)
 
 
 @dataclass
@@ -96,7 +105,7 @@ class RaggedCampaign:
     def _case(
         self, spec: str, adapter: Kernel, dev: str, dtype: str, i: int, case: RaggedCase
     ) -> None:
-        checks = checks_of(case.layout)
+        checks = checks_of(case.layout, gradients=adapter.backward is not None)
         keys = {c: self._key(spec, dtype, i, case, c) for c in checks}
         if all(k in self._done for k in keys.values()):
             return
@@ -126,6 +135,8 @@ class RaggedCampaign:
                         keys[name], **base, check=name, status=Status.NOT_APPLICABLE, reasons=(why,)
                     )
                 )
+            elif name == "gradients":
+                rows.append(self._gradients(adapter, dev, case, keys[name], base))
             else:
                 rows.append(self._property(adapter, dev, case, keys[name], name, base))
         failed = [r for r in rows if r.status.severity > 0]
@@ -170,6 +181,28 @@ class RaggedCampaign:
             det_util=util,
         )
         return rec, res
+
+    def _gradients(
+        self, adapter: Kernel, dev: str, case: RaggedCase, key: str, base: dict
+    ) -> RaggedResult:
+        """The per-sequence gradient check (:mod:`~flashcheck.harness.checks.ragged_gradients`)."""
+        why = varlen_backward_supports(adapter, case)
+        if why is not None:
+            reasons = (f"outside the backward's contract: {why}",)
+            return RaggedResult(key, **base, check="gradients", status=Status.SKIP, reasons=reasons)
+        out = call_kernel(lambda: check_varlen_gradients(adapter, case, device=dev))
+        if not out.ok:
+            msg = out.message.strip().splitlines()[-1] if out.message.strip() else str(out.status)
+            return RaggedResult(key, **base, check="gradients", status=out.status, reasons=(msg,))
+        res = out.value
+        return RaggedResult(
+            key,
+            **base,
+            check="gradients",
+            status=res.verdict,
+            reasons=tuple(res.reasons),
+            det_util=worst_gradient_util(res),
+        )
 
     def _property(
         self, adapter: Kernel, dev: str, case: RaggedCase, key: str, name: str, base: dict

@@ -23,7 +23,9 @@ _INTRO = (
     "(varlen), a KV cache in pages with a block table (paged), or split-KV partial results "
     "to merge (combine). **accuracy**: each sequence of the batch is cut out of the kernel's "
     "output and judged as the dense problem it is (the oracle, the error bounds, the naive "
-    "baseline); the worst sequence decides, and its reason names it with its lengths. Every "
+    "baseline); the worst sequence decides, and its reason names it with its lengths. "
+    "**gradients** (varlen kernels with a backward): dQ, dK, dV for a drawn dO, each sequence "
+    "judged as the dense gradient check does; keys no query attends to must get exactly 0. Every "
     "slot of the paged cache that no sequence owns holds NaN, so a kernel that reads past "
     "cache_seqlens returns NaN. **sequence-independence**: a sequence's output is bitwise the "
     "same when the other sequences' inputs are drawn again. **page-independence**: the same "
@@ -46,13 +48,14 @@ def _counts(rows: list[RaggedResult]) -> str:
 
 
 def _verdicts(data: RaggedResults) -> list[str]:
-    checks = ["accuracy", "sequence-independence", "page-independence", "batch-invariance"]
+    checks = ["accuracy", "gradients", "sequence-independence", "page-independence"]
+    checks.append("batch-invariance")
     lines = ["| kernel | dtype | " + " | ".join(checks) + " |", "|---" * (len(checks) + 2) + "|"]
     groups: dict[tuple[str, str], list[RaggedResult]] = {}
     for r in data.results:
         groups.setdefault((r.kernel, r.dtype), []).append(r)
     for (k, dt), rows in groups.items():
-        applies = checks_of(rows[0].layout)
+        applies = {*checks_of(rows[0].layout), *(r.check for r in rows)}
         cells = [
             _counts([r for r in rows if r.check == c]) if c in applies else "n/a" for c in checks
         ]

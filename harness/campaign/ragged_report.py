@@ -188,10 +188,10 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
 
 
 def _gated(r: RaggedResult, least: int) -> str | None:
-    if r.check != "accuracy":
+    if r.check not in ("accuracy", "gradients"):
         return f"{r.check} failed" if r.status == Status.FAIL else None
     if r.status.severity >= least:
-        return f"accuracy {r.status}"
+        return f"{r.check} {r.status}"
     return None
 
 
@@ -239,9 +239,12 @@ def ragged_summary(data: RaggedResults, case_dir: str) -> list[str]:
     ]
     for (k, dt), rows in groups.items():
         acc = Counter(r.status for r in rows if r.check == "accuracy")
-        props = [r for r in rows if r.check != "accuracy" and r.status.counted]
+        grads = Counter(r.status for r in rows if r.check == "gradients")
+        props = [r for r in rows if r.check not in ("accuracy", "gradients") and r.status.counted]
         pfail = sum(r.status == Status.FAIL for r in props)
         line = f"{k} {dt}: accuracy {', '.join(f'{n} {s}' for s, n in sorted(acc.items()))}"
+        if grads:
+            line += f"; gradients {', '.join(f'{n} {s}' for s, n in sorted(grads.items()))}"
         if props:
             line += f"; properties: {len(props)} checks, {pfail} failed"
         lines.append(line)

@@ -14,6 +14,7 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
 from ..core.status import Status
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
+from .ragged_gradients import check_varlen_gradients
 from .ragged_properties import RAGGED_PROPERTIES
 
 __all__ = ["replay_ragged"]
@@ -69,8 +70,13 @@ def _replay_properties(
 ) -> list[Status]:
     """The properties a campaign found failing on the case (its ``context``), run again with
     the campaign's seed; their statuses."""
-    names = [p for p in str(context.get("property", "")).split(", ") if p in RAGGED_PROPERTIES]
+    given = str(context.get("property", "")).split(", ")
+    names = [p for p in given if p in RAGGED_PROPERTIES]
     out = []
+    if "gradients" in given:
+        grads = check_varlen_gradients(adapter, case, device=dev)
+        echo(f"\n{grads}")
+        out.append(grads.verdict)
     for name in names:
         got = RAGGED_PROPERTIES[name](adapter, case, dev, seed=int(context.get("seed", 0)))
         same = "same verdict" if got.status == Status.FAIL else "DIFFERENT verdict"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The Triton varlen kernel (kernels/triton_varlen.py, triton_varlen_bwd.py) on one GPU:
+#   bash benchmarks/gpu_varlen.sh [name]          (default name: varlen-gpu)
+#
+# 1. `flashcheck report --kernel triton-varlen --preset gpu --device cuda`: the ragged campaign
+#    (varlen families at the gpu sizes: block edges, empty sequences, one 512 x 2048 sequence
+#    among short ones), fp16, bf16, fp32: each case's accuracy, its per-sequence gradient check
+#    (dQ, dK, dV against the gradient oracle and the flash backward's bounds) and the
+#    properties (sequence independence, batch invariance). The oracle's strict fallback on the
+#    long sequence's gradients costs a minute or more of CPU per dtype, so the run is held to
+#    REPORT_LIMIT seconds (default 150): the campaign appends result by result under
+#    reports/<name>/, and the same command on the same (warm) machine resumes where it stopped
+#    (exit 124: run it again; finished results are not recomputed).
+# 2. benchmarks/gpu_varlen_bench.py (held to BENCH_LIMIT seconds, default 100): forward and
+#    forward + backward times of packed ragged batches (bf16, fp16, d = 128) against the dense
+#    kernel on the padded batch, each shape checked against fp64 torch attention.
+# Then a short table. Back under $OUT: the report folder as <name>.tgz, both logs, the bench
+# JSON.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/flashcheck-out}
+NAME=${1:-varlen-gpu}
+WORK=${WORK:-$ROOT/reports}
+mkdir -p "$OUT" "$WORK"
+FC=${FC:-/tmp/fc}
+python3 "$ROOT/benchmarks/source_tree.py" "$FC" >/dev/null
+export PYTHONPATH=$FC${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+cd "$ROOT" || exit 1
+START=$SECONDS
+
+timeout -k 10 "${REPORT_LIMIT:-150}" python3 -m flashcheck.harness.cli report \
+    --kernel triton-varlen --preset gpu --device cuda --name "$NAME" --out "$WORK" \
+    >"$OUT/$NAME-report.log" 2>&1
+report_rc=$?
+report_s=$((SECONDS - START))
+tar -C "$WORK" -czf "$OUT/$NAME.tgz" "$NAME" 2>/dev/null
+
+timeout -k 10 "${BENCH_LIMIT:-100}" python3 benchmarks/gpu_varlen_bench.py \
+    --json "$OUT/$NAME-bench.json" >"$OUT/$NAME-bench.log" 2>&1
+bench_rc=$?
+bench_s=$((SECONDS - START - report_s))
+
+echo "== flashcheck report --kernel triton-varlen --preset gpu: exit $report_rc after ${report_s} s"
+echo "   (0: every check passed; 1: a gated failure; 124: stopped at the limit, rerun to resume)"
+grep -E "^triton-varlen |^    |exit status|^  - |[Ee]rror" "$OUT/$NAME-report.log" | head -20
+echo
+echo "== benchmarks/gpu_varlen_bench.py: exit $bench_rc"
+grep -E "^\||torch|Error|error" "$OUT/$NAME-bench.log" | head -20
+echo
+echo "| step | exit | wall |"
+echo "|---|---|---|"
+echo "| report --kernel triton-varlen --preset gpu | $report_rc | ${report_s} s |"
+echo "| gpu_varlen_bench.py | $bench_rc | ${bench_s} s |"
