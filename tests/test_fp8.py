@@ -150,3 +150,33 @@ def test_fp8_oracle_refuses_misuse_with_a_fix():
         flashcheck.oracle(x8, x8, x8, do=x16)
     with pytest.raises(TypeError, match="share one format"):
         flashcheck.oracle(x8, x8, x8.astype(ml_dtypes.float8_e5m2))
+
+
+def test_fp8_case_files_store_bits_and_descales_and_replay_bit_for_bit(tmp_path):
+    from flashcheck.harness.cases.case import Case
+    from flashcheck.harness.cases.store import load_case, save_case
+
+    rng = np.random.default_rng(4)
+    q8, dq = quantize(rng.standard_normal((2, 2, 3, 8)) * 500, "e4m3", heads=1)
+    k8, dk = quantize(rng.standard_normal((2, 1, 4, 8)) * 1e-30, "e4m3")
+    v8, dv = quantize(rng.standard_normal((2, 1, 4, 8)), "e4m3")
+    tq = torch.from_numpy(q8.view(np.uint8)).view(torch.float8_e4m3fn)  # torch in, numpy kept
+    case = Case.from_arrays(tq, k8, v8, descale_q=dq, descale_k=dk, descale_v=dv)
+    assert case.dtype == "e4m3" and case.q.dtype == ml_dtypes.float8_e4m3fn
+    assert np.array_equal(case.bits("q"), q8.view(np.uint8))
+    cid = save_case(case, kernel="k", device="cpu", directory=tmp_path)
+    back, record = load_case(cid, tmp_path)
+    assert record["dtype"] == "e4m3"
+    for name in ("q", "k", "v"):
+        assert np.array_equal(back.bits(name), case.bits(name))
+    for name, d in case.descales.items():
+        assert np.array_equal(back.descales[name], d) and back.descales[name].dtype == np.float32
+    assert np.array_equal(back.problem.q, case.problem.q)
+    assert np.array_equal(back.problem.v, case.problem.v)
+    a = flashcheck.oracle(*back.to_torch(), **back.descales)
+    b = flashcheck.oracle(q8, k8, v8, descale_q=dq, descale_k=dk, descale_v=dv)
+    assert np.array_equal(a.o.rounded, b.o.rounded) and back.to_torch()[0].dtype == tq.dtype
+    one = case.slice(1, 1)
+    assert one.descale_q.shape == (1, 1) and one.descale_q[0, 0] == dq[1, 0]
+    with pytest.raises(ValueError, match="FP8 cases only"):
+        Case(*(np.zeros((1, 1, 2, 4), np.float16),) * 3, descale_q=np.ones((1, 1), np.float32))
