@@ -93,3 +93,15 @@ def test_fp8_classes_apply_to_fp8_inputs_only():
     wide = Case.from_arrays(*(np.zeros((1, 1, 2, 4), np.float16),) * 3)
     with pytest.raises(ValueError, match="does not apply"):
         problem_bounds(wide.problem, arithmetic="flash-fp8")
+
+
+def test_flashcheck_check_takes_fp8_arrays_and_descales(tmp_path):
+    import flashcheck
+    from flashcheck.harness.campaign.fp8_table import FP8_EMULATION
+
+    case = make_fp8_case(_recipe("fp8_binades", 1))
+    res = flashcheck.check(
+        FP8_EMULATION, case.q, case.k, case.v, causal=case.causal, **case.descales, save="never"
+    )
+    assert res.verdict.verdict == Status.PASS, res.verdict.reasons
+    assert res.ref.fmt.name == "bf16" and res.bounds.arithmetic == "flash-fp8"
