@@ -25,7 +25,7 @@ from ..cases.fp8_families import FP8_FAMILIES, Fp8Recipe, make_fp8_case
 from ..cases.store import save_case
 from ..checks.accuracy import check_case
 from ..core.status import Status
-from .fp8_table import TABLE3_PAPER, table3_rows
+from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
 from .report import ReportOptions, default_name
 
 __all__ = ["Fp8Result", "fp8_kernels", "fp8_run", "run_fp8_report"]
@@ -179,7 +179,8 @@ def _render(results: list[Fp8Result], table: list, n: int, preset: str) -> str:
         "## FP8: FlashAttention-3's Table 3",
         "",
         f"RMSE against the exact result on N(0,1) + N(0,100)·Bernoulli(0.001) inputs, N = {n}, "
-        "d = 128 (the paper: N = 4096). *vs exact* is against the exact attention of the "
+        f"d = 128 (the paper: N = 4096), over {min(n, MAX_ROWS)} evenly spaced query rows. "
+        "*vs exact* is against the exact attention of the "
         "unquantized (fp32) inputs, as the paper measures (input quantization included); "
         "*vs own inputs* against the exact attention of the inputs the kernel was given.",
         "",
