@@ -16,7 +16,9 @@ The flash-fp8 class, per batch ``b``, query head ``h`` (key/value head ``g``) an
 ``exp2`` is evaluated in float64 and rounded to fp32. Options that plant the bugs the harness
 must catch: ``p_format="e5m2"`` (P quantized to e5m2), ``accum="fp16"``/``"bf16"`` (P·V
 accumulated below fp32) and ``double_descale`` (a descale of q, k or v applied twice).
-This module imports nothing from the harness.
+:func:`naive_fp8_attention` is the FP8 baseline of FlashAttention-3's Table 3: standard
+attention on the same inputs, the softmax normalised in fp32 before P (now ``p/l``, so more of
+it flushes) is quantized to e4m3. This module imports nothing from the harness.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["FP8_DTYPES", "flash_fp8_attention", "round_fp8"]
+__all__ = ["FP8_DTYPES", "flash_fp8_attention", "naive_fp8_attention", "round_fp8"]
 
 FP8_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 _ACCUM = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -147,3 +149,44 @@ def _head(q, k, v, c, causal, block_k, p_format, accum):
             acc = (acc + (p8[:, j, None] * vb[None, j]).astype(adt)).astype(adt)
         m = np.where(live, m_new, m)
     return acc.astype(_F32), ell, m
+
+
+def naive_fp8_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> np.ndarray:
+    """Standard FP8 attention: ``S = q8·k8ᵀ`` (fp32, sequential over d) times
+    ``fl(fl(scale·descale_q)·descale_k)``, softmax in fp32 (``p = e/l``), ``P8 = RN_e4m3(p)``,
+    ``O = RN_bf16(fl(P8·v8)·descale_v)`` with fp32 accumulation over the keys in order."""
+    q8, k8, v8 = (_to_numpy(x).astype(np.float32) for x in (q, k, v))
+    bsz, hq, nq, d = q8.shape
+    hk, nk = k8.shape[1], k8.shape[2]
+    ds = {
+        n: _descale(x, (bsz, hk))
+        for n, x in zip("qkv", (descale_q, descale_k, descale_v), strict=True)
+    }
+    tau = _F32(1.0 / math.sqrt(d) if scale is None else scale)
+    o = np.zeros((bsz, hq, nq, v8.shape[3]), dtype=ml_dtypes.bfloat16)
+    keep = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + nk - nq if causal else True
+    for b in range(bsz):
+        for h in range(hq):
+            g = h // (hq // hk)
+            s = np.zeros((nq, nk), dtype=_F32)
+            for t in range(d):
+                s = s + q8[b, h][:, t, None] * k8[b, g][None, :, t]
+            s = np.where(keep, s * _F32(_F32(tau * ds["q"][b, g]) * ds["k"][b, g]), -np.inf)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                e = np.exp((s - s.max(axis=1, keepdims=True)).astype(np.float64)).astype(_F32)
+                p8 = round_fp8(e / e.sum(axis=1, keepdims=True, dtype=_F32), "e4m3")
+            acc = np.zeros((nq, v8.shape[3]), dtype=_F32)
+            for j in range(nk):
+                acc = acc + p8[:, j, None] * v8[b, g][None, j]
+            o[b, h] = np.nan_to_num(acc * ds["v"][b, g]).astype(ml_dtypes.bfloat16)
+    return o

@@ -7,7 +7,8 @@ dtypes: rounded to fp16/bf16, or quantized to FP8 with one descale per head
 (:func:`~flashcheck.harness.core.fp8.quantize`), so the RMSE includes the input's quantization,
 as in the paper. A second figure is the RMSE against the exact result of the inputs the kernel
 was actually given. Beside the kernels under test: the project's exact numpy emulation of the
-flash-fp8 class and its fp16 naive baseline (both on the CPU). Above ``MAX_ROWS`` query rows the
+flash-fp8 class, the FP8 baseline (standard attention with P quantized after normalising) and
+the fp16 naive baseline (all three on the CPU). Above ``MAX_ROWS`` query rows the
 RMSE is taken over that many evenly spaced rows (rows are independent; the oracle evaluates
 only those).
 """
@@ -24,7 +25,7 @@ from ..core.formats import format_of, round_to_format
 from ..core.fp8 import quantize
 from ..oracle.evaluate import oracle, problem_oracle
 
-__all__ = ["FP8_EMULATION", "MAX_ROWS", "TABLE3_PAPER", "table3_rows"]
+__all__ = ["FP8_EMULATION", "FP8_NAIVE", "MAX_ROWS", "TABLE3_PAPER", "table3_rows"]
 
 MAX_ROWS = 512
 
@@ -53,6 +54,21 @@ def _emulation(
     )
 
 
+def _naive(q, k, v, *, causal=False, scale=None, descale_q=None, descale_k=None, descale_v=None):
+    from flashcheck.kernels.fp8_attention import naive_fp8_attention
+
+    return naive_fp8_attention(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        descale_q=descale_q,
+        descale_k=descale_k,
+        descale_v=descale_v,
+    )
+
+
 FP8_EMULATION = Kernel(
     "flash-fp8-numpy",
     _emulation,
@@ -63,6 +79,16 @@ FP8_EMULATION = Kernel(
     masks=frozenset({"causal"}),
     options=frozenset({"causal", "scale"}),
     key_block=64,
+)
+# FlashAttention-3's "FP8 baseline": standard attention, the normalised P quantized to e4m3.
+FP8_NAIVE = Kernel(
+    "naive-fp8-numpy",
+    _naive,
+    api="numpy",
+    dtypes=("e4m3",),
+    devices=("cpu",),
+    masks=frozenset({"causal"}),
+    options=frozenset({"causal", "scale"}),
 )
 
 
@@ -85,6 +111,7 @@ def table3_rows(
     exact = oracle(*(a.astype(np.float32) for a in x), fmt="fp32", rows=rows).o.hi
     kernels = dict(adapters)
     kernels.setdefault(FP8_EMULATION.name, FP8_EMULATION)
+    kernels.setdefault(FP8_NAIVE.name, FP8_NAIVE)
     kernels.setdefault("naive-numpy", project_kernels()["naive-numpy"])
     table = []
     for name, adapter in kernels.items():

@@ -69,6 +69,9 @@ def oracle(
     :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all but ``mask``,
     ``softcap``, ``sinks`` and the descales (``rows`` and ``keys`` name packed rows of a varlen
     batch; paged batches take neither, nor ``do``).
+
+    Longer than 80 lines: the signature names the options of every layout, and the body
+    refuses, with a fix, each option that a layout does not take.
     """
     varlen = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
     varlen_sizes = {"max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k}
