@@ -163,6 +163,7 @@ def test_fp8_case_files_store_bits_and_descales_and_replay_bit_for_bit(tmp_path)
     tq = torch.from_numpy(q8.view(np.uint8)).view(torch.float8_e4m3fn)  # torch in, numpy kept
     case = Case.from_arrays(tq, k8, v8, descale_q=dq, descale_k=dk, descale_v=dv)
     assert case.dtype == "e4m3" and case.q.dtype == ml_dtypes.float8_e4m3fn
+    assert " d=8 dv=8 " in case.describe() and "descale_v=[" in case.describe()
     assert np.array_equal(case.bits("q"), q8.view(np.uint8))
     cid = save_case(case, kernel="k", device="cpu", directory=tmp_path)
     back, record = load_case(cid, tmp_path)

@@ -245,8 +245,8 @@ class Case:
             opts.append(f"sinks={[float(x) for x in self.sinks]}")
         if self.do_layout != "contiguous":
             opts.append(f"dO {self.do_layout}")
-        for name, d in self.descales.items():
-            opts.append(f"{name}={[float(x) for x in d.ravel()]}")
+        for name, factors in self.descales.items():
+            opts.append(f"{name}={[float(x) for x in factors.ravel()]}")
         extra = f" {' '.join(opts)}" if opts else ""
         return (
             f"{self.family} {self.dtype} B={b} Hq={hq} Hk={hk} Nq={nq} Nk={nk} d={d} dv={dv}"
