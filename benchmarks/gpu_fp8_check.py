@@ -9,8 +9,9 @@
    ``flashcheck.kernel(fn, dtypes=("e4m3",), arithmetic="flash-fp8", ...)`` taking
    ``descale_q=, descale_k=, descale_v=``), and the numpy references (exact flash-fp8
    emulation, fp16 naive) on the CPU. Beside the paper's figures.
-2. For each FP8 --kernel: the FP8 campaign (``flashcheck report --kernel SPEC --preset gpu``),
-   written to reports/gpu-fp8/<name>/error-report.md.
+2. With an FP8 --kernel: one FP8 report (``flashcheck report --kernel SPEC --kernel triton
+   ... --preset gpu --name gpu-fp8``): the FP8 kernels' campaign and Table 3 over every kernel,
+   written to reports/gpu-fp8/error-report.md (``--n`` is then the preset's 4096).
 Prints the tables last.
 """
 
@@ -44,28 +45,26 @@ def main() -> int:
             adapters[spec] = resolve(spec)
         except Exception as err:  # a library not installed here: say so, go on
             print(f"skip {spec}: {err}")
-    campaigns = []
-    for spec in args.kernel:
-        if spec in adapters and fp8_kernels(adapters[spec]):
-            t0 = time.time()
-            opts = ReportOptions(
-                kernels=(spec,), preset=args.preset, device=args.device, out="reports/gpu-fp8"
-            )
-            rc = run_fp8_report(opts)
-            campaigns.append((spec, rc, time.time() - t0))
     t0 = time.time()
+    rc = 0
+    if any(fp8_kernels(a) for a in adapters.values()):
+        # one FP8 report: the campaign of the FP8 kernels, Table 3 over every kernel
+        opts = ReportOptions(
+            kernels=tuple(adapters), preset=args.preset, device=args.device, name="gpu-fp8"
+        )
+        rc = run_fp8_report(opts)
+        text = (Path("reports/gpu-fp8/error-report.md")).read_text()
+        print(f"\n({time.time() - t0:.0f} s) reports/gpu-fp8/error-report.md, exit {rc}")
+        print(text[text.index("## FP8: FlashAttention-3's Table 3") :])
+        return rc
     rows = table3_rows(adapters, n=args.n, device=args.device)
     print(f"\nTable 3 (N = {args.n}, d = 128; {time.time() - t0:.0f} s)")
     print("| kernel | inputs | RMSE vs exact | RMSE vs own inputs |")
     print("|---|---|---|---|")
     for name, dtype, a, b in rows:
         print(f"| {name} | {dtype} | {a:.3g} | {b:.3g} |")
-    print(
-        "\nPaper (FlashAttention-3, Table 3): " + "; ".join(f"{w} {v:.2g}" for w, v in TABLE3_PAPER)
-    )
-    for spec, rc, secs in campaigns:
-        print(f"FP8 campaign {spec}: exit {rc} ({secs:.0f} s), reports/gpu-fp8/")
-    return max([rc for _, rc, _ in campaigns], default=0)
+    print("\nPaper: " + "; ".join(f"{w} {v:.2g}" for w, v in TABLE3_PAPER))
+    return rc
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ error. For each kernel and each of its FP8 dtypes, every family of
 :mod:`flashcheck.harness.cases.fp8_families` at a few seeds (causal and not, where the kernel
 takes ``causal``) is judged by the accuracy check (the flash-fp8 class's bounds, or the class
 the kernel declares); a failing case is saved and its replay command printed. The report adds
-FlashAttention-3's Table 3 (:mod:`.fp8_table`). The kernels run in this process; the contract
+FlashAttention-3's Table 3 (:mod:`.fp8_table`) over every kernel named, 16-bit ones included
+(those get no campaign here: run their own report). The kernels run in this process; the contract
 is the declared one (no probe): declare an FP8 kernel with ``flashcheck.kernel(fn,
 dtypes=("e4m3",), ...)``.
 """
@@ -61,16 +62,9 @@ def fp8_kernels(kernel: Kernel) -> tuple[str, ...]:
 
 
 def fp8_run(specs: Sequence[str]) -> bool:
-    """Whether ``specs`` name FP8 kernels (every one of them; ``ValueError`` for a mix)."""
-    if not specs:
-        return False
-    kinds = {s: bool(fp8_kernels(resolve(s))) for s in specs}
-    if any(kinds.values()) and not all(kinds.values()):
-        raise ValueError(
-            f"one report holds either FP8 kernels ({[s for s, f in kinds.items() if f]}) or "
-            f"others ({[s for s, f in kinds.items() if not f]}): run two reports"
-        )
-    return all(kinds.values())
+    """Whether ``specs`` name an FP8 kernel: then the report is the FP8 campaign, and the
+    16-bit kernels named beside it appear in its Table 3 only."""
+    return any(fp8_kernels(resolve(s)) for s in specs)
 
 
 def _recipes(adapter: Kernel, dtype: str, preset: str, seed: int) -> list[Fp8Recipe]:
