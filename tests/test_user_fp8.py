@@ -59,3 +59,9 @@ def test_descale_applied_twice_exits_1_naming_the_descale(user_dir):
     out, text = _report("descale_twice", user_dir)
     assert out.returncode == 1, text
     assert "consistent with descale_v applied twice" in text
+
+
+def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):
+    out = _flashcheck(["test", "user_fp8:good"], user_dir)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "flashcheck report --kernel user_fp8:good" in out.stderr

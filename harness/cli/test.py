@@ -23,6 +23,7 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     from ..adapters.registry import resolve
+    from ..cases.case import FP8_DTYPES
 
     if args.spec != "builtin":
         try:
@@ -37,6 +38,16 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
                 "property suite for ragged layouts comes in a later release; run its campaign "
                 f"(families and properties) with flashcheck report --kernel {args.spec}, or "
                 "judge it on a case with flashcheck.check(kernel, flashcheck.RaggedCase...)",
+                file=sys.stderr,
+            )
+            return 2
+        fp8 = [d for d in kern.dtypes if d in FP8_DTYPES] if "dtypes" not in kern.pending else []
+        if fp8:
+            print(
+                f"flashcheck test: error: {args.spec} declares FP8 dtypes ({', '.join(fp8)}): the "
+                "property suite covers fp16, bf16 and fp32 inputs; run the FP8 campaign with "
+                f"flashcheck report --kernel {args.spec}, or judge one input with "
+                "flashcheck.check(kernel, q8, k8, v8, descale_q=..., descale_k=..., descale_v=...)",
                 file=sys.stderr,
             )
             return 2
