@@ -65,3 +65,15 @@ def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):
     out = _flashcheck(["test", "user_fp8:good"], user_dir)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "flashcheck report --kernel user_fp8:good" in out.stderr
+
+
+def test_fp8_kernel_modifying_its_input_fails_hard(user_dir):
+    out, text = _report("scales_v_in_place", user_dir)
+    assert out.returncode == 1, text
+    assert "FAIL-HARD: the kernel modified its input(s) v" in text
+
+
+def test_fp8_kernel_without_descale_keywords_is_a_usage_error(user_dir):
+    out, text = _report("no_descales", user_dir)
+    assert out.returncode == 2, text
+    assert "takes no descale_k, descale_q, descale_v keyword" in text

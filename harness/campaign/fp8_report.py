@@ -14,10 +14,13 @@ dtypes=("e4m3",), ...)``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from ..adapters.adapter import Kernel
 from ..adapters.registry import resolve
@@ -25,6 +28,7 @@ from ..cases.case import FP8_DTYPES, Case
 from ..cases.fp8_families import FP8_FAMILIES, Fp8Recipe, make_fp8_case
 from ..cases.store import save_case
 from ..checks.accuracy import check_case
+from ..core.fp8 import DESCALES
 from ..core.status import Status
 from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
 from .report import ReportOptions, default_name
@@ -94,6 +98,8 @@ def _judge(adapter: Kernel, case: Case, device: str, case_dir: Path, spec: str) 
     why = adapter.supports(case, device)
     if why is not None:
         return Fp8Result(*head, str(Status.NOT_APPLICABLE), None, (why,), None)
+    before = {n: np.array(x, copy=True) for n, x in _inputs(case).items()}
+    _ = case.problem  # the exact inputs, taken before the kernel can touch them
     try:
         res = check_case(adapter, case, device=device)
     except Exception as err:  # a kernel that raises on an input inside its contract
@@ -103,13 +109,39 @@ def _judge(adapter: Kernel, case: Case, device: str, case_dir: Path, spec: str) 
         v = res.verdict
         status, util, reasons = v.verdict, v.det_util, tuple(v.reasons)
         verdict = v.as_dict()
+    changed = [n for n, x in _inputs(case).items() if not np.array_equal(x, before[n])]
+    if changed:  # integrity: a numpy kernel is handed the case's own arrays
+        status = Status.FAIL_HARD
+        reasons = (f"FAIL-HARD: the kernel modified its input(s) {', '.join(changed)}", *reasons)
+        verdict = {"verdict": str(status), "reasons": list(reasons)}
     cid = None
     if status.failed or status == Status.ERROR:
         ctx = {"property": "accuracy", "campaign": "fp8"}
+        pristine = make_fp8_case(Fp8Recipe(**rec))  # the inputs as drawn, whatever the kernel did
         cid = save_case(
-            case, kernel=spec, device=device, verdict=verdict, context=ctx, directory=case_dir
+            pristine, kernel=spec, device=device, verdict=verdict, context=ctx, directory=case_dir
         )
     return Fp8Result(*head, str(status), util, reasons, cid)
+
+
+def _inputs(case: Case) -> dict[str, np.ndarray]:
+    return {"q": case.bits("q"), "k": case.bits("k"), "v": case.bits("v"), **case.descales}
+
+
+def _check_signature(spec: str, adapter: Kernel) -> None:
+    """An FP8 kernel must take FlashAttention-3's descale keywords (or ``**kwargs``)."""
+    try:
+        params = inspect.signature(adapter.fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: let the calls tell
+        return
+    names = {p.name for p in params}
+    if any(p.kind is p.VAR_KEYWORD for p in params) or set(DESCALES) <= names:
+        return
+    missing = sorted(set(DESCALES) - names)
+    raise ValueError(
+        f"{spec} declares FP8 dtypes but takes no {', '.join(missing)} keyword: add "
+        "descale_q=None, descale_k=None, descale_v=None to its signature (FlashAttention-3's)"
+    )
 
 
 def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
@@ -124,6 +156,9 @@ def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
     case_dir = folder / "cases"
     folder.mkdir(parents=True, exist_ok=True)
     adapters = {s: resolve(s) for s in opts.kernels}
+    for spec, adapter in adapters.items():
+        if fp8_kernels(adapter):
+            _check_signature(spec, adapter)
     if opts.arithmetic is not None:  # --arithmetic: for the kernels that declare none
         adapters = {
             s: replace(a, arithmetic=opts.arithmetic) if a.arithmetic == "unknown" else a

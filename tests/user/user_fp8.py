@@ -49,3 +49,23 @@ def descale_twice(q, k, v, *, causal=False, descale_q=None, descale_k=None, desc
     """Bug: descale_v applied twice."""
     args = (q, k, v, causal, descale_q, descale_k, descale_v, torch.float8_e4m3fn)
     return _fp8_attention(*args, v_twice=True)
+
+
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",), api="numpy")
+def scales_v_in_place(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Bug: halves V in place after use (a numpy kernel is handed the caller's array)."""
+    import numpy as np
+
+    t = [torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (q, k, v)]
+    d = [None if x is None else torch.from_numpy(x) for x in (descale_q, descale_k, descale_v)]
+    out = good.fn(*t, causal=causal, descale_q=d[0], descale_k=d[1], descale_v=d[2])
+    v[...] = (v.astype(np.float32) * 0.5).astype(v.dtype)
+    return out
+
+
+def no_descales(q, k, v, *, causal=False):
+    """Bug: an FP8 kernel without FlashAttention-3's descale keywords."""
+    return good.fn(q, k, v, causal=causal)
+
+
+no_descales = flashcheck.kernel(no_descales, dtypes=("e4m3",), masks=("causal",))
