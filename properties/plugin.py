@@ -299,6 +299,7 @@ def _resolve_all(
     from ..harness.adapters.probe import resolved
     from ..harness.adapters.registry import resolve
     from ..harness.adapters.worker import KernelRef, KernelWorker
+    from ..harness.campaign.fp8_report import suite_refusal
 
     out: dict[str, Any] = {}
     with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
@@ -307,6 +308,8 @@ def _resolve_all(
                 kern = resolve(spec)
             except ValueError as err:
                 raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+            if (why := suite_refusal(spec, kern)) is not None:
+                raise pytest.UsageError(why)
             if nan_inputs is not None and kern.nan_inputs == "propagate":
                 kern = replace(kern, nan_inputs=nan_inputs)
             dev = kernel_device(kern, device)

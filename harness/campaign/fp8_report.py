@@ -33,7 +33,7 @@ from ..core.status import Status
 from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
 from .report import ReportOptions, default_name
 
-__all__ = ["Fp8Result", "fp8_kernels", "fp8_run", "run_fp8_report"]
+__all__ = ["Fp8Result", "fp8_kernels", "fp8_run", "run_fp8_report", "suite_refusal"]
 
 # Per preset: seeds per family, (Nq, Nk, d) of the families and N of Table 3.
 _SIZES = {
@@ -63,6 +63,19 @@ def fp8_kernels(kernel: Kernel) -> tuple[str, ...]:
     if "dtypes" in kernel.pending:
         return ()
     return tuple(d for d in kernel.dtypes if d in FP8_DTYPES)
+
+
+def suite_refusal(spec: str, kernel: Kernel) -> str | None:
+    """Why the property suite does not take ``kernel`` (it declares FP8 dtypes), or ``None``."""
+    fp8 = fp8_kernels(kernel)
+    if not fp8:
+        return None
+    return (
+        f"{spec} declares FP8 dtypes ({', '.join(fp8)}): the property suite covers fp16, bf16 "
+        f"and fp32 inputs; run the FP8 campaign with flashcheck report --kernel {spec}, or judge "
+        "one input with flashcheck.check(kernel, q8, k8, v8, descale_q=..., descale_k=..., "
+        "descale_v=...)"
+    )
 
 
 def fp8_run(specs: Sequence[str]) -> bool:

@@ -23,7 +23,7 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     from ..adapters.registry import resolve
-    from ..cases.case import FP8_DTYPES
+    from ..campaign.fp8_report import suite_refusal
 
     if args.spec != "builtin":
         try:
@@ -41,15 +41,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
-        fp8 = [d for d in kern.dtypes if d in FP8_DTYPES] if "dtypes" not in kern.pending else []
-        if fp8:
-            print(
-                f"flashcheck test: error: {args.spec} declares FP8 dtypes ({', '.join(fp8)}): the "
-                "property suite covers fp16, bf16 and fp32 inputs; run the FP8 campaign with "
-                f"flashcheck report --kernel {args.spec}, or judge one input with "
-                "flashcheck.check(kernel, q8, k8, v8, descale_q=..., descale_k=..., descale_v=...)",
-                file=sys.stderr,
-            )
+        if (why := suite_refusal(args.spec, kern)) is not None:
+            print(f"flashcheck test: error: {why}", file=sys.stderr)
             return 2
     suite = importlib.resources.files("flashcheck.properties")
     argv = [
