@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flashcheck.harness.adapters.fp8_contract import fp8_kernels
 from flashcheck.harness.adapters.registry import resolve
-from flashcheck.harness.campaign.fp8_report import fp8_kernels, run_fp8_report
+from flashcheck.harness.campaign.fp8_report import run_fp8_report
 from flashcheck.harness.campaign.fp8_table import TABLE3_PAPER, table3_rows
 from flashcheck.harness.campaign.report import ReportOptions
 

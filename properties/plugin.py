@@ -296,10 +296,10 @@ def _resolve_all(
     from dataclasses import replace
     from functools import partial
 
+    from ..harness.adapters.fp8_contract import suite_refusal
     from ..harness.adapters.probe import resolved
     from ..harness.adapters.registry import resolve
     from ..harness.adapters.worker import KernelRef, KernelWorker
-    from ..harness.campaign.fp8_report import suite_refusal
 
     out: dict[str, Any] = {}
     with KernelWorker(timeout=PROBE_TIMEOUT) as worker:

@@ -14,7 +14,6 @@ dtypes=("e4m3",), ...)``.
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -23,17 +22,17 @@ from pathlib import Path
 import numpy as np
 
 from ..adapters.adapter import Kernel
+from ..adapters.fp8_contract import check_signature, fp8_kernels
 from ..adapters.registry import resolve
-from ..cases.case import FP8_DTYPES, Case
+from ..cases.case import Case
 from ..cases.fp8_families import FP8_FAMILIES, Fp8Recipe, make_fp8_case
 from ..cases.store import save_case
 from ..checks.accuracy import check_case
-from ..core.fp8 import DESCALES
 from ..core.status import Status
 from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
 from .report import ReportOptions, default_name
 
-__all__ = ["Fp8Result", "fp8_kernels", "fp8_run", "run_fp8_report", "suite_refusal"]
+__all__ = ["Fp8Result", "fp8_run", "run_fp8_report"]
 
 # Per preset: seeds per family, (Nq, Nk, d) of the families and N of Table 3.
 _SIZES = {
@@ -56,26 +55,6 @@ class Fp8Result:
     det_util: float | None
     reasons: tuple[str, ...]
     case_id: str | None
-
-
-def fp8_kernels(kernel: Kernel) -> tuple[str, ...]:
-    """The FP8 dtypes a kernel declares (``()`` for a 16-bit kernel or undeclared dtypes)."""
-    if "dtypes" in kernel.pending:
-        return ()
-    return tuple(d for d in kernel.dtypes if d in FP8_DTYPES)
-
-
-def suite_refusal(spec: str, kernel: Kernel) -> str | None:
-    """Why the property suite does not take ``kernel`` (it declares FP8 dtypes), or ``None``."""
-    fp8 = fp8_kernels(kernel)
-    if not fp8:
-        return None
-    return (
-        f"{spec} declares FP8 dtypes ({', '.join(fp8)}): the property suite covers fp16, bf16 "
-        f"and fp32 inputs; run the FP8 campaign with flashcheck report --kernel {spec}, or judge "
-        "one input with flashcheck.check(kernel, q8, k8, v8, descale_q=..., descale_k=..., "
-        "descale_v=...)"
-    )
 
 
 def fp8_run(specs: Sequence[str]) -> bool:
@@ -141,22 +120,6 @@ def _inputs(case: Case) -> dict[str, np.ndarray]:
     return {"q": case.bits("q"), "k": case.bits("k"), "v": case.bits("v"), **case.descales}
 
 
-def _check_signature(spec: str, adapter: Kernel) -> None:
-    """An FP8 kernel must take FlashAttention-3's descale keywords (or ``**kwargs``)."""
-    try:
-        params = inspect.signature(adapter.fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C function: let the calls tell
-        return
-    names = {p.name for p in params}
-    if any(p.kind is p.VAR_KEYWORD for p in params) or set(DESCALES) <= names:
-        return
-    missing = sorted(set(DESCALES) - names)
-    raise ValueError(
-        f"{spec} declares FP8 dtypes but takes no {', '.join(missing)} keyword: add "
-        "descale_q=None, descale_k=None, descale_v=None to its signature (FlashAttention-3's)"
-    )
-
-
 def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
     """Run the FP8 campaign of ``opts.kernels`` and write its report (module docstring)."""
     import torch
@@ -171,7 +134,7 @@ def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
     adapters = {s: resolve(s) for s in opts.kernels}
     for spec, adapter in adapters.items():
         if fp8_kernels(adapter):
-            _check_signature(spec, adapter)
+            check_signature(spec, adapter)
     if opts.arithmetic is not None:  # --arithmetic: for the kernels that declare none
         adapters = {
             s: replace(a, arithmetic=opts.arithmetic) if a.arithmetic == "unknown" else a

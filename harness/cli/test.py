@@ -22,8 +22,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
 
     import pytest
 
+    from ..adapters.fp8_contract import suite_refusal
     from ..adapters.registry import resolve
-    from ..campaign.fp8_report import suite_refusal
 
     if args.spec != "builtin":
         try:
