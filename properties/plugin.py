@@ -296,6 +296,7 @@ def _resolve_all(
     from dataclasses import replace
     from functools import partial
 
+    from ..harness.adapters.fp8_contract import suite_refusal
     from ..harness.adapters.probe import resolved
     from ..harness.adapters.registry import resolve
     from ..harness.adapters.worker import KernelRef, KernelWorker
@@ -307,6 +308,8 @@ def _resolve_all(
                 kern = resolve(spec)
             except ValueError as err:
                 raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+            if (why := suite_refusal(spec, kern)) is not None:
+                raise pytest.UsageError(why)
             if nan_inputs is not None and kern.nan_inputs == "propagate":
                 kern = replace(kern, nan_inputs=nan_inputs)
             dev = kernel_device(kern, device)

@@ -466,10 +466,10 @@ def _ieee_quiet():
 
 def score_magnitude(case: Case) -> float:
     """``max scale·Σ_t |q_t||k_t|`` over finite inputs: bounds every score and partial sum."""
-    *_, d, _ = case.shape
-    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(d)
-    q = np.nan_to_num(np.abs(case.q.astype(np.float64)), nan=0, posinf=0)
-    k = np.nan_to_num(np.abs(case.k.astype(np.float64)), nan=0, posinf=0)
+    tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(case.shape[5])
+    exact = case.problem if case.descales else case  # FP8: the values times their descales
+    q = np.nan_to_num(np.abs(exact.q.astype(np.float64)), nan=0, posinf=0)
+    k = np.nan_to_num(np.abs(exact.k.astype(np.float64)), nan=0, posinf=0)
     rep = q.shape[1] // k.shape[1]
     k = np.repeat(k, rep, axis=1)
     return float(tau * (q @ np.swapaxes(k, -1, -2)).max(initial=0.0))

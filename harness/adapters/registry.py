@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from ..cases.case import FP8_DTYPES
 from ..core.layouts import LAYOUTS
 from ..judging.bounds import ARITHMETIC_CLASSES
 from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
@@ -239,7 +240,7 @@ def kernel(
     declared: dict[str, Any] = {"options": opts}
     undeclared_masks = frozenset(m for m in ALL_MASKS if m in opts)
     if dtypes is not None:
-        declared["dtypes"] = _names(dtypes, ALL_DTYPES, "dtype(s)")
+        declared["dtypes"] = _names(dtypes, (*ALL_DTYPES, *FP8_DTYPES), "dtype(s)")
     if head_dims is not None:
         dims = tuple(sorted({int(x) for x in head_dims}))
         if not dims or dims[0] < 1:

@@ -6,6 +6,9 @@ says so: ``flashcheck.kernel(fn, options=...)``); a case that sets one is outsid
 of a kernel that does not. ``sinks`` reach a numpy kernel as the case's float32 array and a torch
 kernel as a float32 tensor on its device (with ``requires_grad`` for an autograd backward,
 whose gradient is the kernel's ``dσ``).
+
+An FP8 case's descales (``descale_q``, ``descale_k``, ``descale_v``: float32 ``(B, Hk)``) reach
+an FP8 kernel the same way, as FlashAttention-3's keyword arguments of those names.
 """
 
 from __future__ import annotations
@@ -42,4 +45,11 @@ def option_values(case: Case, api: str, device: str = "cpu", grad: bool = False)
             import torch
 
             out["sinks"] = torch.from_numpy(case.sinks.copy()).to(device).requires_grad_(grad)
+    for name, d in case.descales.items():
+        if api == "numpy":
+            out[name] = d.copy()
+        else:
+            import torch
+
+            out[name] = torch.from_numpy(d.copy()).to(device)
     return out

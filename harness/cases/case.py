@@ -18,16 +18,29 @@ import ml_dtypes
 import numpy as np
 
 from ..core.formats import Format, format_of
+from ..core.fp8 import DESCALES, as_fp8_array, fp8_format_of
 from ..core.semantics import AttentionProblem, make_problem
 
-__all__ = ["DO_LAYOUTS", "DTYPES", "Case"]
+__all__ = ["CASE_DTYPES", "DO_LAYOUTS", "DTYPES", "FP8_DTYPES", "Case"]
 
 DTYPES: dict[str, np.dtype] = {
     "fp16": np.dtype(np.float16),
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "fp32": np.dtype(np.float32),
 }
-_BITS = {"fp16": np.uint16, "bf16": np.uint16, "fp32": np.uint32}
+# FP8 inputs (with descales) are cases too, but not a dtype the dense campaigns loop over.
+FP8_DTYPES: dict[str, np.dtype] = {
+    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+CASE_DTYPES: dict[str, np.dtype] = {**DTYPES, **FP8_DTYPES}
+_BITS = {
+    "fp16": np.uint16,
+    "bf16": np.uint16,
+    "fp32": np.uint32,
+    "e4m3": np.uint8,
+    "e5m2": np.uint8,
+}
 # How a gradient check hands ``dO`` to a backward: a fresh contiguous array; a view into a larger
 # NaN-filled buffer (a backward that assumes contiguous strides reads the padding); one row of
 # ``dv`` values broadcast with zero strides, as autograd hands over the gradient of ``O.sum()``.
@@ -47,6 +60,9 @@ class Case:
     ``"expanded"`` ``dO`` has one row of values, the same for every (batch, head, query).
     ``softcap`` and ``sinks`` (float32 ``(Hq,)``): the softmax options of
     :func:`~flashcheck.harness.core.semantics.check_softcap_sinks` (``None``: off).
+    ``descale_q``, ``descale_k``, ``descale_v``: for FP8 inputs (``float8_e4m3fn``,
+    ``float8_e5m2``), float32 ``(B, Hk)`` factors (``None``: 1); the exact input is the FP8
+    value times its descale (:mod:`flashcheck.harness.core.fp8`).
     """
 
     q: np.ndarray
@@ -63,14 +79,18 @@ class Case:
     do_layout: str = "contiguous"
     softcap: float | None = None
     sinks: np.ndarray | None = None
+    descale_q: np.ndarray | None = None
+    descale_k: np.ndarray | None = None
+    descale_v: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         names = {x.dtype for x in (self.q, self.k, self.v)}
-        if len(names) != 1 or next(iter(names)) not in DTYPES.values():
+        if len(names) != 1 or next(iter(names)) not in CASE_DTYPES.values():
             raise ValueError(
-                f"q, k, v must share one dtype among {sorted(DTYPES)} (numpy arrays or torch "
-                f"tensors), got {[str(x.dtype) for x in (self.q, self.k, self.v)]}"
+                f"q, k, v must share one dtype among {sorted(CASE_DTYPES)} (numpy arrays or "
+                f"torch tensors), got {[str(x.dtype) for x in (self.q, self.k, self.v)]}"
             )
+        self._check_descales()
         if self.mask is not None and self.mask.dtype != np.bool_:
             raise ValueError("mask must be a boolean array (True = keep)")
         if self.do is not None:
@@ -97,12 +117,27 @@ class Case:
                     "pass a do whose rows are all equal, or another do_layout"
                 )
 
+    def _check_descales(self) -> None:
+        given = [n for n in DESCALES if getattr(self, n) is not None]
+        if given and self.dtype not in FP8_DTYPES:
+            raise ValueError(f"{', '.join(given)} apply to FP8 cases only, not {self.dtype}")
+        want = (self.q.shape[0], self.k.shape[1])
+        for name in given:
+            d = getattr(self, name)
+            if not isinstance(d, np.ndarray) or d.dtype != np.float32 or d.shape != want:
+                raise ValueError(f"{name} must be a float32 array of shape (B, Hk) = {want}")
+
+    @property
+    def descales(self) -> dict[str, np.ndarray]:
+        """The descales that are set, by keyword (what an FP8 kernel is handed)."""
+        return {n: getattr(self, n) for n in DESCALES if getattr(self, n) is not None}
+
     @cached_property
     def problem(self) -> AttentionProblem:
         """The validated problem: the inputs as exact float64 arrays and the options, made once
         per case and shared by the oracle, the bounds and the checks (the inputs are not
         meant to change after the case is made)."""
-        return make_problem(self.q, self.k, self.v, **self.options())
+        return make_problem(self.q, self.k, self.v, **self.options(), **self.descales)
 
     def __getstate__(self) -> dict[str, Any]:
         # The problem is derived from the fields: a pickled case (sent to a worker process)
@@ -165,7 +200,7 @@ class Case:
 
     @property
     def dtype(self) -> str:
-        """The input format's name: ``"fp16"``, ``"bf16"`` or ``"fp32"``."""
+        """The input format's name: ``"fp16"``, ``"bf16"``, ``"fp32"``, ``"e4m3"``, ``"e5m2"``."""
         return format_of(self.q.dtype).name
 
     @property
@@ -210,6 +245,8 @@ class Case:
             opts.append(f"sinks={[float(x) for x in self.sinks]}")
         if self.do_layout != "contiguous":
             opts.append(f"dO {self.do_layout}")
+        for name, factors in self.descales.items():
+            opts.append(f"{name}={[float(x) for x in factors.ravel()]}")
         extra = f" {' '.join(opts)}" if opts else ""
         return (
             f"{self.family} {self.dtype} B={b} Hq={hq} Hk={hk} Nq={nq} Nk={nk} d={d} dv={dv}"
@@ -223,15 +260,15 @@ class Case:
     @classmethod
     def from_bits(cls, dtype: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, **kw) -> Case:
         """Rebuild a case from bit patterns (the inverse of :meth:`bits`)."""
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+        if dtype not in CASE_DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(CASE_DTYPES)}")
         want = np.dtype(_BITS[dtype])
         arrays = []
         for name, x in (("q", q), ("k", k), ("v", v)):
             x = np.asarray(x)
             if x.dtype != want:
                 raise ValueError(f"{name} bits must be {want}, got {x.dtype}")
-            arrays.append(np.ascontiguousarray(x).view(DTYPES[dtype]))
+            arrays.append(np.ascontiguousarray(x).view(CASE_DTYPES[dtype]))
         return cls(*arrays, **kw)
 
     @classmethod
@@ -247,10 +284,14 @@ class Case:
         scale: float | None = None,
         softcap: float | None = None,
         sinks: Any = None,
+        descale_q: Any = None,
+        descale_k: Any = None,
+        descale_v: Any = None,
     ) -> Case:
-        """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32, values
-        taken exactly; ``mask`` a boolean array or tensor (True = keep), broadcastable to
-        ``(B, Hq, Nq, Nk)``; ``softcap``, ``sinks`` as the oracle takes them."""
+        """A case from numpy arrays or torch tensors (any device) in fp16, bf16 or fp32 (or FP8
+        with its descales), values taken exactly; ``mask`` a boolean array or tensor (True =
+        keep), broadcastable to ``(B, Hq, Nq, Nk)``; ``softcap``, ``sinks`` as the oracle takes
+        them."""
         if mask is not None and type(mask).__module__.startswith("torch"):
             mask = mask.detach().cpu().numpy()
         if mask is not None and np.asarray(mask).dtype != np.bool_:
@@ -268,18 +309,34 @@ class Case:
             scale=scale,
             softcap=softcap,
             sinks=sinks,
+            descale_q=descale_q,
+            descale_k=descale_k,
+            descale_v=descale_v,
         )
-        dtype = DTYPES[problem.fmt.name]
+        if problem.fp8 is not None:  # the case keeps the FP8 values, the problem their products
+            dtype = FP8_DTYPES[problem.fp8.fmt.name]
+            arrays = [
+                as_fp8_array(x, n)[0].astype(dtype) for n, x in zip("qkv", (q, k, v), strict=True)
+            ]
+            given = {"descale_q": descale_q, "descale_k": descale_k, "descale_v": descale_v}
+            scaling = {
+                n: d.astype(np.float32)
+                for n, d in problem.fp8.descales().items()
+                if given[n] is not None
+            }
+        else:
+            dtype = DTYPES[problem.fmt.name]
+            arrays = [x.astype(dtype) for x in (problem.q, problem.k, problem.v)]
+            scaling = {}
         case = cls(
-            problem.q.astype(dtype),  # exact: the values came from that format
-            problem.k.astype(dtype),
-            problem.v.astype(dtype),
+            *arrays,  # exact: the values came from that format
             causal=bool(causal),
             window=window,
             mask=None if mask is None else np.asarray(mask),
             scale=None if scale is None else float(scale),
             softcap=problem.softcap,
             sinks=None if problem.sinks is None else problem.sinks.astype(np.float32),
+            **scaling,
         )
         case.__dict__["problem"] = problem
         return case
@@ -293,7 +350,9 @@ class Case:
         import torch
 
         x = np.ascontiguousarray(x)
-        if self.dtype == "fp32":
+        if fp8_format_of(x) is not None:
+            t = torch.from_numpy(x.view(np.uint8).copy()).view(format_of(x.dtype).torch_dtype)
+        elif self.dtype == "fp32":
             t = torch.from_numpy(x.copy())
         else:
             t = torch.from_numpy(x.view(np.int16).copy()).view(
@@ -325,6 +384,7 @@ class Case:
             do_layout=self.do_layout,
             softcap=self.softcap,
             sinks=self.sinks,
+            **{n: d[idx] for n, d in self.descales.items()},
         )
 
     def slice(self, b: int, h: int) -> Case:
@@ -351,4 +411,5 @@ class Case:
             do=None if self.do is None else np.ascontiguousarray(self.do[b : b + 1, h : h + 1]),
             softcap=self.softcap,
             sinks=None if self.sinks is None else self.sinks[h : h + 1].copy(),
+            **{n: d[b : b + 1, kvh : kvh + 1].copy() for n, d in self.descales.items()},
         )

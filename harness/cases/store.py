@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..core.environment import environment
-from .case import DTYPES, Case
+from ..core.fp8 import DESCALES
+from .case import CASE_DTYPES, Case
 
 __all__ = [
     "SCHEMA",
@@ -65,6 +66,8 @@ def _options_json(case: Case) -> dict[str, Any]:
         out["softcap"] = case.softcap
     if case.sinks is not None:
         out["sinks"] = [float(x) for x in case.sinks]
+    for name, d in case.descales.items():  # FP8 cases: float32 values, exact as JSON numbers
+        out[name] = [[float(x) for x in row] for row in d]
     return out
 
 
@@ -189,7 +192,7 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
             f"{npz} does not match the checksum in {path.name}: the data is corrupted or from "
             "another case"
         )
-    if record["dtype"] not in DTYPES:
+    if record["dtype"] not in CASE_DTYPES:
         raise CaseFileError(f"{path}: unknown dtype {record['dtype']!r}")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
@@ -206,12 +209,13 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
             scale=opts["scale"],
             softcap=opts.get("softcap"),
             sinks=None if opts.get("sinks") is None else np.array(opts["sinks"], np.float32),
+            **{n: np.array(opts[n], np.float32) for n in DESCALES if opts.get(n) is not None},
             family=record.get("family", "manual"),
             seed=record.get("seed"),
             params=record.get("params") or {},
         )
         if "do" in arrays:
-            case.do = np.ascontiguousarray(arrays["do"]).view(DTYPES[record["dtype"]])
+            case.do = np.ascontiguousarray(arrays["do"]).view(CASE_DTYPES[record["dtype"]])
         case.do_layout = record.get("do_layout", "contiguous")
         case.__post_init__()  # checks dO's shape, dtype and layout
     except (KeyError, ValueError, OSError) as err:

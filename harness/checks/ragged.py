@@ -278,16 +278,20 @@ def check(
     device: str | None = None,
     save: str = "failure",
     case_dir: str | os.PathLike | None = None,
+    **descales: Any,
 ) -> Any:
     """``flashcheck.check``: :func:`check_ragged` when ``q`` is a :class:`RaggedCase` (which
     carries its own options), else the dense check
-    :func:`flashcheck.harness.checks.accuracy.check` with the same arguments."""
+    :func:`flashcheck.harness.checks.accuracy.check` with the same arguments (FP8 inputs'
+    ``descale_q``, ``descale_k``, ``descale_v`` among them)."""
     if not isinstance(q, RaggedCase):
         opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
-        opts.update(softcap=softcap, sinks=sinks)
+        opts.update(softcap=softcap, sinks=sinks, **descales)
         return accuracy.check(kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts)
     if k is not None or v is not None:
         raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
+    if descales:
+        raise ValueError(f"{sorted(descales)}: FP8 inputs are dense cases only")
     if softcap is not None or sinks is not None:
         raise ValueError(
             "soft-capping and sinks are not available for ragged layouts yet: check each "

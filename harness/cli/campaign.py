@@ -49,6 +49,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
             from ..campaign.ragged_report import run_ragged_report
 
             return run_ragged_report(opts)
+        from ..campaign.fp8_report import fp8_run, run_fp8_report
+
+        if fp8_run(opts.kernels):
+            return run_fp8_report(opts)
         return run_report(opts)
     except (ValueError, ResultLogError) as err:
         print(f"flashcheck report: error: {err}", file=sys.stderr)

@@ -22,6 +22,7 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
 
     import pytest
 
+    from ..adapters.fp8_contract import suite_refusal
     from ..adapters.registry import resolve
 
     if args.spec != "builtin":
@@ -39,6 +40,9 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
                 "judge it on a case with flashcheck.check(kernel, flashcheck.RaggedCase...)",
                 file=sys.stderr,
             )
+            return 2
+        if (why := suite_refusal(args.spec, kern)) is not None:
+            print(f"flashcheck test: error: {why}", file=sys.stderr)
             return 2
     suite = importlib.resources.files("flashcheck.properties")
     argv = [

@@ -8,9 +8,15 @@ and maximum exponent ``emax`` holds the numbers ``±m·2^(e−p+1)`` with intege
 - largest finite ``(2 − 2^(1−p))·2^emax``, smallest normal ``2^emin``,
   smallest subnormal ``2^(emin−p+1)``.
 
-All values handled here are carried as float64, which holds every fp16, bf16 and fp32 number
-exactly. Rounding into F never goes through an intermediate format: ``ml_dtypes`` converts
-float64 to bfloat16 via float32, a double rounding (``1 + 2^−8 + 2^−40`` becomes ``1.0`` instead of
+All values handled here are carried as float64, which holds every fp8, fp16, bf16 and fp32
+number exactly. The two fp8 formats (``e4m3`` = ``float8_e4m3fn``, ``e5m2`` = ``float8_e5m2``)
+differ at the top: e5m2 is IEEE-like (``±inf`` beyond 57344), while e4m3fn spends its top code
+on NaN, so its largest value is 448 and it has no infinity; rounding into it *saturates*
+(what torch's cast and CUDA's ``satfinite`` conversion do): every value beyond ±448, infinities
+included, becomes ±448.
+
+Rounding into F never goes through an intermediate format: ``ml_dtypes`` converts float64 to
+bfloat16 via float32, a double rounding (``1 + 2^−8 + 2^−40`` becomes ``1.0`` instead of
 ``1 + 2^−7``), so :func:`round_to_format` rounds directly with round-to-nearest-even.
 """
 
@@ -26,7 +32,10 @@ import numpy as np
 
 __all__ = [
     "BF16",
+    "E4M3",
+    "E5M2",
     "FORMATS",
+    "FP8_FORMATS",
     "FP16",
     "FP32",
     "FP64",
@@ -50,6 +59,10 @@ class Format:
     emin: int
     emax: int
     storage: bool = True  # False for tf32, an arithmetic mode with no storage type
+    # e4m3fn: the largest value is below the IEEE pattern's (its top code is NaN) and rounding
+    # saturates there instead of overflowing to inf, which the format lacks.
+    top: float | None = None
+    saturates: bool = False
 
     @property
     def u(self) -> float:
@@ -63,6 +76,8 @@ class Format:
 
     @property
     def max_finite(self) -> float:
+        if self.top is not None:
+            return self.top
         return math.ldexp(2.0 - math.ldexp(1.0, 1 - self.p), self.emax)
 
     @property
@@ -96,6 +111,8 @@ class Format:
             "bf16": torch.bfloat16,
             "fp32": torch.float32,
             "fp64": torch.float64,
+            "e4m3": torch.float8_e4m3fn,
+            "e5m2": torch.float8_e5m2,
         }[self.name]
 
     def __str__(self) -> str:
@@ -107,14 +124,21 @@ BF16 = Format("bf16", p=8, emin=-126, emax=127)
 FP32 = Format("fp32", p=24, emin=-126, emax=127)
 TF32 = Format("tf32", p=11, emin=-126, emax=127, storage=False)
 FP64 = Format("fp64", p=53, emin=-1022, emax=1023)
+E4M3 = Format("e4m3", p=4, emin=-6, emax=8, top=448.0, saturates=True)
+E5M2 = Format("e5m2", p=3, emin=-14, emax=15)
 
 FORMATS: dict[str, Format] = {f.name: f for f in (FP16, BF16, FP32, TF32, FP64)}
+# Kept apart from FORMATS: the fp8 formats are inputs only with descales (core/fp8.py), and
+# the campaigns' dtype loops over FORMATS must not grow.
+FP8_FORMATS: dict[str, Format] = {f.name: f for f in (E4M3, E5M2)}
 
 _NUMPY_DTYPES = {
     "fp16": np.float16,
     "bf16": ml_dtypes.bfloat16,
     "fp32": np.float32,
     "fp64": np.float64,
+    "e4m3": ml_dtypes.float8_e4m3fn,
+    "e5m2": ml_dtypes.float8_e5m2,
 }
 _ALIASES = {
     "float16": "fp16",
@@ -124,22 +148,29 @@ _ALIASES = {
     "float": "fp32",
     "float64": "fp64",
     "double": "fp64",
+    "float8_e4m3fn": "e4m3",
+    "fp8_e4m3": "e4m3",
+    "e4m3fn": "e4m3",
+    "float8_e5m2": "e5m2",
+    "fp8_e5m2": "e5m2",
 }
+_ALL = {**FORMATS, **FP8_FORMATS}
 
 
 def format_of(x: Any) -> Format:
     """The :class:`Format` of a name ('fp16', 'bfloat16', ...), a numpy/torch dtype, or an array.
 
     Raises ``TypeError`` for anything that is not one of the binary formats fp16, bf16, fp32,
-    tf32 or fp64 (integers, complex, fp8, ...).
+    tf32, fp64, e4m3 (``float8_e4m3fn``) or e5m2 (``float8_e5m2``); integers, complex and the
+    other fp8 variants (``e4m3fnuz``, ...) are refused.
     """
     if isinstance(x, Format):
         return x
     if isinstance(x, str):
         key = _ALIASES.get(x.lower(), x.lower())
-        if key in FORMATS:
-            return FORMATS[key]
-        raise TypeError(f"unknown format {x!r}; use one of {sorted(FORMATS)}")
+        if key in _ALL:
+            return _ALL[key]
+        raise TypeError(f"unknown format {x!r}; use one of {sorted(_ALL)}")
     if isinstance(x, type):  # a scalar type such as np.float16 or ml_dtypes.bfloat16
         try:
             x = np.dtype(x)
@@ -149,7 +180,7 @@ def format_of(x: Any) -> Format:
     name = str(dtype).removeprefix("torch.")
     key = _ALIASES.get(name)
     if key is not None:
-        return FORMATS[key]
+        return _ALL[key]
     raise TypeError(
         f"dtype {name} is not a supported binary floating-point format; "
         "convert to float16, bfloat16, float32 or float64 first"
@@ -160,8 +191,9 @@ def round_to_format(x: Any, fmt: Format) -> np.ndarray:
     """Round float64 values to the nearest value of ``fmt`` (ties to even), exactly.
 
     Subnormals get the spacing ``2^(emin−p+1)``; a value whose rounding (with unbounded
-    exponent) exceeds ``max_finite`` becomes ±inf, as IEEE 754 prescribes. NaN, ±inf and the
-    sign of zero are kept. The result is float64 holding values of ``fmt``.
+    exponent) exceeds ``max_finite`` becomes ±inf, as IEEE 754 prescribes, except in a
+    saturating format (e4m3), where it and ±inf become ±max_finite. NaN and the sign of zero
+    are kept. The result is float64 holding values of ``fmt``.
     """
     x = np.asarray(x, dtype=np.float64)
     if fmt.p >= 53 and fmt.emin <= -1022:
@@ -176,7 +208,7 @@ def round_to_format(x: Any, fmt: Format) -> np.ndarray:
     r = np.where(np.isfinite(x), r, x)
     over = np.abs(r) > fmt.max_finite
     if np.any(over):
-        r = np.where(over, np.copysign(np.inf, x), r)
+        r = np.where(over, np.copysign(fmt.max_finite if fmt.saturates else np.inf, x), r)
     return r
 
 
@@ -206,7 +238,7 @@ def round_mpf(x: mpmath.mpf, fmt: Format) -> float:
     fits = n.bit_length() <= 53 and qexp + n.bit_length() <= 1024
     value = math.ldexp(float(n), qexp) if fits else math.inf
     if value > fmt.max_finite:
-        value = math.inf
+        value = fmt.max_finite if fmt.saturates else math.inf
     return -value if sign else value
 
 
@@ -247,6 +279,9 @@ def _bits(x: np.ndarray, fmt: Format) -> tuple[np.ndarray, int]:
         return x.astype(np.float32).view(np.uint32).astype(np.int64), 31
     if fmt.name == "fp64":
         return x.view(np.uint64), 63
+    if fmt.name in FP8_FORMATS:
+        b = x.astype(fmt.numpy_dtype).view(np.uint8)  # exact: the values are in the format
+        return b.astype(np.int64), 7
     raise TypeError(f"{fmt.name} has no storage encoding")
 
 

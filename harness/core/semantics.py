@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from .formats import Format, format_of
+from .fp8 import FP8_GRID, Fp8Scaling, as_descale, as_fp8_array, exact_input, fp8_format_of
 
 __all__ = ["AttentionProblem", "as_exact_array", "check_softcap_sinks", "make_problem"]
 
@@ -83,6 +84,9 @@ class AttentionProblem:
     mask: np.ndarray | None  # bool, broadcast to (B, Hq, Nq, Nk)
     softcap: float | None = None  # c > 0: scores become c·tanh(s/c); None: no cap
     sinks: np.ndarray | None = None  # (Hq,) float64 holding fp32 values: one logit per head
+    # FP8 inputs: their format and descales; q, k, v then hold the exact products (fmt is the
+    # grid FP8_GRID of those products, see core/fp8.py).
+    fp8: Fp8Scaling | None = None
 
     @property
     def has_options(self) -> bool:
@@ -150,13 +154,16 @@ def make_problem(
     scale: float | None = None,
     softcap: float | None = None,
     sinks: Any = None,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
 ) -> AttentionProblem:
     """Validate inputs and options; raise ``ValueError``/``TypeError`` that say how to fix them.
-
-    ``softcap`` and ``sinks`` as :func:`check_softcap_sinks` reads them."""
-    qa, fq = as_exact_array(q, "q")
-    ka, fk = as_exact_array(k, "k")
-    va, fv = as_exact_array(v, "v")
+    ``softcap`` and ``sinks`` as :func:`check_softcap_sinks` reads them. FP8 inputs
+    (``float8_e4m3fn`` or ``float8_e5m2``) take the descales of :mod:`.fp8` (fp32 ``(B, Hk)``,
+    default 1): the problem's ``q, k, v`` are then the exact products ``x8 · descale``."""
+    descales = {"descale_q": descale_q, "descale_k": descale_k, "descale_v": descale_v}
+    (qa, fq), (ka, fk), (va, fv) = _inputs(q, k, v, descales)
     if not (fq == fk == fv):
         raise TypeError(
             f"q, k and v must share one format, got {fq.name}, {fk.name}, {fv.name}; "
@@ -209,7 +216,27 @@ def make_problem(
                 f"mask of shape {m.shape} does not broadcast to (B, Hq, Nq, Nk) = {(b, hq, nq, nk)}"
             ) from None
     cap, sink_arr = check_softcap_sinks(softcap, sinks, hq)
-    return AttentionProblem(qa, ka, va, fq, scale, bool(causal), win, m, cap, sink_arr)
+    opts = (scale, bool(causal), win, m, cap, sink_arr)
+    if fq.name not in INPUT_FORMATS:  # FP8: exact products with the descales
+        scaling = Fp8Scaling(fq, *(as_descale(x, n, (b, hk)) for n, x in descales.items()))
+        ds = scaling.descales().values()
+        exact = [exact_input(x, d, hk) for x, d in zip((qa, ka, va), ds, strict=True)]
+        return AttentionProblem(*exact, FP8_GRID, *opts, scaling)
+    return AttentionProblem(qa, ka, va, fq, *opts)
+
+
+def _inputs(q: Any, k: Any, v: Any, descales: dict[str, Any]) -> list[tuple[np.ndarray, Format]]:
+    """The three inputs as exact float64 arrays with their formats (FP8 values as they are:
+    the descales are applied once the shapes are checked)."""
+    if any(fp8_format_of(x) is not None for x in (q, k, v)):
+        return [as_fp8_array(x, n) for x, n in zip((q, k, v), "qkv", strict=True)]
+    given = sorted(n for n, x in descales.items() if x is not None)
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} apply to FP8 inputs only; q, k, v here are not float8 "
+            "(pass float8_e4m3fn/float8_e5m2 arrays, or drop the descales)"
+        )
+    return [as_exact_array(x, n) for x, n in zip((q, k, v), "qkv", strict=True)]
 
 
 def check_softcap_sinks(softcap: Any, sinks: Any, hq: int) -> tuple[float | None, Any]:

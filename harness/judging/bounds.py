@@ -29,6 +29,11 @@ Arithmetic classes (what a kernel declares):
     As ``flash`` but the output is renormalised after every key block (FlashAttention-1).
 ``tf32``
     As ``flash`` with fp32 inputs whose dot operands are truncated to tf32 (10 fraction bits).
+``flash-fp8``
+    FlashAttention-3's FP8 forward: FP8 inputs with descales, exact products summed in fp32,
+    the descales folded into the fp32 softmax constant, P quantized to e4m3 (``flash-fp8-p-e5m2``:
+    to e5m2) before P·V, fp32 accumulators, ``O = acc·(1/l)·descale_v`` in fp32 stored once
+    in the output format (bf16 unless declared).
 ``unknown``
     Undeclared arithmetic: the elementwise largest bound of the classes above that are at or
     above the input format's precision (:mod:`~flashcheck.harness.judging.classes`):
@@ -38,13 +43,13 @@ Arithmetic classes (what a kernel declares):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..core.formats import FP32, Format
+from ..core.formats import BF16, E4M3, E5M2, FP32, format_of
 from ..core.semantics import AttentionProblem, make_problem
+from .bound_types import Bounds
 from .classes import ARITHMETIC_CLASSES, KNOWN_CLASSES, applicable_classes, floor_classes
 from .lse_bound import lse_bound
 from .option_terms import cap_scores, with_sink
@@ -61,6 +66,7 @@ from .roundoff import (
     TensorBounds,
     finite,
     gamma,
+    records,
     weight_growth,
 )
 
@@ -79,37 +85,6 @@ __all__ = [
 _CHUNK = 1 << 22  # elements of the (rows, keys, dv) work tensor per chunk
 
 
-@dataclass
-class Bounds:
-    """Absolute error bounds for the requested rows: ``o`` ``(B, Hq, R, dv)`` and ``lse``
-    ``(B, Hq, R)``, each a :class:`TensorBounds` (``bounds["o"].det``, ``bounds.lse.prob``).
-
-    Rows that keep no key have bound 0 (the result must be exactly ``O = 0``, ``LSE = −inf``).
-    ``rescales`` is the number of running-max increases the bound allowed for, per row.
-    ``parts``: for class ``unknown``, the bounds of every class that applies to the input
-    format; the envelope is the largest of those at or above the precision floor.
-    """
-
-    arithmetic: str
-    fmt: Format
-    lam: float
-    key_block: int | None
-    tensors: dict[str, TensorBounds]
-    rescales: np.ndarray
-    parts: dict[str, Bounds] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> TensorBounds:
-        return self.tensors[name]
-
-    @property
-    def o(self) -> TensorBounds:
-        return self.tensors["o"]
-
-    @property
-    def lse(self) -> TensorBounds:
-        return self.tensors["lse"]
-
-
 def error_bounds(
     q: Any,
     k: Any,
@@ -126,6 +101,10 @@ def error_bounds(
     fp32_only: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
+    out_fmt: Any = None,
 ) -> Bounds:
     """Deterministic and probabilistic bounds on ``|Ô − O|`` and ``|LSÊ − LSE|``: a :class:`Bounds`.
 
@@ -143,9 +122,22 @@ def error_bounds(
         fp32_only: bound only the fp32 part of a flash kernel's error: leave out the rounding
             of P and of the output into the input format (for comparing two implementations
             of the same arithmetic, which share those roundings).
+        descale_q, descale_k, descale_v: FP8 inputs' descales (as the oracle takes them);
+            ``out_fmt`` the format an FP8 kernel stores O in (default bf16).
     """
     problem = make_problem(
-        q, k, v, causal=causal, window=window, mask=mask, scale=scale, softcap=softcap, sinks=sinks
+        q,
+        k,
+        v,
+        causal=causal,
+        window=window,
+        mask=mask,
+        scale=scale,
+        softcap=softcap,
+        sinks=sinks,
+        descale_q=descale_q,
+        descale_k=descale_k,
+        descale_v=descale_v,
     )
     return problem_bounds(
         problem,
@@ -154,6 +146,7 @@ def error_bounds(
         key_block=key_block,
         lam=lam,
         fp32_only=fp32_only,
+        out_fmt=out_fmt,
     )
 
 
@@ -165,18 +158,21 @@ def problem_bounds(
     key_block: int | None = None,
     lam: float = LAMBDA,
     fp32_only: bool = False,
+    out_fmt: Any = None,
 ) -> Bounds:
     """:func:`error_bounds` of a validated problem (a case's ``problem``): the same arrays,
-    without converting the inputs again."""
+    without converting the inputs again. ``out_fmt``: the output format of an FP8 problem's
+    kernel (default bf16; other problems store O in their input format)."""
     if arithmetic not in ARITHMETIC_CLASSES:
         raise ValueError(f"arithmetic must be one of {ARITHMETIC_CLASSES}, got {arithmetic!r}")
     if not (isinstance(lam, int | float) and lam > 0):
         raise ValueError(f"lam must be a positive number, got {lam!r}")
     if key_block is not None and (not isinstance(key_block, int) or key_block < 1):
         raise ValueError(f"key_block must be a positive int or None, got {key_block!r}")
-    fmt = problem.fmt
+    fmt = problem.fmt if problem.fp8 is None else problem.fp8.fmt  # names the classes
+    store = fmt if problem.fp8 is None else (BF16 if out_fmt is None else format_of(out_fmt))
     if arithmetic == "unknown":
-        opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only}
+        opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only, "out_fmt": out_fmt}
         parts = {
             c: problem_bounds(problem, arithmetic=c, **opts) for c in applicable_classes(fmt.name)
         }
@@ -214,7 +210,17 @@ def problem_bounds(
             for r0 in range(0, row_idx.size, step):
                 sl = slice(r0, r0 + step)
                 res = _rows(
-                    qr[sl], kk, vv, keep[sl], tau, fmt, arithmetic, key_block, lam, fp32_only, opts
+                    qr[sl],
+                    kk,
+                    vv,
+                    keep[sl],
+                    tau,
+                    (fmt, store),
+                    arithmetic,
+                    key_block,
+                    lam,
+                    fp32_only,
+                    opts,
                 )
                 for name, val in res.items():
                     out[name][b, h, sl] = val
@@ -222,19 +228,16 @@ def problem_bounds(
     return Bounds(arithmetic, fmt, float(lam), key_block, tensors, out["rescales"])
 
 
-def _records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
-    """Keys that may raise the running max, scanning keys in order (within ``tol``)."""
-    masked = np.where(keep, s, -np.inf)
-    run = np.maximum.accumulate(masked, axis=1)
-    prev = np.concatenate([np.full((s.shape[0], 1), -np.inf), run[:, :-1]], axis=1)
-    with np.errstate(invalid="ignore"):
-        return (keep & (masked > prev - tol)).sum(axis=1)
-
-
-def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only=False, opts=None):
+def _rows(q, k, v, keep, tau, fmts, arith: str, key_block, lam, fp32_only=False, opts=None):
     """Bounds for a chunk of rows of one (batch, head), all float64 (over 80 lines: the terms of
     docs/error-bounds.md in order, each reusing the arrays before it). ``opts``: ``(softcap,
-    sink)`` of :mod:`.option_terms` (with a sink, ``k``, ``v``, ``keep`` hold its slot first)."""
+    sink)`` of :mod:`.option_terms` (with a sink, ``k``, ``v``, ``keep`` hold its slot first).
+    ``fmts``: the input format and the output's; the FP8 classes round P to e4m3 (e5m2)."""
+    fmt, store = fmts
+    fp8 = arith.startswith("flash-fp8")
+    if fp8:  # P's format; the descales add two roundings to c and two to the final scaling
+        fmt = E5M2 if arith == "flash-fp8-p-e5m2" else E4M3
+    n_c = 3 if fp8 else 1
     r_n, nk = keep.shape
     d = q.shape[1]
     up = fmt.u
@@ -271,7 +274,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
     a_dot = a * (1 + (up + 2 * U32 if naive else 0.0))
     dot_det = gamma(d + prod, UA) * a_dot
     dot_prob = np.minimum(lam * math.sqrt(d + prod) * UA * a_dot, dot_det)
-    common = U32 * gap  # scale constant rounded once: a relative error common to all keys
+    common = n_c * U32 * gap  # scale constant's roundings: a relative error common to all keys
     if naive:
         # scale·q rounded to fp32 then stored in F; S stored in F (subnormal S: half a spacing)
         local = (up + 2 * U32) * a + up * np.abs(s0) + fmt.min_subnormal / 2
@@ -287,7 +290,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
         local = local0 + U32 * np.abs(s0) + U32 * gap + RHO_EXP + extra  # s·c, t − m, exp2
         tol = 2 * (dot_det + local + common + 8 * U32 * np.abs(s0)).max(axis=1, initial=0.0)
         n_resc = np.maximum(
-            _records(s, keep, tol[:, None]), _records(s[:, ::-1], keep[:, ::-1], tol[:, None])
+            records(s, keep, tol[:, None]), records(s[:, ::-1], keep[:, ::-1], tol[:, None])
         ).astype(np.float64)
         n_resc = np.maximum(n_resc - 1, 0)  # the first key sets m; only later increases rescale
         # Each rescale: exp2 error plus the rounding of m_prev − m_new (these telescope to span).
@@ -305,7 +308,7 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
         keep,
         delta_det,
         delta_prob,
-        fmt,
+        (fmt, store, n_c),
         arith,
         depth,
         n_blocks,
@@ -315,10 +318,10 @@ def _rows(q, k, v, keep, tau, fmt: Format, arith: str, key_block, lam, fp32_only
         fp32_only,
     )
     lse = np.where(has, m + np.log(ell), -np.inf)
-    lse_det = lse_bound(p, delta_det + U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
+    lse_det = lse_bound(p, delta_det + n_c * U32 * np.abs(s0), lse, ell, depth, U32, n_keep)
     lse_prob = lse_bound(
         p,
-        delta_prob + U32 * np.abs(s0),
+        delta_prob + n_c * U32 * np.abs(s0),
         lse,
         ell,
         np.minimum(np.sqrt(depth) * lam, depth),
@@ -345,7 +348,7 @@ def _o_bounds(
     keep,
     delta_det,
     delta_prob,
-    fmt,
+    fmts,
     arith,
     depth,
     n_blocks,
@@ -355,9 +358,11 @@ def _o_bounds(
     fp32_only=False,
 ):
     """O's two bounds from the logit perturbations (over 80 lines: the O bound's terms of
-    docs/error-bounds.md in order, so that each reads against its line there)."""
+    docs/error-bounds.md in order, so that each reads against its line there). ``fmts``: P's
+    format, O's, and the number of fp32 roundings of the final scaling (3 for FP8)."""
+    fmt, store, n_final = fmts
     up = fmt.u
-    store_u, store_sub = up, fmt.min_subnormal / 2
+    store_u, store_sub = store.u, store.min_subnormal / 2
     naive = arith == "naive"
     o = p @ v  # (R, dv)
     w = p @ np.abs(v)
@@ -429,11 +434,11 @@ def _o_bounds(
             total = total + U32 * o_plus  # p = e / Σe
         else:
             total = total + n_resc[:, None] * U32 * (w_plus + o_plus)  # acc·α and l·α
-            total = total + U32 * o_plus  # acc / l
+            total = total + n_final * U32 * o_plus  # acc / l (FP8: acc·fl(fl(1/l)·descale_v))
             # Below fp32's normal range those steps round on the fixed subnormal grid: an
             # absolute 2^-150 each, in output units (l >= 1), which no relative term covers
             # (found by the report campaign: FA1 on subnormal fp32 V, docs/error-bounds.md).
-            steps = n_resc + 1
+            steps = n_resc + n_final
             if arith == "flash-fa1":
                 total = total + (3 * n_blocks[:, None] + 1) * U32 * (w_plus + o_plus)
                 steps = steps + 3 * n_blocks + 1

@@ -7,6 +7,10 @@ inputs: 10 fraction bits instead of 23) applies only when declared; it is not am
 classes whose loosest bound judges an undeclared kernel. When an undeclared kernel's errors
 exceed that envelope but fit such a lower class, :func:`precision_reason` says so and names the
 declaration that would accept it.
+
+FP8 inputs (``e4m3``, ``e5m2``, with descales) have one class of their own, ``flash-fp8``
+(FlashAttention-3's arithmetic: exact products, fp32 accumulation, P quantized to e4m3), and one
+below it, ``flash-fp8-p-e5m2`` (the same with P quantized to e5m2, one bit fewer).
 """
 
 from __future__ import annotations
@@ -20,14 +24,32 @@ __all__ = [
     "reduced_classes",
 ]
 
-ARITHMETIC_CLASSES = ("naive", "flash", "flash-fa1", "tf32", "unknown")
+ARITHMETIC_CLASSES = (
+    "naive",
+    "flash",
+    "flash-fa1",
+    "tf32",
+    "flash-fp8",
+    "flash-fp8-p-e5m2",
+    "unknown",
+)
 KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
-# The input formats a class applies to (absent: every format).
-_INPUTS = {"tf32": ("fp32",)}
-# The classes whose products are rounded below the input format's precision, per input format.
-_REDUCED = {"fp32": ("tf32",)}
-# How a reason names a reduced class's arithmetic.
-_PRODUCTS = {"tf32": "tf32 matmuls"}
+_WIDE = ("fp16", "bf16", "fp32")
+_FP8 = ("e4m3", "e5m2")
+# The input formats a class applies to.
+_INPUTS = {
+    "naive": _WIDE,
+    "flash": _WIDE,
+    "flash-fa1": _WIDE,
+    "tf32": ("fp32",),
+    "flash-fp8": _FP8,
+    "flash-fp8-p-e5m2": _FP8,
+}
+# The classes whose arithmetic is below the input format's precision, per input format.
+_REDUCED = {"fp32": ("tf32",), "e4m3": ("flash-fp8-p-e5m2",), "e5m2": ("flash-fp8-p-e5m2",)}
+# How a reason names a reduced class's arithmetic, and the precision it falls below.
+_PRODUCTS = {"tf32": "tf32 matmuls", "flash-fp8-p-e5m2": "P quantized to e5m2"}
+_BELOW = {"flash-fp8-p-e5m2": "flash-fp8"}
 
 
 def _check(fmt_name: str) -> None:
@@ -37,14 +59,15 @@ def _check(fmt_name: str) -> None:
 
 def applicable_classes(fmt_name: str) -> tuple[str, ...]:
     """The known classes that apply to inputs in format ``fmt_name`` (``"fp16"``, ``"bf16"``,
-    ``"fp32"``): every class is defined for every format except ``tf32`` (fp32 inputs only)."""
+    ``"fp32"``, ``"e4m3"``, ``"e5m2"``): naive, flash and flash-fa1 to the 16- and 32-bit
+    formats, ``tf32`` to fp32 only, the two FP8 classes to the FP8 formats only."""
     _check(fmt_name)
-    return tuple(c for c in KNOWN_CLASSES if fmt_name in _INPUTS.get(c, (fmt_name,)))
+    return tuple(c for c in KNOWN_CLASSES if fmt_name in _INPUTS[c])
 
 
 def reduced_classes(fmt_name: str) -> tuple[str, ...]:
-    """The applicable classes whose products are rounded below the input format's precision
-    (for fp32 inputs: ``tf32``; none for fp16 and bf16 inputs today)."""
+    """The applicable classes whose arithmetic is below the input format's precision (for fp32
+    inputs: ``tf32``; for FP8 inputs: ``flash-fp8-p-e5m2``; none for fp16 and bf16 today)."""
     return tuple(c for c in applicable_classes(fmt_name) if c in _REDUCED.get(fmt_name, ()))
 
 
@@ -58,9 +81,11 @@ def floor_classes(fmt_name: str) -> tuple[str, ...]:
 def precision_reason(fmt_name: str, cls: str) -> str:
     """The reason given when an undeclared kernel's errors exceed the floor's envelope but fit
     the reduced class ``cls``, with the declaration that would accept them."""
-    if cls not in reduced_classes(fmt_name):
+    # An FP8 class is named against flash-fp8, whatever format the caller holds (a verdict
+    # knows the output's, bf16).
+    if cls not in reduced_classes(fmt_name) and cls not in _BELOW:
         raise ValueError(f"{cls!r} is not a reduced-precision class for {fmt_name} inputs")
     return (
-        f"precision below {fmt_name}: the errors fit {_PRODUCTS.get(cls, cls)} "
+        f"precision below {_BELOW.get(cls, fmt_name)}: the errors fit {_PRODUCTS.get(cls, cls)} "
         f'(declare arithmetic="{cls}", --arithmetic {cls}, if intended)'
     )

@@ -3,7 +3,8 @@
 Many wrong attention kernels compute exactly the right thing for a slightly different
 definition: a causal mask aligned top-left, the scale left out or applied twice, a boolean mask
 read the other way round, grouped query heads mapped to key/value heads by modulo, a window
-edge off by one, the softmax taken over the queries, an option ignored. For a case that failed,
+edge off by one, the softmax taken over the queries, an option ignored, an FP8 descale applied
+twice or left out. For a case that failed,
 :func:`diagnose` evaluates attention under each such alternative (in float64: its error is
 negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
 output matches within its own deterministic bound. It only speaks where the alternative's
@@ -34,10 +35,13 @@ def _reference(
     tau: float | None = None,
     kv: Callable[[int], int] | None = None,
     axis: int = -1,
+    inputs: AttentionProblem | None = None,
 ) -> np.ndarray:
     """float64 attention of ``p`` with the given departures: which keys each row keeps, the
     score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
-    the queries, a column) that keeps nothing gives 0."""
+    the queries, a column) that keeps nothing gives 0. ``inputs``: a problem whose q, k, v
+    replace ``p``'s (an FP8 descale applied twice or not at all)."""
+    x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
         tau = p.scale if p.scale is not None else 1 / math.sqrt(d)
@@ -48,12 +52,12 @@ def _reference(
             for h in range(hq):
                 kh = p.kv_head(h) if kv is None else kv(h)
                 kp = p.keep(b, h, rows) if keep is None else keep(b, h)
-                s = np.where(kp, tau * (p.q[b, h] @ p.k[b, kh].T), -np.inf)
+                s = np.where(kp, tau * (x.q[b, h] @ x.k[b, kh].T), -np.inf)
                 m = s.max(axis=axis, keepdims=True)
                 e = np.where(kp, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
                 den = e.sum(axis=axis, keepdims=True)
                 prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-                out[b, h] = prob @ p.v[b, kh]
+                out[b, h] = prob @ x.v[b, kh]
     return out
 
 
@@ -121,6 +125,25 @@ def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
             )
         )
     alts.append(("the softmax taken over the queries instead of the keys", {"axis": -2}))
+    return alts + _descale_alternatives(p)
+
+
+def _descale_alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
+    """An FP8 problem's descales each applied twice or left out (its q, k, v hold the FP8
+    values times their descales once)."""
+    if p.fp8 is None:
+        return []
+    alts: list[tuple[str, dict]] = []
+    rep = p.shape[1] // p.shape[2]
+    for name, d in p.fp8.descales().items():
+        t = name[-1]
+        factor = np.repeat(d, rep, axis=1) if t == "q" else d
+        for power, what in ((1, "applied twice"), (-1, "left out")):
+            scale = (factor**power)[:, :, None, None]
+            kw: dict = {"inputs": replace(p, **{t: getattr(p, t) * scale})}
+            if t == "v":  # O scales with V: so does the bound of that reading
+                kw["tol_scale"] = np.repeat(scale, rep, axis=1)
+            alts.append((f"{name} {what}", kw))
     return alts
 
 
@@ -141,11 +164,12 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     found: list[str] = []
     seen: list[np.ndarray] = []
     for label, kw in _alternatives(p):
+        tol_scale = kw.pop("tol_scale", 1.0)
         alt = _reference(p, **kw)
         if any(np.array_equal(alt, other) for other in seen):
             continue  # the same answer as a reading named before (e.g. one key past Nq)
         seen.append(alt)
-        tol = det + ulp(alt, p.fmt)
+        tol = det * tol_scale + ulp(alt, p.fmt)
         with np.errstate(invalid="ignore"):
             differs = np.isfinite(exact) & (np.abs(alt - exact) > tol)
             # (a NaN where the reading leaves a row with no key counts as its empty row)

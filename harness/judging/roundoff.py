@@ -28,6 +28,7 @@ __all__ = [
     "TensorBounds",
     "finite",
     "gamma",
+    "records",
     "weight_growth",
 ]
 
@@ -109,3 +110,12 @@ class TensorBounds:
         return TensorBounds(
             np.maximum.reduce([b.det for b in each]), np.maximum.reduce([b.prob for b in each])
         )
+
+
+def records(s: np.ndarray, keep: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """Keys that may raise the running max, scanning keys in order (within ``tol``)."""
+    masked = np.where(keep, s, -np.inf)
+    run = np.maximum.accumulate(masked, axis=1)
+    prev = np.concatenate([np.full((s.shape[0], 1), -np.inf), run[:, :-1]], axis=1)
+    with np.errstate(invalid="ignore"):
+        return (keep & (masked > prev - tol)).sum(axis=1)

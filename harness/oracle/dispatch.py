@@ -52,6 +52,9 @@ def oracle(
     keys: Any = None,
     softcap: float | None = None,
     sinks: Any = None,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
 ) -> OracleResult | LayoutResult | CombineResult:
     """The exact attention (or split-KV merge) of the given inputs, certified, in their layout.
 
@@ -61,13 +64,18 @@ def oracle(
     answer is a :class:`LayoutResult` with ``O`` and ``LSE`` in the layout's own shapes. With
     ``op="combine"`` the two tensors are ``out_partial (S, ..., dv)`` and
     ``lse_partial (S, ...)``; the answer is a :class:`CombineResult`. The dense options
-    (causal, window, mask, scale, fmt, rows, mode, prec, max_prec, do, keys, softcap, sinks)
-    are those of :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all
-    but ``mask``, ``softcap`` and ``sinks`` (``rows`` and ``keys`` name packed rows of a varlen
+    (causal, window, mask, scale, fmt, rows, mode, prec, max_prec, do, keys, softcap, sinks,
+    and the FP8 descales descale_q, descale_k, descale_v) are those of
+    :func:`flashcheck.harness.oracle.evaluate.oracle`; the ragged layouts take all but ``mask``,
+    ``softcap``, ``sinks`` and the descales (``rows`` and ``keys`` name packed rows of a varlen
     batch; paged batches take neither, nor ``do``).
+
+    Longer than 80 lines: the signature names the options of every layout, and the body
+    refuses, with a fix, each option that a layout does not take.
     """
     varlen = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
     varlen_sizes = {"max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k}
+    descales = {"descale_q": descale_q, "descale_k": descale_k, "descale_v": descale_v}
     paged = {"block_table": block_table, "cache_seqlens": cache_seqlens}
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
@@ -78,7 +86,7 @@ def oracle(
                 f"(S, ...), got {len(tensors)}"
             )
         attention = {"causal": causal or None, "window": window, "mask": mask, "scale": scale}
-        attention.update(softcap=softcap, sinks=sinks)
+        attention.update(softcap=softcap, sinks=sinks, **descales)
         attention.update(rows=rows, do=do, keys=keys, **varlen, **varlen_sizes, **paged)
         _refuse("op='combine'", attention, "the merge takes only fmt, mode, prec and max_prec")
         return combine_oracle(*tensors, fmt=fmt, mode=mode, prec=prec, max_prec=max_prec)
@@ -96,7 +104,11 @@ def oracle(
     if is_varlen:
         if any(x is None for x in varlen.values()):
             raise ValueError("a varlen batch needs both cu_seqlens_q and cu_seqlens_k")
-        _refuse("a varlen batch", {"mask": mask, "softcap": softcap, "sinks": sinks}, _RAGGED_FIX)
+        _refuse(
+            "a varlen batch",
+            {"mask": mask, "softcap": softcap, "sinks": sinks, **descales},
+            _RAGGED_FIX,
+        )
         batch = varlen_batch(*tensors, **varlen, **varlen_sizes)
         return varlen_oracle(batch, do=do, rows=rows, keys=keys, **opts)
     if is_paged:
@@ -111,11 +123,12 @@ def oracle(
                 "do": do,
                 "softcap": softcap,
                 "sinks": sinks,
+                **descales,
             },
             _RAGGED_FIX + " (paged gradients are not offered: decode kernels have no backward)",
         )
         return paged_oracle(paged_batch(*tensors, **paged), **opts)
-    opts.update(softcap=softcap, sinks=sinks)
+    opts.update(softcap=softcap, sinks=sinks, **descales)
     return dense_oracle(*tensors, mask=mask, rows=rows, do=do, keys=keys, **opts)
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import Format, format_of
+from ..core.formats import BF16, Format, format_of
 from ..core.semantics import AttentionProblem, as_exact_array, make_problem, nan_rows_and_cols
 from .backward import GRADIENTS, fast_group
 from .backward_strict import strict_group
@@ -144,16 +144,21 @@ def oracle(
     keys: Any = None,
     softcap: float | None = None,
     sinks: Any = None,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
 ) -> OracleResult:
     """Attention ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` to ≥ 100 bits, certified.
 
     Args:
         q, k, v: ``(B, Hq, Nq, d)``, ``(B, Hk, Nk, d)``, ``(B, Hk, Nk, dv)`` numpy arrays or torch
-            tensors (any device) of one format: float16, bfloat16 or float32. Their values are
-            taken as exact.
+            tensors (any device) of one format: float16, bfloat16 or float32, or FP8
+            (float8_e4m3fn, float8_e5m2) with the descales below. Their values are taken as
+            exact.
         causal, window, mask: masking as in :mod:`flashcheck.harness.core.semantics` (bottom-right
         aligned). scale: the float the kernel is given; ``None`` means the exact real ``1/sqrt(d)``.
-        fmt: format of the correctly rounded results (default: the input format).
+        fmt: format of the correctly rounded results (default: the input format; bf16 for
+            FP8 inputs).
         rows: query rows to evaluate (rows are independent); default all ``Nq`` rows.
         mode: ``"fast"`` or ``"strict"`` (see the module docstring).
         prec: starting working precision of the strict path, in bits (≥ 110).
@@ -165,13 +170,27 @@ def oracle(
         keys: key rows whose ``dK``, ``dV`` are wanted (default all ``Nk``; needs ``do``).
         softcap, sinks: the softmax options of :func:`~flashcheck.harness.core.semantics.
             check_softcap_sinks`; with ``do`` and sinks, also ``dsinks`` (:mod:`.options`).
+        descale_q, descale_k, descale_v: for FP8 inputs, fp32 ``(B, Hk)`` factors (default 1):
+            the exact input is the FP8 value times its descale (:mod:`flashcheck.harness.core.
+            fp8`). The answer is exact for those products. FP8 takes no ``do``.
 
     Returns:
         :class:`OracleResult` with arrays of shape ``(B, Hq, R, dv)`` (O) and ``(B, Hq, R)`` (LSE),
         and with ``do`` the gradients (see :class:`OracleResult`).
     """
     problem = make_problem(
-        q, k, v, causal=causal, window=window, mask=mask, scale=scale, softcap=softcap, sinks=sinks
+        q,
+        k,
+        v,
+        causal=causal,
+        window=window,
+        mask=mask,
+        scale=scale,
+        softcap=softcap,
+        sinks=sinks,
+        descale_q=descale_q,
+        descale_k=descale_k,
+        descale_v=descale_v,
     )
     return problem_oracle(
         problem, fmt=fmt, rows=rows, mode=mode, prec=prec, max_prec=max_prec, do=do, keys=keys
@@ -199,7 +218,8 @@ def problem_oracle(
         )
     if not isinstance(max_prec, int) or max_prec < prec:
         raise ValueError(f"max_prec ({max_prec!r}) must be an int >= prec ({prec})")
-    target_fmt = problem.fmt if fmt is None else format_of(fmt)
+    default_fmt = BF16 if problem.fp8 is not None else problem.fmt  # FA3's FP8 output: bf16
+    target_fmt = default_fmt if fmt is None else format_of(fmt)
     if not target_fmt.storage:
         raise ValueError(f"{target_fmt.name} has no storage format to round results into")
     bsz, hq, _, nq, _, _, dv = problem.shape
@@ -217,6 +237,8 @@ def problem_oracle(
     else:
         tensors = _forward(problem, sc, target_fmt, row_idx, mode, prec, max_prec, stats)
     key_idx = None
+    if do is not None and problem.fp8 is not None:
+        raise ValueError("FP8 inputs have no gradient oracle: call it without do= and keys=")
     if do is not None:
         do_arr, do_fmt = as_exact_array(do, "do")
         if do_fmt != problem.fmt:

@@ -1,0 +1,79 @@
+"""`flashcheck report` on FP8 kernels defined outside the package (tests/user/user_fp8.py), run
+as a user runs it: the installed command, in a folder holding nothing but the user's module."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a subprocess per campaign: a few seconds each
+
+HERE = Path(__file__).parent / "user"
+
+
+def _flashcheck(args, cwd):
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    return subprocess.run(
+        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    shutil.copy(HERE / "user_fp8.py", tmp_path / "user_fp8.py")
+    return tmp_path
+
+
+def _report(kernel, user_dir):
+    out = _flashcheck(["report", "--kernel", f"user_fp8:{kernel}", "--preset", "smoke"], user_dir)
+    return out, out.stdout + out.stderr
+
+
+def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
+    out, text = _report("good", user_dir)
+    assert out.returncode == 0, text
+    report = (user_dir / "reports/user_fp8-good/error-report.md").read_text()
+    assert "| FAIL" not in report and "| PASS |" in report
+    assert "## FP8: FlashAttention-3's Table 3" in report and "| user_fp8:good | e4m3 |" in report
+    assert "FP8 baseline: 0.024" in report
+
+
+def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):
+    out, text = _report("p_e5m2", user_dir)
+    assert out.returncode == 1, text
+    assert "precision below flash-fp8: the errors fit P quantized to e5m2" in text
+    saved = sorted((user_dir / "reports/user_fp8-p_e5m2/cases").glob("*.json"))
+    record = json.loads(saved[0].read_text())
+    assert record["dtype"] == "e4m3" and record["kernel"] == "user_fp8:p_e5m2"
+    rep = _flashcheck(["replay", record["id"], "--dir", str(saved[0].parent)], user_dir)
+    assert "(same verdict)" in rep.stdout, rep.stdout + rep.stderr
+
+
+def test_descale_applied_twice_exits_1_naming_the_descale(user_dir):
+    out, text = _report("descale_twice", user_dir)
+    assert out.returncode == 1, text
+    assert "consistent with descale_v applied twice" in text
+
+
+def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):
+    out = _flashcheck(["test", "user_fp8:good"], user_dir)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "flashcheck report --kernel user_fp8:good" in out.stderr
+
+
+def test_fp8_kernel_modifying_its_input_fails_hard(user_dir):
+    out, text = _report("scales_v_in_place", user_dir)
+    assert out.returncode == 1, text
+    assert "FAIL-HARD: the kernel modified its input(s) v" in text
+
+
+def test_fp8_kernel_without_descale_keywords_is_a_usage_error(user_dir):
+    out, text = _report("no_descales", user_dir)
+    assert out.returncode == 2, text
+    assert "takes no descale_k, descale_q, descale_v keyword" in text
