@@ -14,8 +14,12 @@
    RMSE against float64 on the unquantized inputs (the paper's measurement, which includes the
    input quantization) for the FP8 kernel (per-(B, H) descales), the project's fp16/bf16
    forward and SDPA, beside the paper's figures.
-3. Timing (triton.testing.do_bench median after warm-up): B·N = 16K, H = 16, d = 128,
-   N 1K-16K, causal or not: the FP8 kernel (V as (B, H, N, d) and V key-contiguous), the
+3. Accumulation: the fp8 tensor-core sum's error against float64 (Triton's default on sm_90
+   and a promotion to fp32 every 32 products), and each accumulation variant of the kernel
+   (Fp8Config.chunk, acc_in_dot) at N = 4K: its distance to the emulation and its speed.
+4. Timing (triton.testing.do_bench median after warm-up): B·N = 16K, H = 16, d = 128,
+   N 1K-16K, causal or not: the FP8 kernel ("triton-fp8": V as (B, H, N, d), which the public
+   function copies to key-contiguous; "triton-fp8 Vt": V passed key-contiguous), the
    project's bf16 forward, SDPA flash and cuDNN (bf16); 4·N²·d FLOPs per head, halved for
    causal. cuDNN's FP8 attention: reported as absent or present (see `fp8_sdpa_api`).
    A launch-configuration sweep at N = 4K goes first (`--quick` skips it and the 8K point).
@@ -176,6 +180,104 @@ def cast_probe() -> str:
     return f"fp32 -> e4m3 cast on {x.numel()} values in [0, 1]: {diff} differ from torch's"
 
 
+def dot_probe(k_dim: int = 4096) -> list[str]:
+    """How many bits the fp8 tensor-core sum keeps: one (64 × K)·(K × 64) e4m3 product with
+    fp32 output, Triton's default against a promotion every 32 products, error in units of
+    2^-24·Σ|a_i b_i| (an fp32 sum of K terms stays below about K/2 of them)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _mm(A, B, C, K: tl.constexpr, CHUNK: tl.constexpr):
+        r = tl.arange(0, 64)
+        acc = tl.zeros([64, 64], dtype=tl.float32)
+        for k0 in range(0, K, 128):
+            kk = k0 + tl.arange(0, 128)
+            a = tl.load(A + r[:, None] * K + kk[None, :])
+            b = tl.load(B + kk[:, None] * 64 + r[None, :])
+            if CHUNK > 0:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=CHUNK)
+            else:
+                acc = tl.dot(a, b, acc)
+        tl.store(C + r[:, None] * 64 + r[None, :], acc)
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a = (torch.randn(64, k_dim, device="cuda", generator=g) * 4).to(E4M3)
+    bt = (torch.randn(64, k_dim, device="cuda", generator=g) * 4).to(E4M3)
+    b = bt.t().contiguous()
+    ref = a.double() @ b.double()
+    mag = a.double().abs() @ b.double().abs()
+    out = []
+    for chunk in (0, 32):
+        c = torch.empty(64, 64, device="cuda")
+        _mm[(1,)](a, b, c, K=k_dim, CHUNK=chunk)
+        e = ((c.double() - ref).abs() / mag / 2.0**-24).max().item()
+        out.append(
+            f"fp8 tl.dot K={k_dim}, max_num_imprecise_acc={chunk or 'default'}: "
+            f"max error {e:.1f} x 2^-24·Σ|ab|"
+        )
+    f32 = (a.float() @ b.float()).double()
+    out.append(
+        f"torch fp32 matmul (no tf32): {((f32 - ref).abs() / mag / 2.0**-24).max().item():.1f}"
+    )
+    return out
+
+
+VARIANTS = {
+    "default": {},
+    "chunk32": {"chunk": 32},
+    "acc-out": {"acc_in_dot": False},
+    "chunk32+acc-out": {"chunk": 32, "acc_in_dot": False},
+}
+
+
+def variant_probe(n: int = 4096, d: int = 128) -> list[str]:
+    """Each accumulation variant at N = 4K: distance to the emulation and speed."""
+    out = []
+    for causal in (False, True):
+        x = [torch.randn(1, 4, n, d, device="cuda") for _ in range(3)]
+        (q8, dq), (k8, dk), (v8, dv) = (quantize(t) for t in x)
+        vt = v8.transpose(-1, -2).contiguous().transpose(-1, -2)
+        base = fp8_launch_config(q8, v8, causal=causal)
+        ref = exact(
+            *(t8.float() * s[:, :, None, None] for t8, s in ((q8, dq), (k8, dk), (v8, dv))),
+            causal=causal,
+            scale=d**-0.5,
+        )
+        emu = emulate(q8, k8, v8, (dq, dk, dv), causal=causal, scale=d**-0.5, block_n=base.block_n)
+        emu = emu.to(torch.bfloat16).float()
+        e_emu = (emu.double() - ref).pow(2).mean().sqrt().item()
+        _, (tq, tk, _, tvt), tds, flops = _fp8_inputs(n, d, 16)
+        for name, kw in VARIANTS.items():
+            cfg = base._replace(**kw)
+            o, _ = launch_fp8(
+                q8,
+                k8,
+                vt,
+                (dq, dk, dv),
+                causal=causal,
+                scale=d**-0.5,
+                out_dtype=torch.bfloat16,
+                config=cfg,
+            )
+            dist = (o.float() - emu).double().pow(2).mean().sqrt().item()
+            same = (o.float() == emu).float().mean().item()
+            run = partial(
+                launch_fp8,
+                tq,
+                tk,
+                tvt,
+                tds,
+                causal=causal,
+                scale=d**-0.5,
+                out_dtype=torch.bfloat16,
+                config=cfg,
+            )
+            tf = _report(f"variant {name} causal={causal}", flops * (0.5 if causal else 1.0), run)
+            out.append(f"| {name} | {causal} | {dist / e_emu:.3f} | {same:.3f} | {tf or 0:.0f} |")
+    return out
+
+
 def table3(seed: int = 0) -> list[tuple[str, float]]:
     b, h, n, d = 1, 8, 4096, 128
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -299,6 +401,8 @@ CHECKS = [
     (1, 4, 4, 4096, 4096, 128, True),
     (1, 4, 2, 4096, 4096, 64, True),
     (1, 2, 2, 333, 2048, 96, False),
+    (1, 2, 1, 517, 1030, 256, True),
+    (1, 2, 2, 256, 777, 256, False),
 ]
 
 
@@ -325,16 +429,18 @@ def main() -> None:
     probe = _step("cast probe", cast_probe)
     checks = [r for i, s in enumerate(CHECKS) if (r := _step(f"check {s}", check_shape, s, i))]
     t3 = _step("Table 3", table3) or []
+    dots = _step("dot probe", dot_probe) or []
+    variants = _step("accumulation variants", variant_probe) or []
     if not args.quick:
         _step("sweep N=4096", sweep)
     times: list[TimeRow] = []
     for causal in (False, True):
         for n in (1024, 2048, 4096, 16384) if args.quick else (1024, 2048, 4096, 8192, 16384):
             times += _step(f"time N={n} causal={causal}", time_shape, n, causal) or []
-    summary(probe, checks, t3, times)
+    summary(probe, checks, t3, times, dots, variants)
 
 
-def summary(probe, checks, t3, times) -> None:
+def summary(probe, checks, t3, times, dots, variants) -> None:
     print("\n## FP8 forward: correctness (O in bf16; errors vs float64 on the dequantized inputs)")
     print(f"{probe}")
     print(
@@ -345,6 +451,11 @@ def summary(probe, checks, t3, times) -> None:
         cells = (r.shape, f"{r.rmse:.3e}", f"{r.max_err:.3e}", f"{r.emu_rmse:.3e}")
         cells += (f"{r.dist:.3e}", f"{r.same:.4f}", r.status)
         print("| " + " | ".join(cells) + " |")
+    print("\n## Accumulation (Hopper fp8 tensor cores)")
+    print("\n".join(dots))
+    print("| variant | causal | kernel-emulation RMSE / emulation RMSE | identical | TFLOP/s |")
+    print("|---|---|---|---|---|")
+    print("\n".join(variants))
     print("\n## FA3 Table 3 (N = 4096, d = 128, RMSE vs float64 on the unquantized inputs)")
     print(PAPER)
     for name, e in t3:

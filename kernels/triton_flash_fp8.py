@@ -22,12 +22,20 @@ aligned (``j ≤ i + Nk − Nq``); a row with no kept key returns ``O = 0``, ``L
 
 V's layout: Hopper's fp8 tensor-core product (wgmma) takes both operands K-major, and for P·V
 the reduction runs over keys, so a V stored with its head dim contiguous (the natural
-``(B, H, N, dv)``) must be transposed on chip for every block. The kernel takes V in any
-strides: a V whose key axis is contiguous (``vt.transpose(-1, -2)`` of a contiguous
-``(B, H, dv, N)`` tensor) is loaded K-major with no transpose; ``benchmarks/fp8_check.py`` times
-both layouts. Decision: keep the public layout ``(B, H, N, d)`` for all three (as the dense
-kernel and FA3's API); callers that can store V key-contiguous (an FP8 KV cache written once,
-read often) pass that view and skip the transpose.
+``(B, H, N, dv)``) has to be transposed on chip for every block: measured on an H100 (Triton
+3.6, d = 128, N = 4K) that kernel ran at 237 TFLOP/s against 654 with a key-contiguous V
+(``vt.transpose(-1, -2)`` of a contiguous ``(B, H, dv, N)`` tensor). Decision: the public layout
+stays ``(B, H, N, d)`` for all three (as the dense kernel and FA3's API), and
+:func:`flash_attention_fp8` copies a V whose key axis is not contiguous into a key-contiguous
+one on CUDA (one pass over V, a few % of the kernel's time); callers that store V key-contiguous
+(an FP8 KV cache written once, read often) pass that view and skip the copy.
+
+Accumulation: on sm_90 Triton's fp8 ``tl.dot`` adds into the tensor cores' accumulator without
+fp32 promotion (its ``max_num_imprecise_acc`` default), and Hopper's fp8 products keep fewer
+than fp32's bits in that sum; ``Fp8Config.chunk`` promotes every ``chunk`` products and
+``acc_in_dot=False`` keeps the running P·V sum out of the product (fp32 adds between key
+blocks). ``benchmarks/fp8_check.py`` measures what each costs and how far each lands from
+the class emulation.
 
 Under ``TRITON_INTERPRET=1`` the interpreter's fp32 → fp8 and fp32 → bf16 casts round wrongly
 (ties away from zero, no carry when the mantissa overflows: 126.2 → 64 in e4m3;
@@ -80,6 +88,17 @@ def _round_bf16(x):
 
 
 @triton.jit
+def _dot(a, b, acc, CHUNK: tl.constexpr):
+    """``a·b + acc`` on the tensor cores. Hopper's fp8 products add into their accumulator
+    with fewer than fp32's bits; ``CHUNK > 0`` makes Triton move the sum into a separate fp32
+    accumulator every ``CHUNK`` products (``max_num_imprecise_acc``), 0 leaves Triton's default
+    (no promotion on sm_90)."""
+    if CHUNK > 0:
+        return tl.dot(a, b, acc, max_num_imprecise_acc=CHUNK)
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _load_block(base, cols, offs, s_row, s_col, N, W):
     """Rows ``cols`` of K or V (width ``W``), zeros past ``N`` and ``W``."""
     ptrs = base + cols[:, None] * s_row + offs[None, :] * s_col
@@ -91,7 +110,7 @@ def _key_blocks(
     acc, l_i, m_i, q, k_base, v_base, start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, off, c,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-    EXACT_CAST: tl.constexpr,
+    EXACT_CAST: tl.constexpr, CHUNK: tl.constexpr, ACC_IN_DOT: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks ``[start_lo, start_hi)`` (see the module docstring).
     ``m_i`` is the running maximum of the unscaled scores, so the exponent of the largest
@@ -100,7 +119,7 @@ def _key_blocks(
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
         k = _load_block(k_base, cols, offs_d, skn, skd, NK, D)
-        s = tl.dot(q, tl.trans(k))
+        s = _dot(q, tl.trans(k), None, CHUNK)
         if MASKED:
             keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
             if CAUSAL:
@@ -121,7 +140,11 @@ def _key_blocks(
         v = _load_block(v_base, cols, offs_dv, svn, svd, NK, DV)
         if EXACT_CAST:
             p = _round_e4m3(p)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        if ACC_IN_DOT:
+            acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], CHUNK)
+        else:
+            # Each block's product starts from 0; the running sum is kept by fp32 adds.
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, None, CHUNK)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -136,7 +159,8 @@ def _flash_fp8_fwd(
     HAS_DQ: tl.constexpr, HAS_DK: tl.constexpr, HAS_DV: tl.constexpr,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EXACT_CAST: tl.constexpr, OUT_BF16: tl.constexpr,
+    EXACT_CAST: tl.constexpr, OUT_BF16: tl.constexpr, CHUNK: tl.constexpr,
+    ACC_IN_DOT: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, head) against their live keys: the
     mask-free blocks first, then the causal diagonal and the ragged key tail (masked)."""
@@ -177,11 +201,13 @@ def _flash_fp8_fwd(
     full_hi = tl.minimum((free_hi // BLOCK_N) * BLOCK_N, hi)
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_base, v_base, 0, full_hi, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, c, False, CAUSAL, BLOCK_N, EXACT_CAST,
+        skn, skd, svn, svd, NK, D, DV, off, c, False, CAUSAL, BLOCK_N, EXACT_CAST, CHUNK,
+        ACC_IN_DOT,
     )  # fmt: skip
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_base, v_base, full_hi, hi, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, c, True, CAUSAL, BLOCK_N, EXACT_CAST,
+        skn, skd, svn, svd, NK, D, DV, off, c, True, CAUSAL, BLOCK_N, EXACT_CAST, CHUNK,
+        ACC_IN_DOT,
     )  # fmt: skip
     dv = 1.0
     if HAS_DV:
@@ -223,15 +249,19 @@ class Fp8Config(NamedTuple):
     warps: int
     stages: int
     exact_cast: bool = False
+    chunk: int = 0  # fp32 promotion of the tensor-core sums every `chunk` products (0: none)
+    acc_in_dot: bool = True  # the rescaled accumulator is the P·V product's addend
 
 
 # Hopper, by head-dim bucket and causality (fp8 tensor-core products want key blocks of a
-# multiple of 32): chosen by the sweep in benchmarks/fp8_check.py on an H100.
+# multiple of 32): the d = 128 entries won the sweep of benchmarks/fp8_check.py on an H100
+# (N = 4K, key-contiguous V: 679 TFLOP/s non-causal, 571 causal; 128×128 tiles with 8 warps
+# were 2 % behind non-causal, 256-row tiles 6 % or more); d = 64 and 256 copy them (untuned).
 _HOPPER: dict[tuple[int, bool], Fp8Config] = {
-    (64, False): Fp8Config(128, 128, 8, 3),
-    (64, True): Fp8Config(128, 64, 8, 3),
-    (128, False): Fp8Config(128, 128, 8, 3),
-    (128, True): Fp8Config(128, 64, 8, 3),
+    (64, False): Fp8Config(128, 64, 4, 3),
+    (64, True): Fp8Config(128, 128, 8, 3),
+    (128, False): Fp8Config(128, 64, 4, 3),
+    (128, True): Fp8Config(128, 128, 8, 3),
     (256, False): Fp8Config(128, 64, 8, 2),
     (256, True): Fp8Config(128, 64, 8, 2),
 }
@@ -275,7 +305,8 @@ def launch_fp8(q, k, v, descales, *, causal, scale, out_dtype, config=None):
         HAS_DV=descales[2] is not None, CAUSAL=bool(causal),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_D=max(32, triton.next_power_of_2(d)), BLOCK_DV=max(32, triton.next_power_of_2(dv)),
-        EXACT_CAST=cfg.exact_cast, OUT_BF16=out_dtype == torch.bfloat16,
+        EXACT_CAST=cfg.exact_cast, OUT_BF16=out_dtype == torch.bfloat16, CHUNK=cfg.chunk,
+        ACC_IN_DOT=cfg.acc_in_dot,
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return o, lse
@@ -369,6 +400,10 @@ def flash_attention_fp8(
     bsz, hk = k.shape[0], k.shape[1]
     for name, t in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
         _check_descale(name, t, bsz, hk, q.device)
+    if q.device.type == "cuda" and v.stride(2) != 1 and v.shape[2] > 1:
+        # Key-contiguous V for the K-major fp8 P·V product: one pass over V (a few % of the
+        # kernel's time) against a 2.7x slower kernel with the on-chip transpose (H100).
+        v = v.transpose(-1, -2).contiguous().transpose(-1, -2)
     o, lse = launch_fp8(
         q, k, v, (descale_q, descale_k, descale_v), causal=causal, scale=sc, out_dtype=out_dtype
     )
