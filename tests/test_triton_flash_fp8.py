@@ -192,3 +192,20 @@ def test_bad_arguments_raise_with_the_fix():
         flash_attention_fp8(q, q, q, scale=-1.0)
     with pytest.raises(ValueError, match="multiple of k/v heads"):
         flash_attention_fp8(q, q[:, :1].expand(1, 3, 8, 16), q[:, :1].expand(1, 3, 8, 16))
+
+
+def test_key_contiguous_v_and_the_accumulator_variant_change_no_bit():
+    """The key-contiguous copy of V (what the public function makes on CUDA) holds the same
+    values with the key axis contiguous, and the kernel gives the same bits on it, and with the
+    running P·V sum kept out of the product (fp32 adds: exact reassociation of one addition)."""
+    from flashcheck.kernels.triton_flash_fp8 import Fp8Config, key_contiguous, launch_fp8
+
+    q, k, v, ds, causal = _inputs(GRID[2], seed=5)
+    vt = key_contiguous(v[:, :, :, :20])  # a ragged head dim too
+    assert vt.stride(2) == 1 and torch.equal(vt.view(torch.uint8), v[..., :20].view(torch.uint8))
+    vt = key_contiguous(v)
+    run = dict(causal=causal, scale=0.2, out_dtype=torch.float32)
+    base = launch_fp8(q, k, v, tuple(ds), **run)
+    for vv, cfg in ((vt, None), (v, Fp8Config(32, 32, 4, 1, exact_cast=True, acc_in_dot=False))):
+        o, lse = launch_fp8(q, k, vv, tuple(ds), config=cfg, **run)
+        assert torch.equal(o, base[0]) and torch.equal(lse, base[1])
