@@ -16,8 +16,9 @@ def quantize(x: torch.Tensor, hk_dim: int = 1) -> tuple[torch.Tensor, torch.Tens
     return (x / ds[:, :, None, None]).to(E4M3), ds.contiguous()
 
 
-def exact(q, k, v, *, causal, scale):
-    """float64 attention of exact inputs (B, H, N, d), GQA by repeating kv-heads."""
+def exact(q, k, v, *, causal, scale, lse=False):
+    """float64 attention of exact inputs (B, H, N, d), GQA by repeating kv-heads; with
+    ``lse=True`` also the natural-log LSE (−inf for rows that keep no key)."""
     g = q.shape[1] // k.shape[1]
     k, v = (t.double().repeat_interleave(g, 1) for t in (k, v))
     s = (q.double() @ k.transpose(-1, -2)) * scale
@@ -26,7 +27,8 @@ def exact(q, k, v, *, causal, scale):
         i = torch.arange(nq, device=s.device)[:, None]
         j = torch.arange(nk, device=s.device)[None, :]
         s = s.masked_fill(j > i + nk - nq, float("-inf"))
-    return torch.nan_to_num(torch.softmax(s, -1) @ v, nan=0.0)
+    o = torch.nan_to_num(torch.softmax(s, -1) @ v, nan=0.0)
+    return (o, torch.logsumexp(s, -1)) if lse else o
 
 
 def emulate(q8, k8, v8, ds, *, causal, scale, block_n, p_dtype=E4M3):
