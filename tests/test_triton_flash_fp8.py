@@ -209,3 +209,15 @@ def test_key_contiguous_v_and_the_accumulator_variant_change_no_bit():
     for vv, cfg in ((vt, None), (v, Fp8Config(32, 32, 4, 1, exact_cast=True, acc_in_dot=False))):
         o, lse = launch_fp8(q, k, vv, tuple(ds), config=cfg, **run)
         assert torch.equal(o, base[0]) and torch.equal(lse, base[1])
+
+
+def test_a_negative_descale_gives_nan_rows_not_a_wrong_softmax():
+    """descale_q·descale_k < 0 breaks the max-based softmax (the kernel does not check values
+    on the host): every row comes back NaN instead; descale 0 is a valid all-zero input."""
+    q, k, v, ds, _ = _inputs(GRID[1], seed=7)
+    o, lse = flash_attention_fp8(
+        q, k, v, descale_q=-ds[0], descale_k=ds[1], out_dtype=torch.float32, return_lse=True
+    )
+    assert torch.isnan(o).all() and torch.isnan(lse).all()
+    o = flash_attention_fp8(q, k, v, descale_q=0 * ds[0], out_dtype=torch.float32)
+    assert torch.allclose(o, v.float().mean(2, keepdim=True).expand_as(o), atol=1e-6)
