@@ -8,7 +8,7 @@
    online softmax, P rounded to e4m3 by torch's cast, fp32 P·V). PASS needs the kernel's
    RMSE against the exact result within 5 % of the emulation's (FlashAttention #2716 was 55-68 %
    above) and the kernel-emulation distance at most half the emulation's own error (measured
-   11-29 %: Hopper's fp8 accumulator keeps about 13 bits, see the kernel's docstring), and the
+   8-29 %: Hopper's fp8 accumulator keeps about 13 bits, see the kernel's docstring), and the
    LSE within 1e-2 of float64's (-inf exactly where a row keeps no key). A kernel
    that rounds P to e5m2 doubles the error; one that applies a descale twice fails both.
    A probe also compares Triton's fp32 -> e4m3 cast with torch's on values in [0, 1] (the P
