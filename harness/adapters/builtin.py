@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cases.case import Case
 from .adapter import Kernel
+from .builtin_fp8 import fp8_kernels
 
 __all__ = [
     "BWD_FLASH_SCORES",
@@ -410,6 +411,7 @@ def project_kernels() -> dict[str, Kernel]:
             batch_invariant=True,
         ),
         **_ragged_kernels(),
+        **fp8_kernels(),
     }
 
 
