@@ -1,0 +1,138 @@
+"""How a campaign runs a list of work items: submitted ahead to the executor, collected and
+written in plan order, and, under a time budget, cut cleanly.
+
+:class:`Scheduler` is the part of :class:`~flashcheck.harness.campaign.runner.Campaign` that
+feeds the executor: work is submitted far ahead (a slow case must not leave the other workers
+idle) and collected in the order of the work list, so what a campaign writes does not depend on
+who finished first. Under a budget (:mod:`flashcheck.harness.campaign.budget`) little is
+submitted ahead, a case that would start a new compile waits until it is its worker's next
+call and is dropped when the compile no longer fits, and what was not started when the budget
+ran out is cancelled and left for a resume.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters.palette import compile_key
+from ..cases.case import Case
+from ..cases.families import Recipe
+from ..core.progress import Progress
+from .plan import Item, fit_recipe
+
+__all__ = ["Group", "Scheduler", "Task", "cancelled"]
+
+
+@dataclass
+class Group:
+    """One fitted case of an item and what runs on it: a kernel future, or a SKIP reason, per
+    spec (``check``: the structural property, for the structural part)."""
+
+    recipe: Recipe
+    case: Case
+    reference: Any
+    runs: dict[str, Any]
+    check: str | None = None
+
+
+@dataclass
+class Task:
+    item: Item
+    specs: list[str]
+    done: list[str]
+    groups: list[Group] = field(default_factory=list)
+    compiles: list[str] = field(default_factory=list)  # the new compile keys it calls
+
+
+def cancelled(task: Task) -> bool:
+    """Cancel what ``task`` still waits for; ``True`` if any part of it had not started (the
+    task is then dropped: a part that was running finishes in the background, unrecorded)."""
+    futures = [
+        f for g in task.groups for f in (g.reference, *g.runs.values()) if isinstance(f, cf.Future)
+    ]
+    return any([f.cancel() for f in futures])  # (a list: cancel every one)
+
+
+class Scheduler:
+    """The scheduling half of a campaign (a mixin of
+    :class:`~flashcheck.harness.campaign.runner.Campaign`, whose fields it uses: ``executor``,
+    ``kernels``, ``budget``, ``preset``, and the ``_submit`` / ``_collect`` of one item)."""
+
+    # -- running items: submitted ahead, results written in plan order ---------------------
+    def _execute(self, work: Sequence[tuple[Item, Sequence[str]]], progress: Progress) -> None:
+        """Evaluate each ``(item, specs)`` with the executor's parallelism; results are written
+        in the order of ``work``, as a one-worker run writes them. Work is submitted far ahead
+        (a slow case must not leave the other workers idle) and collected in order."""
+        window = max(256, 8 * (self.executor.workers + self.executor.kernel_workers))
+        budgeted = self.budget.seconds is not None
+        if budgeted:
+            # Little submitted ahead: at the budget, only what is in flight still finishes.
+            window = 2 * (self.executor.workers + self.executor.kernel_workers)
+        pending: deque[Task] = deque()
+        todo = iter(work)
+        held: list[tuple[Item, Sequence[str]]] = []  # the next item, waiting for a compile slot
+
+        def feed() -> None:
+            while len(pending) < window:
+                nxt = held.pop() if held else next(todo, None)
+                if nxt is None:
+                    return
+                if self.budget.spent:
+                    self._cut = True  # left for a resume
+                    return
+                if not self._fits(*nxt):
+                    continue
+                if budgeted and self._compile_need(*nxt) > 0:
+                    # A submitted call cannot be taken back once its worker starts it, so under
+                    # a budget a new compile waits until it is the worker's next call; whether
+                    # it fits is decided then.
+                    if sum(bool(t.compiles) for t in pending) >= self.executor.kernel_workers:
+                        held.append(nxt)
+                        return
+                pending.append(self._submit(*nxt))
+
+        feed()
+        while pending:
+            task = pending.popleft()
+            if self.budget.spent and cancelled(task):
+                self._cut = True  # not started when the budget ran out: left for a resume
+                continue
+            t0 = time.monotonic()
+            if task.compiles:
+                progress.compiling(f"compiling {'; '.join(task.compiles)}")
+            self._collect(task)
+            if task.compiles:
+                progress.compile_time += time.monotonic() - t0
+            ran = len(task.specs) - len(task.done)
+            if ran:
+                item = task.item
+                progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
+            feed()
+
+    def _compile_need(self, item: Item, specs: Sequence[str]) -> float:
+        """Seconds of compiling ``item`` would start: its new compile keys, at each kernel's
+        probed compile time."""
+        need = 0.0
+        for spec in specs:
+            kern = self.kernels[spec]
+            if not kern.compile_keys or item.key(spec) in self._done:
+                continue
+            if not self._runnable(spec, item.recipe.dtype):
+                continue
+            key = compile_key(kern, fit_recipe(item.recipe, kern, palette=self.preset.palette))
+            if key and (spec, key) not in self._keys:
+                need += kern.compile_seconds
+        return need
+
+    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
+        """Whether the compiles ``item`` would start fit in the budget left; an item that does
+        not is left for a resume."""
+        if self.budget.seconds is None or self._compile_need(item, specs) <= self.budget.left():
+            return True
+        self._cut = True
+        return False
