@@ -46,11 +46,11 @@ from ..core.resultlog import ResultLog
 from ..core.status import Status
 from ..judging.verdict import judge_gradients
 from . import search
-from .budget import Budget, missing_by_part, priority_order
+from .budget import Budget, priority_order
 from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
 from .grouping import affinity, compile_waits, grouped, palette_first
-from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
+from .logrecords import CaseFileRecord, StoppedRecord, parse_records
 from .option_plan import option_work
 from .plan import (
     PARTS,
@@ -121,6 +121,7 @@ class Campaign(Scheduler):
         # strict fallback can take minutes) in the main process would serialise the pool's work.
         self._grad_refs: dict[Recipe, Any] = {}  # a GradientReference or its future
         self._stopped = {(r.kernel, r.dtype) for r in records if isinstance(r, StoppedRecord)}
+        self._ahead, self._next, self._finish = {}, {}, {}
 
     # -- bookkeeping ------------------------------------------------------------------------
     def results(self) -> list[ResultRecord]:
@@ -379,10 +380,13 @@ class Campaign(Scheduler):
             compile_seconds=wait,
             prior_rate=SECONDS_PER_COST / max(1, self.executor.workers),
         )
+        self._generations = generations
+        self._plan_ahead(fixed, 0)
         self._execute(fixed, progress)
         self._fixed = fixed
-        # The search, a generation at a time for every kernel and dtype together: generation
-        # g of one pair depends only on that pair's earlier results.
+        # The search, a generation at a time for every kernel and dtype together (written in
+        # that order); generation g of one pair depends only on that pair's earlier results,
+        # so it is drawn and submitted as soon as they are in (Scheduler._plan_ahead).
         for gen in range(generations):
             if self.budget.spent:
                 self._cut = self._cut or gen < generations
@@ -392,28 +396,12 @@ class Campaign(Scheduler):
             for spec in self.kernels:
                 for dt in self.dtypes:
                     if self._runnable(spec, dt):
-                        work += [(child, [spec]) for child in self._children(spec, dt, gen)]
-            self._execute(grouped(work, self.kernels, palette=p.palette), progress)
+                        work += [(child, [spec]) for child in self.generation(spec, dt, gen)]
+            work = grouped(work, self.kernels, palette=p.palette)
+            self._plan_ahead(work, gen + 1)
+            self._execute(work, progress)
         progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
-
-    def coverage(self) -> CoverageRecord | None:
-        """What a run stopped by its budget covered (``None``: it ran to its end)."""
-        if not self._cut:
-            return None
-        runnable = [
-            (it, [s for s in specs if self._runnable(s, it.recipe.dtype)])
-            for it, specs in self._fixed
-        ]
-        missing = missing_by_part(runnable, set(self._done))
-        planned = sum(len(specs) for _, specs in runnable)
-        return CoverageRecord(
-            budget=float(self.budget.seconds or 0.0),
-            planned=planned,
-            ran=planned - sum(missing.values()),
-            missing=missing,
-            search=self._searched,
-        )
 
     def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:
         """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``."""

@@ -7,7 +7,9 @@ idle) and collected in the order of the work list, so what a campaign writes doe
 who finished first. Under a budget (:mod:`flashcheck.harness.campaign.budget`) little is
 submitted ahead, a case that would start a new compile waits until it is its worker's next
 call and is dropped when the compile no longer fits, and what was not started when the budget
-ran out is cancelled and left for a resume.
+ran out is cancelled and left for a resume. Without a budget, a kernel and dtype's next
+search generation is drawn and submitted as soon as its own results are in, not when every
+kernel's are: the workers do not wait for the slowest case of a generation.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ..adapters.palette import compile_key
 from ..cases.case import Case
 from ..cases.families import Recipe
 from ..core.progress import Progress
+from .budget import missing_by_part
+from .logrecords import CoverageRecord
 from .plan import Item, fit_recipe
 
 __all__ = ["Group", "Scheduler", "Task", "cancelled"]
@@ -47,6 +51,7 @@ class Task:
     done: list[str]
     groups: list[Group] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # the new compile keys it calls
+    index: int = -1  # its place in the work list being run
 
 
 def cancelled(task: Task) -> bool:
@@ -58,10 +63,23 @@ def cancelled(task: Task) -> bool:
     return any([f.cancel() for f in futures])  # (a list: cancel every one)
 
 
+def _ahead_key(item: Item, specs: Sequence[str]) -> str | None:
+    """The key a task submitted ahead is found by: its one kernel's result key."""
+    return item.key(specs[0]) if len(specs) == 1 else None
+
+
 class Scheduler:
     """The scheduling half of a campaign (a mixin of
     :class:`~flashcheck.harness.campaign.runner.Campaign`, whose fields it uses: ``executor``,
-    ``kernels``, ``budget``, ``preset``, and the ``_submit`` / ``_collect`` of one item)."""
+    ``kernels``, ``budget``, ``preset``, the ``_submit`` / ``_collect`` of one item and the
+    ``_children`` of a search generation)."""
+
+    _generations = 0  # search generations of this run
+    # Work submitted ahead: tasks by result key, the children drawn, by (spec, dtype, gen),
+    # and the (spec, dtype, gen) to draw once the work list's entry n is collected.
+    _ahead: dict[str | None, Task]
+    _next: dict[tuple[str, str, int], list[Item]]
+    _finish: dict[int, list[tuple[str, str, int]]]
 
     # -- running items: submitted ahead, results written in plan order ---------------------
     def _execute(self, work: Sequence[tuple[Item, Sequence[str]]], progress: Progress) -> None:
@@ -74,14 +92,15 @@ class Scheduler:
             # Little submitted ahead: at the budget, only what is in flight still finishes.
             window = 2 * (self.executor.workers + self.executor.kernel_workers)
         pending: deque[Task] = deque()
-        todo = iter(work)
-        held: list[tuple[Item, Sequence[str]]] = []  # the next item, waiting for a compile slot
+        todo = iter(enumerate(work))
+        held: list[tuple[int, tuple[Item, Sequence[str]]]] = []  # waiting for a compile slot
 
         def feed() -> None:
             while len(pending) < window:
-                nxt = held.pop() if held else next(todo, None)
-                if nxt is None:
+                entry = held.pop() if held else next(todo, None)
+                if entry is None:
                     return
+                n, nxt = entry
                 if self.budget.spent:
                     self._cut = True  # left for a resume
                     return
@@ -92,9 +111,11 @@ class Scheduler:
                     # a budget a new compile waits until it is the worker's next call; whether
                     # it fits is decided then.
                     if sum(bool(t.compiles) for t in pending) >= self.executor.kernel_workers:
-                        held.append(nxt)
+                        held.append(entry)
                         return
-                pending.append(self._submit(*nxt))
+                task = self._ahead.pop(_ahead_key(*nxt), None) or self._submit(*nxt)
+                task.index = n
+                pending.append(task)
 
         feed()
         while pending:
@@ -112,7 +133,61 @@ class Scheduler:
             if ran:
                 item = task.item
                 progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
+            self._run_ahead(self._finish.pop(task.index, ()))
             feed()
+
+    def coverage(self) -> CoverageRecord | None:
+        """What a run stopped by its budget covered (``None``: it ran to its end)."""
+        if not self._cut:
+            return None
+        runnable = [
+            (it, [s for s in specs if self._runnable(s, it.recipe.dtype)])
+            for it, specs in self._fixed
+        ]
+        missing = missing_by_part(runnable, set(self._done))
+        planned = sum(len(specs) for _, specs in runnable)
+        return CoverageRecord(
+            budget=float(self.budget.seconds or 0.0),
+            planned=planned,
+            ran=planned - sum(missing.values()),
+            missing=missing,
+            search=self._searched,
+        )
+
+    # -- the next search generation, a kernel and dtype at a time ---------------------------
+    def _plan_ahead(self, work: Sequence[tuple[Item, Sequence[str]]], gen: int) -> None:
+        """Before running ``work``: note, for each (kernel, dtype), the last entry of ``work``
+        it takes part in; once that is collected, the kernel and dtype's search generation
+        ``gen`` is submitted (:meth:`_run_ahead`) while the rest of ``work`` is still being
+        collected. Generation ``gen`` of one kernel and dtype depends only on its own earlier
+        results (:func:`~flashcheck.harness.campaign.search.parents`), so it is the same
+        whenever it is drawn; results are still written in plan order. Not under a budget,
+        whose cut must find nothing submitted ahead."""
+        self._finish = {}
+        if self.budget.seconds is not None or gen >= self._generations:
+            return
+        last: dict[tuple[str, str], int] = {}
+        for n, (item, specs) in enumerate(work):
+            for spec in specs:
+                last[(spec, item.recipe.dtype)] = n
+        for pair, n in last.items():
+            self._finish.setdefault(n, []).append((*pair, gen))
+
+    def _run_ahead(self, pairs: Sequence[tuple[str, str, int]]) -> None:
+        """Draw and submit search generation ``gen`` of each ``(spec, dtype, gen)`` now; the
+        generation's own run takes the drawn children (:meth:`generation`) and their tasks."""
+        for spec, dtype, gen in pairs:
+            if not self._runnable(spec, dtype):
+                continue
+            kids = self._next[(spec, dtype, gen)] = self._children(spec, dtype, gen)
+            for child in kids:
+                if child.key(spec) not in self._done:
+                    self._ahead[_ahead_key(child, [spec])] = self._submit(child, [spec])
+
+    def generation(self, spec: str, dtype: str, gen: int) -> list[Item]:
+        """Search generation ``gen`` of ``spec`` and ``dtype``: drawn ahead, or now."""
+        kids = self._next.pop((spec, dtype, gen), None)
+        return self._children(spec, dtype, gen) if kids is None else kids
 
     def _compile_need(self, item: Item, specs: Sequence[str]) -> float:
         """Seconds of compiling ``item`` would start: its new compile keys, at each kernel's
