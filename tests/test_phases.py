@@ -75,3 +75,49 @@ def test_the_flag_records_the_timeline_and_a_resume_keeps_both(tmp_path, capsys)
     assert sum(r.exclusive for r in first.rows) == pytest.approx(first.wall, abs=1e-2)
     assert 0 < first.serial < first.wall
     assert again.row("reference").spans == 0  # every result was on file
+
+
+def test_search_generations_drawn_ahead_give_the_same_results_in_the_same_order(
+    tmp_path, monkeypatch
+):
+    from dataclasses import replace
+
+    from flashcheck.harness.campaign.plan import PRESETS
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.campaign.scheduling import Scheduler
+    from flashcheck.harness.core.resultlog import read_records
+
+    # Three generations of two children: the later ones draw from the earlier ones' results.
+    monkeypatch.setitem(PRESETS, "smoke", replace(PRESETS["smoke"], search_generations=3))
+
+    opts = ReportOptions(
+        preset="smoke",
+        kernels=("naive-numpy", "recurrence-fa2"),
+        dtypes=("fp16",),
+        out=str(tmp_path),
+        isolate=False,
+        render=False,
+        fail_on="never",
+        parts=("grid", "search"),
+    )
+    drawn = []
+    run_ahead = Scheduler._run_ahead
+    monkeypatch.setattr(
+        Scheduler, "_run_ahead", lambda self, pairs: drawn.extend(pairs) or run_ahead(self, pairs)
+    )
+    quiet = {"echo": lambda *a, **k: None}
+    assert run_report(replace(opts, name="ahead"), **quiet) == 0
+    assert {gen for _, _, gen in drawn} == {0, 1, 2}  # every generation, drawn ahead
+    # The same campaign a generation at a time for every kernel together, as before.
+    monkeypatch.setattr(Scheduler, "_plan_ahead", lambda self, work, gen: None)
+    assert run_report(replace(opts, name="serial"), **quiet) == 0
+
+    def results(name):
+        recs = read_records(tmp_path / name / "results.jsonl")
+        return [
+            {k: v for k, v in r.items() if k != "seconds"} for r in recs if r["type"] == "result"
+        ]
+
+    ahead, serial = results("ahead"), results("serial")
+    assert any(r["part"] == "search" for r in ahead)
+    assert ahead == serial
