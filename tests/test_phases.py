@@ -98,7 +98,7 @@ def test_search_generations_drawn_ahead_give_the_same_results_in_the_same_order(
         isolate=False,
         render=False,
         fail_on="never",
-        parts=("grid", "search"),
+        parts=("grid", "structural", "search"),
     )
     drawn = []
     run_ahead = Scheduler._run_ahead

@@ -157,17 +157,22 @@ class Scheduler:
     # -- the next search generation, a kernel and dtype at a time ---------------------------
     def _plan_ahead(self, work: Sequence[tuple[Item, Sequence[str]]], gen: int) -> None:
         """Before running ``work``: note, for each (kernel, dtype), the last entry of ``work``
-        it takes part in; once that is collected, the kernel and dtype's search generation
-        ``gen`` is submitted (:meth:`_run_ahead`) while the rest of ``work`` is still being
-        collected. Generation ``gen`` of one kernel and dtype depends only on its own earlier
-        results (:func:`~flashcheck.harness.campaign.search.parents`), so it is the same
-        whenever it is drawn; results are still written in plan order. Not under a budget,
-        whose cut must find nothing submitted ahead."""
+        whose results the search can draw from; once that is collected, the kernel and dtype's
+        search generation ``gen`` is submitted (:meth:`_run_ahead`) while the rest of ``work``
+        is still being collected. Generation ``gen`` of one kernel and dtype depends only on its
+        own earlier forward results (:func:`~flashcheck.harness.campaign.search.parents`), so
+        it is the same whenever it is drawn; results are still written in plan order. Not under
+        a budget, whose cut must find nothing submitted ahead."""
         self._finish = {}
         if self.budget.seconds is not None or gen >= self._generations:
             return
         last: dict[tuple[str, str], int] = {}
         for n, (item, specs) in enumerate(work):
+            # Only forward results outside the structural and options parts can be parents:
+            # the generation is drawn while the fixed parts' others still run. (A kernel that
+            # a later failure stops for the dtype leaves its drawn generation unrun.)
+            if item.backward or item.part in ("structural", "options"):
+                continue
             for spec in specs:
                 last[(spec, item.recipe.dtype)] = n
         for pair, n in last.items():
