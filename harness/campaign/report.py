@@ -379,7 +379,10 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
         return 130
     # Local workers stop (each process tears down torch) while the report is rendered.
     closing = threading.Thread(target=_close, args=(executor, clock), name="flashcheck-close")
-    closing.start() if isinstance(executor, LocalExecutor) else closing.run()
+    if isinstance(executor, LocalExecutor):
+        closing.start()
+    else:  # (a Ray cluster is left from the thread that joined it)
+        closing.run()
     try:
         for line in terminal_summary(records, str(setup.case_dir)):
             echo(line)
