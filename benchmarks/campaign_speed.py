@@ -6,11 +6,15 @@ whether every run wrote the same results bit for bit.
     python benchmarks/campaign_speed.py --runs 16:1 16:2 --kernel mod:fn   # N:K, K kernel workers
     python benchmarks/campaign_speed.py --executor ray          # the same on a local Ray instance
     python benchmarks/campaign_speed.py --cold-caches ...       # every run compiles its kernels
+    python benchmarks/campaign_speed.py --profile-phases ...    # and each run's phase timeline
 
 Each run is a fresh ``flashcheck report`` (a new process, ``--fail-on never --no-render``) into
 a temporary folder, with ``--workers N --kernel-workers K`` (a run ``N`` alone: ``K = N``); the
 table gives the speedup over the first run and whether its results are the first run's, bit for
-bit. Not a timed test: numbers depend on the machine (record them in RESULTS.md).
+bit. Not a timed test: numbers depend on the machine (record them in RESULTS.md). With
+``--profile-phases`` every run records its phase timeline (``flashcheck report
+--profile-phases``); the table gains each run's serial share (no kernel worker busy) and the
+timelines follow it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _results(path: Path) -> list[dict]:
@@ -32,6 +37,26 @@ def _results(path: Path) -> list[dict]:
         if rec.get("type") == "result":
             out.append({k: v for k, v in rec.items() if k != "seconds"})
     return out
+
+
+def _timeline(path: Path):
+    from flashcheck.harness.campaign.phases import PhaseTimeline
+
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    return PhaseTimeline.from_json([r for r in recs if r.get("type") == "phases"][-1])
+
+
+def _print_table(rows: list[tuple], timelines: list[tuple[str, Any]]) -> None:
+    """Each run's phase timeline (if recorded), then the runs' table."""
+    for run, t in timelines:
+        print(f"\nrun {run}, phase timeline:\n" + "\n".join(t.table()))
+    serial = [f" {t.serial_share:.1%} |" for _, t in timelines] or [""] * len(rows)
+    head = " serial share |" if timelines else ""
+    cols = "workers | kernel workers | wall (s) | results | results/s | speedup | same results"
+    print(f"\n| {cols} |{head}")
+    print("|---|---|---|---|---|---|---|" + ("---|" if timelines else ""))
+    for (n, k, wall, count, rate, speedup, same), extra in zip(rows, serial, strict=True):
+        print(f"| {n} | {k} | {wall:.1f} | {count} | {rate:.2f} | {speedup:.2f}x | {same} |{extra}")
 
 
 def main() -> int:
@@ -52,8 +77,13 @@ def main() -> int:
         help="give every run empty Triton and TorchInductor caches, so that no run reuses the "
         "kernels an earlier run compiled",
     )
+    ap.add_argument(
+        "--profile-phases",
+        action="store_true",
+        help="record each run's phase timeline; print its serial share and its phase table",
+    )
     args = ap.parse_args()
-    rows, first = [], None
+    rows, first, timelines = [], None, []
     with tempfile.TemporaryDirectory(prefix="campaign-speed-") as tmp:
         for i, run in enumerate(args.runs):
             n, _, k = run.partition(":")
@@ -83,6 +113,8 @@ def main() -> int:
                 cmd += ["--kernel", spec]
             for dt in args.dtype or ():
                 cmd += ["--dtype", dt]
+            if args.profile_phases:
+                cmd.append("--profile-phases")
             env = dict(os.environ)
             if args.cold_caches:
                 env["TRITON_CACHE_DIR"] = str(Path(tmp) / f"triton-cache{i}")
@@ -94,14 +126,13 @@ def main() -> int:
                 print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
                 return proc.returncode
             res = _results(Path(tmp) / f"run{i}" / "results.jsonl")
+            if args.profile_phases:
+                timelines.append((run, _timeline(Path(tmp) / f"run{i}" / "results.jsonl")))
             first = first or (res, wall)
             same = "yes" if res == first[0] else "NO"
             rows.append((n, k, wall, len(res), len(res) / wall, first[1] / wall, same))
             print(f"run {run}: {wall:.1f} s", file=sys.stderr, flush=True)
-    print("| workers | kernel workers | wall (s) | results | results/s | speedup | same results |")
-    print("|---|---|---|---|---|---|---|")
-    for n, k, wall, count, rate, speedup, same in rows:
-        print(f"| {n} | {k} | {wall:.1f} | {count} | {rate:.2f} | {speedup:.2f}x | {same} |")
+    _print_table(rows, timelines)
     return 0 if all(r[-1] == "yes" for r in rows) else 1
 
 

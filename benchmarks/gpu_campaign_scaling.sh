@@ -3,6 +3,7 @@
 # campaign with one kernel worker (GPU 0 only) and with one kernel worker per GPU, every run
 # with empty compile caches (RUNS="..." overrides the N:K list, e.g. to repeat the first).
 # Results must be bit for bit identical; the goal is two GPUs >= 1.8x one GPU's results/s.
+# Every run records its phase timeline: its table, then the runs' table with each serial share.
 #   bash benchmarks/gpu_campaign_scaling.sh        (writes $OUT/campaign_scaling.md)
 # Kernels: every built-in one that runs on this machine except flex (FlexAttention compiles
 # once per shape, about 3 s each, which alone would take one run past the device's
@@ -23,5 +24,5 @@ for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math 
          sdpa-efficient sdpa-cudnn user_kernels:textbook; do
     KERNELS+=(--kernel "$k")
 done
-python3 "$ROOT/benchmarks/campaign_speed.py" --cold-caches --preset gpu --dtype fp16 \
+python3 "$ROOT/benchmarks/campaign_speed.py" --cold-caches --profile-phases --preset gpu --dtype fp16 \
     "${KERNELS[@]}" --runs ${RUNS:-"$CORES:1" "$CORES:$GPUS"} | tee "$OUT/campaign_scaling.md"

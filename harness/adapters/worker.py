@@ -43,6 +43,8 @@ _ENV_LOCK = threading.Lock()
 # Kernel fields that hold functions: rebuilt in the worker by resolving the spec (a closure or a
 # lambda does not pickle), never sent.
 _CALLABLE_FIELDS = ("fn", "check_available", "check_case")
+# Seconds a new child may take to start (spawn, import torch) before it counts as hung.
+START_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ def _serve(conn) -> None:  # pragma: no cover - runs in the child process
             torch.set_num_threads(1)
         except ImportError:
             pass
+    # Started: the parent times a worker's start (spawn and imports) from this message.
+    conn.send(("ready", time.time()))
     kernels: dict[str, Kernel] = {}
     while True:
         try:
@@ -153,6 +157,9 @@ class KernelWorker:
         self._conn = None
         self._local: dict[str, Kernel] = {}
         self.restarts = 0
+        # (spawned, ready) wall-clock times (time.time()) of every child started so far.
+        self.starts: list[tuple[float, float]] = []
+        self._spawned: float | None = None  # a child started whose ready message is unread
 
     def __enter__(self) -> KernelWorker:
         return self
@@ -160,7 +167,14 @@ class KernelWorker:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Start the child process now, without waiting for it (its imports overlap whatever
+        the caller does next); a call waits for it. Nothing when it runs or ``isolate=False``."""
+        if self.isolate and (self._proc is None or not self._proc.is_alive()):
+            self._start()
+
     def _start(self) -> None:
+        self._spawned = time.time()
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="flashcheck-kernel")
@@ -182,7 +196,13 @@ class KernelWorker:
         """Stop the child process (politely, then by force)."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        fresh, self._spawned = self._spawned is not None, None
         if proc is None:
+            return
+        if fresh:  # started but never called: nothing to finish politely
+            proc.kill()
+            proc.join()
+            conn.close()
             return
         try:
             conn.send(None)
@@ -200,6 +220,7 @@ class KernelWorker:
             self._proc.join()
             self._conn.close()
         self._proc = self._conn = None
+        self._spawned = None
         self.restarts += 1
 
     def _request(self, msg: tuple, timeout: float) -> Outcome:
@@ -213,9 +234,34 @@ class KernelWorker:
         self._kill()
         return Outcome.failed(Status.ERROR, f"the kernel process died (exit code {code})")
 
+    def _ready(self, timeout: float) -> Outcome | None:
+        """Wait for a started child's ready message; a failed outcome if it dies or does not
+        start within ``timeout`` seconds (at least :data:`START_SECONDS`: the imports are no
+        part of a kernel's time limit)."""
+        timeout = max(timeout, START_SECONDS)
+        deadline = time.monotonic() + timeout
+        while not self._conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if not self._proc.is_alive():
+                return self._died()
+            if time.monotonic() >= deadline:
+                self._kill()
+                why = f"the kernel process did not start in {timeout:g} s"
+                return Outcome.failed(Status.TIMEOUT, why)
+        try:
+            _, ready = self._conn.recv()
+        except EOFError:
+            return self._died()
+        self.starts.append((self._spawned or ready, ready))
+        self._spawned = None
+        return None
+
     def _remote(self, msg: tuple, timeout: float) -> Outcome:
         if self._proc is None or not self._proc.is_alive():
             self._start()
+        if self._spawned is not None:
+            failed = self._ready(timeout)
+            if failed is not None:
+                return failed
         try:
             self._conn.send(msg)
         except (OSError, BrokenPipeError):

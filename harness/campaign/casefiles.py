@@ -10,8 +10,8 @@ the status on record and the one the re-run gave.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,68 @@ class CaseFiles:
     case_dir: Path
     echo: Callable[[str], None] = print
     palette: int = DEFAULT_PALETTE  # keys per dtype of compiling kernels (their worker)
+    # Submitted ahead by :meth:`prefetch`: the re-runs' kernel jobs by (spec, result key), and
+    # the forward references by recipe.
+    _jobs: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _refs: dict[Recipe, Any] = field(default_factory=dict)
+
+    def prefetch(self, todo: Iterable[tuple[str, ResultRecord]]) -> None:
+        """Submit every re-run of ``todo`` and its forward reference now, so that they run
+        in parallel on the workers and the pool; :meth:`save` then only waits and judges (in
+        the main process, one after another, they were a serial tail of the campaign)."""
+        for spec, r in todo:
+            case = make_case(r.recipe)
+            if isinstance(r, GradientResult):
+                job = self._submit_backward(spec, r, case)
+            elif isinstance(r, StructuralResult) and r.property in STRUCTURAL:
+                job = self._submit_check(spec, r, case)
+            else:
+                job = self._submit_run(spec, r, case)
+                if r.recipe not in self._refs:
+                    self._refs[r.recipe] = self.executor.reference(r.recipe)
+            self._jobs[(spec, r.key)] = job
+
+    def save_all(
+        self, todo: Sequence[tuple[str, ResultRecord]], grad_refs: dict[Recipe, Any], budget: Any
+    ) -> Iterator[CaseFileRecord]:
+        """:meth:`save` each of ``todo`` in order, until ``budget`` (a
+        :class:`~flashcheck.harness.campaign.budget.Budget`) is over; without a budget every
+        re-run is submitted ahead (:meth:`prefetch`). ``grad_refs`` gets the gradient
+        references ``todo`` needs that it lacks."""
+        # A resumed run lacks the references of earlier sessions: computed on the pool, in
+        # parallel, before the re-runs.
+        for _, r in todo:
+            if isinstance(r, GradientResult) and r.recipe not in grad_refs:
+                grad_refs[r.recipe] = self.executor.gradient_reference(r.recipe)
+        if budget.seconds is None:
+            self.prefetch(todo)
+        for n, (spec, r) in enumerate(todo):
+            if budget.over:
+                self.echo(
+                    f"case files: {len(todo) - n} left unsaved at the time budget; the same "
+                    "command without --budget saves them"
+                )
+                return
+            rec = self.save(spec, r, grad_refs)
+            if rec is not None:
+                yield rec
+
+    def _job(self, spec: str, r: ResultRecord, submit: Callable[[], Any]) -> Any:
+        job = self._jobs.pop((spec, r.key), None)
+        return submit() if job is None else job
+
+    def _submit_run(self, spec: str, r: ResultRecord, case: Case) -> Any:
+        kref = KernelRef.of(self.kernels[spec], spec)
+        return self.executor.run(kref, case, self.devices[spec], affinity=self._pin(spec, r))
+
+    def _submit_backward(self, spec: str, r: ResultRecord, case: Case) -> Any:
+        kref = KernelRef.of(self.kernels[spec], spec)
+        return self.executor.backward(kref, case, self.devices[spec], affinity=self._pin(spec, r))
+
+    def _submit_check(self, spec: str, r: ResultRecord, case: Case) -> Any:
+        kref = KernelRef.of(self.kernels[spec], spec)
+        pin = self._pin(spec, r)
+        return self.executor.check(r.property, kref, case, self.devices[spec], 8, affinity=pin)
 
     def _pin(self, spec: str, r: ResultRecord) -> int | None:
         return affinity(self.kernels[spec], r.recipe, palette=self.palette)
@@ -135,8 +197,7 @@ class CaseFiles:
         self, spec: str, r: ResultRecord, case: Case, grad_refs: dict[Recipe, Any]
     ) -> dict[str, Any] | None:
         dev = self.devices[spec]
-        kref = KernelRef.of(self.kernels[spec], spec)
-        grads = _payload(self.executor.backward(kref, case, dev, affinity=self._pin(spec, r)))
+        grads = _payload(self._job(spec, r, lambda: self._submit_backward(spec, r, case)))
         if isinstance(grads, Outcome):
             self.echo(
                 f"warning: re-running the backward of {spec} on {r.key} for its "
@@ -157,9 +218,7 @@ class CaseFiles:
 
     def _structural(self, spec: str, r: StructuralResult, case: Case) -> dict[str, Any] | None:
         prop = r.property
-        kref = KernelRef.of(self.kernels[spec], spec)
-        pin = self._pin(spec, r)
-        got = _payload(self.executor.check(prop, kref, case, self.devices[spec], 8, affinity=pin))
+        got = _payload(self._job(spec, r, lambda: self._submit_check(spec, r, case)))
         if isinstance(got, Outcome):
             self.echo(f"warning: re-running {prop} of {spec} on {r.key} failed: {got}")
             return None
@@ -167,9 +226,16 @@ class CaseFiles:
 
     def _accuracy(self, spec: str, r: ResultRecord, case: Case) -> dict[str, Any] | None:
         dev = self.devices[spec]
-        kref = KernelRef.of(self.kernels[spec], spec)
-        out = _payload(self.executor.run(kref, case, dev, affinity=self._pin(spec, r)))
+        out = _payload(self._job(spec, r, lambda: self._submit_run(spec, r, case)))
         if isinstance(out, Outcome):
             self.echo(f"warning: re-running {spec} on {r.key} for its case file failed: {out}")
             return None
-        return check_case(self.kernels[spec], case, device=dev, output=out).verdict.as_dict()
+        ahead = self._refs.get(r.recipe)
+        if ahead is None:
+            res = check_case(self.kernels[spec], case, device=dev, output=out)
+        else:  # the same oracle and baseline, computed on the pool
+            ref = ahead.result()
+            res = check_case(
+                self.kernels[spec], case, device=dev, output=out, ref=ref.ref, naive=ref.naive
+            )
+        return res.verdict.as_dict()

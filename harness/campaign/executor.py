@@ -43,6 +43,7 @@ from ..checks.registry import check_target
 from ..judging.bounds import Bounds, problem_bounds
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..oracle.evaluate import OracleResult
+from .phases import PhaseClock
 
 __all__ = [
     "SINGLE_THREAD",
@@ -78,6 +79,7 @@ class Reference:
     max_logit: float
     finite: bool
     seconds: float
+    span: tuple[float, float] = (0.0, 0.0)  # wall clock (time.time()) of the whole work
 
 
 def _max_logit(case: Case) -> float:
@@ -95,6 +97,7 @@ def _max_logit(case: Case) -> float:
 
 def compute_reference(recipe: Recipe) -> Reference:
     """The oracle, the naive baseline and every class's bounds for ``make_case(recipe)``."""
+    began = time.time()
     case = make_case(recipe)
     t0 = time.perf_counter()
     ref = case_oracle(case)  # the inputs are validated and converted once, for both
@@ -102,7 +105,7 @@ def compute_reference(recipe: Recipe) -> Reference:
     seconds = time.perf_counter() - t0
     every = problem_bounds(case.problem, arithmetic="unknown")
     finite = all(bool(np.isfinite(x.astype(np.float32)).all()) for x in (case.q, case.k, case.v))
-    return Reference(ref, naive, every, _max_logit(case), finite, seconds)
+    return Reference(ref, naive, every, _max_logit(case), finite, seconds, (began, time.time()))
 
 
 @dataclass
@@ -114,18 +117,24 @@ class GradientReference:
     naive: dict[str, float] | None
     every: GradientBounds  # class "unknown": its parts are every class's own bounds
     seconds: float
+    span: tuple[float, float] = (0.0, 0.0)  # wall clock (time.time()) of the whole work
 
 
 def compute_gradient_reference(recipe: Recipe) -> GradientReference:
     """The gradient oracle, the naive backward and every class's gradient bounds for
     ``make_case(recipe)`` and its ``dO`` (:meth:`Case.grad_output`)."""
+    began = time.time()
     case = make_case(recipe)
     t0 = time.perf_counter()
     ref = gradient_oracle(case)
     naive = naive_gradient_reference(case, ref)
     seconds = time.perf_counter() - t0
     every = problem_gradient_bounds(case.problem, case.grad_output(), arithmetic="unknown")
-    return GradientReference(ref, naive, every, seconds)
+    return GradientReference(ref, naive, every, seconds, (began, time.time()))
+
+
+def _warm() -> None:  # pragma: no cover - runs in pool processes
+    """Nothing: submitted once per pool process so that each starts (and imports) early."""
 
 
 def _single_threaded() -> None:  # pragma: no cover - runs in pool processes
@@ -156,6 +165,9 @@ class Executor:
 
     workers: int = 1
     kernel_workers: int = 1
+    # Set to record the phase timeline (flashcheck.harness.campaign.phases): an executor that
+    # can time its work adds its spans of reference work, kernel work and worker starts.
+    clock: PhaseClock | None = None
 
     def reference(self, recipe: Recipe) -> cf.Future:
         raise NotImplementedError
@@ -239,17 +251,35 @@ class LocalExecutor(Executor):
             env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
             self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
             self._slots.put(i)
+        if isolate:
+            # Started now, not at the first call: the workers' imports (torch in each) and the
+            # pool's overlap the caller's set-up and probing instead of delaying the first case.
+            for w in self._all:
+                w.start()
+            for _ in range(self.workers):  # (the pool starts a process per task, up to workers)
+                self._pool.submit(_warm)
         self._locks = [threading.Lock() for _ in self._all]
         self._threads = cf.ThreadPoolExecutor(len(self._all), thread_name_prefix="kernel")
         # One thread per worker for calls pinned to it (affinity), in submission order.
         self._pinned: list[cf.ThreadPoolExecutor | None] = [None] * len(self._all)
 
     def reference(self, recipe: Recipe) -> cf.Future:
+        return self._reference(compute_reference, recipe)
+
+    def _reference(self, compute: Any, recipe: Recipe) -> cf.Future:
         if self._pool is None:
             fut: cf.Future = cf.Future()
-            fut.set_result(compute_reference(recipe))
-            return fut
-        return self._pool.submit(compute_reference, recipe)
+            fut.set_result(compute(recipe))
+        else:
+            fut = self._pool.submit(compute, recipe)
+        if self.clock is not None:
+            fut.add_done_callback(self._note_reference)
+        return fut
+
+    def _note_reference(self, fut: cf.Future) -> None:
+        clock = self.clock
+        if clock is not None and not fut.cancelled() and fut.exception() is None:
+            clock.add("reference", *fut.result().span)
 
     def _on_slot(self, fn: str, *args: Any) -> Outcome:
         i = self._slots.get()
@@ -259,8 +289,21 @@ class LocalExecutor(Executor):
             self._slots.put(i)
 
     def _on_worker(self, i: int, fn: str, *args: Any) -> Outcome:
+        worker = self._all[i]
         with self._locks[i]:
-            return getattr(self._all[i], fn)(*args)
+            seen = len(worker.starts)
+            t0 = time.time()
+            out = getattr(worker, fn)(*args)
+            t1 = time.time()
+            started = worker.starts[seen:]
+        clock = self.clock
+        if clock is not None:
+            # A call that (re)started its worker waited for the start first: that part is the
+            # worker start's, not kernel work.
+            for span in started:
+                clock.add("worker start", *span)
+            clock.add("kernel", max([t0, *(end for _, end in started)]), t1)
+        return out
 
     def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:
         if affinity is None:
@@ -277,11 +320,7 @@ class LocalExecutor(Executor):
         return self._submit(affinity, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
-        if self._pool is None:
-            fut: cf.Future = cf.Future()
-            fut.set_result(compute_gradient_reference(recipe))
-            return fut
-        return self._pool.submit(compute_gradient_reference, recipe)
+        return self._reference(compute_gradient_reference, recipe)
 
     def backward(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
@@ -309,12 +348,18 @@ class LocalExecutor(Executor):
                 threads.shutdown(wait=True, cancel_futures=True)
             except KeyboardInterrupt:
                 threads.shutdown(wait=False, cancel_futures=True)
-        for w in self._all:
-            w.close()
+        # Every process exits at once (each tears down torch: seconds), not one after another.
+        stops = [threading.Thread(target=w.close) for w in self._all]
         if self._pool is not None:
-            try:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-            except KeyboardInterrupt:
+            stop = {"wait": True, "cancel_futures": True}
+            stops.append(threading.Thread(target=self._pool.shutdown, kwargs=stop))
+        for t in stops:
+            t.start()
+        try:
+            for t in stops:
+                t.join()
+        except KeyboardInterrupt:
+            if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
         for k, v in self._saved.items():
             if v is None:

@@ -9,7 +9,8 @@ Kinds (the ``type`` key): ``header`` (the campaign's configuration, first line),
 (the environment of one run of the campaign), ``contract`` (what a kernel accepts),
 ``limitation`` (what cannot run here), ``result`` (one kernel on one case:
 :mod:`flashcheck.harness.campaign.resultrecords`), ``stopped`` (a kernel stopped after
-repeated identical failures), ``case-file`` (a saved, replayable case) and ``complete``. Files
+repeated identical failures), ``case-file`` (a saved, replayable case), ``complete`` and
+``phases`` (a profiled run's timeline: :mod:`flashcheck.harness.campaign.phases`). Files
 written by older versions (without ``no_run`` or contract records) still load: absent fields
 read as their default.
 """
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 
 from ..core.resultlog import jsonable, read_records
 from ..core.status import Status
+from .phases import PhaseTimeline
 from .resultrecords import AccuracyResult, GradientResult, ResultRecord, StructuralResult
 
 __all__ = [
@@ -303,6 +305,7 @@ Record = (
     | StoppedRecord
     | CaseFileRecord
     | CompleteRecord
+    | PhaseTimeline
 )
 
 _KINDS: dict[str, Any] = {
@@ -317,6 +320,7 @@ _KINDS: dict[str, Any] = {
         CaseFileRecord,
         CompleteRecord,
         CoverageRecord,
+        PhaseTimeline,
     )
 }
 
@@ -349,6 +353,7 @@ class ResultsFile:
     stopped: tuple[StoppedRecord, ...] = ()
     complete: bool = False
     coverage: CoverageRecord | None = None  # the last budgeted session's, if it stopped early
+    timelines: tuple[PhaseTimeline, ...] = ()  # one per profiled session
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> ResultsFile:
@@ -372,6 +377,7 @@ class ResultsFile:
             stopped=tuple(by.get(StoppedRecord, ())),
             complete=bool(by.get(CompleteRecord)),
             coverage=(by.get(CoverageRecord) or [None])[-1] if not by.get(CompleteRecord) else None,
+            timelines=tuple(by.get(PhaseTimeline, ())),
         )
 
     @property

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,7 +33,6 @@ from .budget import Budget
 from .executor import Executor, LocalExecutor
 from .logrecords import (
     CampaignConfig,
-    CaseFileRecord,
     CompleteRecord,
     ContractRecord,
     Header,
@@ -43,17 +43,16 @@ from .logrecords import (
     load,
     parse_records,
 )
-from .option_sections import options_summary
+from .phases import PhaseClock, measure
 from .plan import PARTS
-from .records import gist
 from .resultrecords import (
     GradientResult,
     ResultRecord,
     StructuralResult,
 )
 from .runner import PRESETS, STREAK, Campaign
-from .sections import batch_invariance_text, fit_text
 from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
+from .summary import terminal_summary
 
 __all__ = [
     "GATES",
@@ -95,6 +94,8 @@ class ReportOptions:
     palette: int = DEFAULT_PALETTE  # compile keys per dtype of kernels that compile per shape
     budget: float | None = None  # seconds: stop cleanly then, the work that finds bugs first
     started: float | None = None  # when the budget starts (time.monotonic()); None: now
+    # Record the phase timeline (a ``phases`` record, and its table printed last).
+    profile_phases: bool = False
 
 
 def _has_cuda() -> bool:
@@ -328,7 +329,8 @@ def _campaign(
         budget=budget,
     )
     camp.run()
-    camp.save_worst()
+    with measure(executor.clock, "case files"):
+        camp.save_worst()
     covered = camp.coverage()
     if covered is None:
         log.append(CompleteRecord(len(camp.results())).to_json())
@@ -343,34 +345,74 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     budget = Budget(opts.budget, started=opts.started or time.monotonic())
     if opts.budget is not None and opts.budget <= 0:
         raise ValueError(f"budget must be a positive number of seconds, got {opts.budget!r}")
-    setup = _setup(opts)
-    results_path = setup.results_path
+    clock = None
+    if opts.profile_phases:
+        # The run starts with the process when the command line gave its start.
+        clock = PhaseClock(origin=time.time() - (time.monotonic() - budget.started))
+        clock.add("start-up", clock.origin, time.time())
+    # The workers start first: their imports overlap the set-up (resolving the kernels).
+    with measure(clock, "worker start"):
+        executor = make_executor(opts, opts.device or ("cuda" if _has_cuda() else "cpu"))
+    sizes = {"workers": executor.workers, "kernel_workers": executor.kernel_workers}
+    executor.clock = clock
+    setup = None
     try:
-        with make_executor(opts, setup.header.config.device) as executor:
-            adapters = _probe(executor, setup, opts, echo)
+        try:
+            with measure(clock, "set-up"):
+                setup = _setup(opts)
+            results_path = setup.results_path
+            with measure(clock, "probing"):
+                adapters = _probe(executor, setup, opts, echo)
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:
                 _campaign(log, setup, adapters, executor, opts, echo, progress_stream, budget)
                 records = parse_records(log.records)
+        except BaseException:
+            _close(executor, clock)
+            raise
     except KeyboardInterrupt:
         done = ""
-        if results_path.exists():
+        if setup is not None and setup.results_path.exists():
+            results_path = setup.results_path
             done = len(load(results_path).every_result)
             done = f"{done} results are safe in {results_path}; "
         print(f"\ninterrupted: {done}run the same command again to resume", file=sys.stderr)
         return 130
-    for line in terminal_summary(records, str(setup.case_dir)):
-        echo(line)
-    if opts.render:
-        from .render import render_report
+    # Local workers stop (each process tears down torch) while the report is rendered.
+    closing = threading.Thread(target=_close, args=(executor, clock), name="flashcheck-close")
+    if isinstance(executor, LocalExecutor):
+        closing.start()
+    else:  # (a Ray cluster is left from the thread that joined it)
+        closing.run()
+    try:
+        for line in terminal_summary(records, str(setup.case_dir)):
+            echo(line)
+        if opts.render:
+            from .render import render_report
 
-        path = render_report(results_path, setup.out_dir)
-        echo(f"report: {path}")
+            with measure(clock, "rendering"):
+                path = render_report(results_path, setup.out_dir)
+            echo(f"report: {path}")
+    finally:
+        if closing.ident is not None:
+            closing.join()
     found = gate_findings(records, opts.fail_on)
     if found:
         echo(f"exit status 1 (gate --fail-on {opts.fail_on}):")
         for line in found:
             echo(f"  - {line}")
+    if clock is not None:
+        timeline = clock.timeline(**sizes)
+        with ResultLog.open(results_path, setup.header.to_json()) as log:
+            log.append(timeline.to_json())
+        echo("phase timeline (seconds from the process's start):")
+        for line in timeline.table():
+            echo(line)
     return int(bool(found))
+
+
+def _close(executor: Executor, clock: PhaseClock | None) -> None:
+    with measure(clock, "shut-down"):
+        executor.close()
 
 
 def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> None:
@@ -391,66 +433,3 @@ def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> Non
             if why and (spec, dt, why) not in known:
                 lim = LimitationRecord(spec, dt, why, devices[spec], no_run=bool(no_run))
                 log.append(lim.to_json())
-
-
-def _counts(statuses: Iterable[Status]) -> str:
-    """``"3 FAIL, 12 PASS"``: counts in the order of the statuses' names."""
-    return ", ".join(f"{n} {s}" for s, n in sorted(Counter(statuses).items()))
-
-
-def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str) -> list[str]:
-    """The summary of one kernel and dtype: counts, the frequent reasons, the worst case."""
-    k, dt = rows[0].kernel, rows[0].dtype
-    struct = [r.status for r in rows if isinstance(r, StructuralResult)]
-    grad = [r.status for r in rows if isinstance(r, GradientResult)]
-    acc = [r.status for r in rows if not isinstance(r, StructuralResult | GradientResult)]
-    segments = [_counts(acc)] if acc else []
-    if struct:
-        ran = sum(s != Status.SKIP for s in struct)
-        sfail = sum(s == Status.FAIL for s in struct)
-        segments.append(f"structural: {ran} checks, {sfail} failed")
-    if grad:
-        segments.append("gradients: " + _counts(grad))
-    lines = [f"{k} {dt}: {'; '.join(segments)}"]
-    fits = fit_text(rows)
-    if fits is not None:
-        lines.append(f"    {fits}")
-    if (opts := options_summary(rows)) is not None:
-        lines.append(f"    {opts}")
-    invariance = batch_invariance_text(rows)
-    if invariance is not None:
-        lines.append(f"    {invariance.replace('**', '')}")
-    bad = [r for r in rows if r.status not in (Status.PASS, Status.SKIP)]
-    reasons = Counter(gist(why) for r in bad for why in r.reasons[:1])
-    example = {gist(why): why for r in reversed(bad) for why in r.reasons[:1]}
-    for why, n in reasons.most_common(3):
-        lines.append(f"    {n} result{'s' if n > 1 else ''}, e.g. {example[why]}")
-    worst = sorted(
-        (r for r in rows if r.key in files), key=lambda r: (-r.status.severity, -r.score)
-    )
-    if worst and worst[0].status != Status.PASS:
-        lines.append(f"    worst: flashcheck replay {files[worst[0].key]} --dir {case_dir}")
-    return lines
-
-
-def terminal_summary(records: Sequence[Record], case_dir: str) -> list[str]:
-    """What the terminal shows at the end: per kernel and dtype the verdict counts, the most
-    frequent reasons and the replay command of the worst case."""
-    files = {r.key: r.case_id for r in records if isinstance(r, CaseFileRecord)}
-    groups: dict[tuple[str, str], list[ResultRecord]] = {}
-    for r in records:
-        if isinstance(r, ResultRecord):
-            groups.setdefault((r.kernel, r.dtype), []).append(r)
-    lines = [
-        f"{r.kernel} {r.dtype}: could not run at all: {r.reason}"
-        for r in records
-        if isinstance(r, LimitationRecord) and r.no_run
-    ]
-    for rows in groups.values():
-        lines += _group_lines(rows, files, case_dir)
-    lines += [
-        f"{r.kernel} {r.dtype}: stopped after {r.count} identical failures ({r.reason})"
-        for r in records
-        if isinstance(r, StoppedRecord)
-    ]
-    return lines

@@ -27,10 +27,8 @@ re-run and saved as case files next to the report
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +46,11 @@ from ..core.resultlog import ResultLog
 from ..core.status import Status
 from ..judging.verdict import judge_gradients
 from . import search
-from .budget import Budget, missing_by_part, priority_order
+from .budget import Budget, priority_order
 from .casefiles import CaseFiles, unsaved_worst
 from .executor import Executor, GradientReference, Reference
 from .grouping import affinity, compile_waits, grouped, palette_first
-from .logrecords import CaseFileRecord, CoverageRecord, StoppedRecord, parse_records
+from .logrecords import CaseFileRecord, StoppedRecord, parse_records
 from .option_plan import option_work
 from .plan import (
     PARTS,
@@ -73,6 +71,7 @@ from .resultrecords import (
     ResultRecord,
     StructuralResult,
 )
+from .scheduling import Group, Scheduler, Task
 
 __all__ = ["PRESETS", "STREAK", "Campaign", "Item", "Preset", "plan_items"]
 
@@ -89,37 +88,7 @@ def _weight(item: Item) -> float:
 
 
 @dataclass
-class _Group:
-    """One fitted case of an item and what runs on it: a kernel future, or a SKIP reason, per
-    spec (``check``: the structural property, for the structural part)."""
-
-    recipe: Recipe
-    case: Case
-    reference: Any
-    runs: dict[str, Any]
-    check: str | None = None
-
-
-@dataclass
-class _Task:
-    item: Item
-    specs: list[str]
-    done: list[str]
-    groups: list[_Group] = field(default_factory=list)
-    compiles: list[str] = field(default_factory=list)  # the new compile keys it calls
-
-
-def _cancelled(task: _Task) -> bool:
-    """Cancel what ``task`` still waits for; ``True`` if any part of it had not started (the
-    task is then dropped: a part that was running finishes in the background, unrecorded)."""
-    futures = [
-        f for g in task.groups for f in (g.reference, *g.runs.values()) if isinstance(f, cf.Future)
-    ]
-    return any([f.cancel() for f in futures])  # (a list: cancel every one)
-
-
-@dataclass
-class Campaign:
+class Campaign(Scheduler):
     """A campaign bound to its results file; :meth:`run` executes (or resumes) it."""
 
     log: ResultLog
@@ -152,6 +121,7 @@ class Campaign:
         # strict fallback can take minutes) in the main process would serialise the pool's work.
         self._grad_refs: dict[Recipe, Any] = {}  # a GradientReference or its future
         self._stopped = {(r.kernel, r.dtype) for r in records if isinstance(r, StoppedRecord)}
+        self._ahead, self._next, self._finish = {}, {}, {}
 
     # -- bookkeeping ------------------------------------------------------------------------
     def results(self) -> list[ResultRecord]:
@@ -205,84 +175,10 @@ class Campaign:
             ),
         }
 
-    # -- running items: submitted ahead, results written in plan order ---------------------
-    def _execute(self, work: Sequence[tuple[Item, Sequence[str]]], progress: Progress) -> None:
-        """Evaluate each ``(item, specs)`` with the executor's parallelism; results are written
-        in the order of ``work``, as a one-worker run writes them. Work is submitted far ahead
-        (a slow case must not leave the other workers idle) and collected in order."""
-        window = max(256, 8 * (self.executor.workers + self.executor.kernel_workers))
-        budgeted = self.budget.seconds is not None
-        if budgeted:
-            # Little submitted ahead: at the budget, only what is in flight still finishes.
-            window = 2 * (self.executor.workers + self.executor.kernel_workers)
-        pending: deque[_Task] = deque()
-        todo = iter(work)
-        held: list[tuple[Item, Sequence[str]]] = []  # the next item, waiting for a compile slot
-
-        def feed() -> None:
-            while len(pending) < window:
-                nxt = held.pop() if held else next(todo, None)
-                if nxt is None:
-                    return
-                if self.budget.spent:
-                    self._cut = True  # left for a resume
-                    return
-                if not self._fits(*nxt):
-                    continue
-                if budgeted and self._compile_need(*nxt) > 0:
-                    # A submitted call cannot be taken back once its worker starts it, so under
-                    # a budget a new compile waits until it is the worker's next call; whether
-                    # it fits is decided then.
-                    if sum(bool(t.compiles) for t in pending) >= self.executor.kernel_workers:
-                        held.append(nxt)
-                        return
-                pending.append(self._submit(*nxt))
-
-        feed()
-        while pending:
-            task = pending.popleft()
-            if self.budget.spent and _cancelled(task):
-                self._cut = True  # not started when the budget ran out: left for a resume
-                continue
-            t0 = time.monotonic()
-            if task.compiles:
-                progress.compiling(f"compiling {'; '.join(task.compiles)}")
-            self._collect(task)
-            if task.compiles:
-                progress.compile_time += time.monotonic() - t0
-            ran = len(task.specs) - len(task.done)
-            if ran:
-                item = task.item
-                progress.advance(item.cost() * ran, f"{item.part} {item.recipe.dtype} {item.tag}")
-            feed()
-
-    def _compile_need(self, item: Item, specs: Sequence[str]) -> float:
-        """Seconds of compiling ``item`` would start: its new compile keys, at each kernel's
-        probed compile time."""
-        need = 0.0
-        for spec in specs:
-            kern = self.kernels[spec]
-            if not kern.compile_keys or item.key(spec) in self._done:
-                continue
-            if not self._runnable(spec, item.recipe.dtype):
-                continue
-            key = compile_key(kern, fit_recipe(item.recipe, kern, palette=self.preset.palette))
-            if key and (spec, key) not in self._keys:
-                need += kern.compile_seconds
-        return need
-
-    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
-        """Whether the compiles ``item`` would start fit in the budget left; an item that does
-        not is left for a resume."""
-        if self.budget.seconds is None or self._compile_need(item, specs) <= self.budget.left():
-            return True
-        self._cut = True
-        return False
-
-    def _submit(self, item: Item, specs: Sequence[str]) -> _Task:
+    def _submit(self, item: Item, specs: Sequence[str]) -> Task:
         dtype = item.recipe.dtype
         live = [s for s in specs if self._runnable(s, dtype)]
-        task = _Task(item, live, [s for s in live if item.key(s) in self._done])
+        task = Task(item, live, [s for s in live if item.key(s) in self._done])
         new = [s for s in live if item.key(s) not in self._done]
         if item.part == "structural":
             for spec in new:
@@ -312,10 +208,10 @@ class Campaign:
                     why = call(kref, case, self.devices[spec], affinity=pin)
                 runs[spec] = why
             ref = self.executor.gradient_reference if gradients else self.executor.reference
-            task.groups.append(_Group(recipe, case, ref(recipe), runs))
+            task.groups.append(Group(recipe, case, ref(recipe), runs))
         return task
 
-    def _submit_check(self, item: Item, spec: str) -> _Group:
+    def _submit_check(self, item: Item, spec: str) -> Group:
         name = item.tag.split("/")[0]
         adapter = self.kernels[spec]
         recipe = fit_recipe(item.recipe, adapter, palette=self.preset.palette)
@@ -331,16 +227,16 @@ class Campaign:
             kref = KernelRef.of(adapter, spec)
             pin = affinity(adapter, recipe, palette=self.preset.palette)
             why = self.executor.check(name, kref, case, self.devices[spec], calls, affinity=pin)
-        return _Group(recipe, case, None, {spec: why}, check=name)
+        return Group(recipe, case, None, {spec: why}, check=name)
 
-    def _compiles(self, task: _Task, spec: str, recipe: Recipe) -> None:
+    def _compiles(self, task: Task, spec: str, recipe: Recipe) -> None:
         """Note on ``task`` the compile keys its calls are the first to use."""
         key = compile_key(self.kernels[spec], recipe)
         if key and (spec, key) not in self._keys:
             self._keys.add((spec, key))
             task.compiles.append(f"{spec} {', '.join(map(str, key))}")
 
-    def _collect(self, task: _Task) -> None:
+    def _collect(self, task: Task) -> None:
         for spec in task.done:
             self._tally(self._done[task.item.key(spec)])  # a resumed run follows the same runs
         for group in task.groups:
@@ -351,7 +247,7 @@ class Campaign:
             else:
                 self._collect_group(task.item, group)
 
-    def _collect_check(self, item: Item, group: _Group) -> None:
+    def _collect_check(self, item: Item, group: Group) -> None:
         ((spec, job),) = group.runs.items()
         t0 = time.perf_counter()
         got = job_outcome(job)
@@ -375,7 +271,7 @@ class Campaign:
             )
         )
 
-    def _collect_group(self, item: Item, group: _Group) -> None:
+    def _collect_group(self, item: Item, group: Group) -> None:
         ref: Reference = group.reference.result()
         # Every class's bounds, computed once per case, serve the kernels of that class.
         bounds_cache: dict = {("unknown", None): ref.every}
@@ -402,7 +298,7 @@ class Campaign:
                 rec = AccuracyResult.judged(common, result_fields(res, ref.every))
             self._append(rec)
 
-    def _collect_gradients(self, item: Item, group: _Group) -> None:
+    def _collect_gradients(self, item: Item, group: Group) -> None:
         ref: GradientReference = group.reference.result()
         self._grad_refs[group.recipe] = ref
         for spec, job in group.runs.items():
@@ -484,10 +380,13 @@ class Campaign:
             compile_seconds=wait,
             prior_rate=SECONDS_PER_COST / max(1, self.executor.workers),
         )
+        self._generations = generations
+        self._plan_ahead(fixed, 0)
         self._execute(fixed, progress)
         self._fixed = fixed
-        # The search, a generation at a time for every kernel and dtype together: generation
-        # g of one pair depends only on that pair's earlier results.
+        # The search, a generation at a time for every kernel and dtype together (written in
+        # that order); generation g of one pair depends only on that pair's earlier results,
+        # so it is drawn and submitted as soon as they are in (Scheduler._plan_ahead).
         for gen in range(generations):
             if self.budget.spent:
                 self._cut = self._cut or gen < generations
@@ -497,28 +396,12 @@ class Campaign:
             for spec in self.kernels:
                 for dt in self.dtypes:
                     if self._runnable(spec, dt):
-                        work += [(child, [spec]) for child in self._children(spec, dt, gen)]
-            self._execute(grouped(work, self.kernels, palette=p.palette), progress)
+                        work += [(child, [spec]) for child in self.generation(spec, dt, gen)]
+            work = grouped(work, self.kernels, palette=p.palette)
+            self._plan_ahead(work, gen + 1)
+            self._execute(work, progress)
         progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
-
-    def coverage(self) -> CoverageRecord | None:
-        """What a run stopped by its budget covered (``None``: it ran to its end)."""
-        if not self._cut:
-            return None
-        runnable = [
-            (it, [s for s in specs if self._runnable(s, it.recipe.dtype)])
-            for it, specs in self._fixed
-        ]
-        missing = missing_by_part(runnable, set(self._done))
-        planned = sum(len(specs) for _, specs in runnable)
-        return CoverageRecord(
-            budget=float(self.budget.seconds or 0.0),
-            planned=planned,
-            ran=planned - sum(missing.values()),
-            missing=missing,
-            search=self._searched,
-        )
 
     def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:
         """Generation ``gen`` of the worst-case search for ``spec`` and ``dtype``."""
@@ -541,25 +424,12 @@ class Campaign:
         already saved), appending a ``case-file`` record each
         (:func:`~flashcheck.harness.campaign.casefiles.worst_results`)."""
         todo = unsaved_worst(self._results, self.kernels, self.dtypes, self._saved, per_group)
-        # A resumed run lacks the references of earlier sessions: compute them on the pool, in
-        # parallel, before the (serial) re-runs.
-        for _, r in todo:
-            if isinstance(r, GradientResult) and r.recipe not in self._grad_refs:
-                self._grad_refs[r.recipe] = self.executor.gradient_reference(r.recipe)
         if todo:
             self.echo(f"case files: re-running {len(todo)} worst or failing cases")
         files = CaseFiles(self.executor, self.kernels, self.devices, self.case_dir, self.echo)
         files.palette = self.preset.palette
         if self.budget.seconds is not None:  # failing cases first: they are what a replay needs
             todo.sort(key=lambda e: -e[1].status.severity)
-        for n, (spec, r) in enumerate(todo):
-            if self.budget.over:
-                self.echo(
-                    f"case files: {len(todo) - n} left unsaved at the time budget; the same "
-                    "command without --budget saves them"
-                )
-                break
-            rec = files.save(spec, r, self._grad_refs)
-            if rec is not None:
-                self.log.append(rec.to_json())
-                self._saved.add(rec.key)
+        for rec in files.save_all(todo, self._grad_refs, self.budget):
+            self.log.append(rec.to_json())
+            self._saved.add(rec.key)

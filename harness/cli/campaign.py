@@ -43,6 +43,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         budget=args.budget,
         # A budget on the command line counts from the process's start (imports too).
         started=time.monotonic() - process_age() if args.entry else None,
+        profile_phases=args.profile_phases,
     )
     try:
         if ragged_run(opts.kernels):
@@ -197,6 +198,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="discard existing results of this name instead of resuming",
     )
     p.add_argument("--no-render", action="store_true", help="run the campaign only")
+    p.add_argument(
+        "--profile-phases",
+        action="store_true",
+        help="time the run's phases (start-up, worker start, probing, reference work, kernel "
+        "work, case files, rendering), append the timeline to results.jsonl and print its "
+        "table last, with the serial share: the time no kernel worker was busy",
+    )
     p.add_argument(
         "--fail-on",
         choices=list(GATES),

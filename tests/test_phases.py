@@ -1,0 +1,123 @@
+"""The phase timeline of a campaign (``flashcheck report --profile-phases``): the arithmetic of
+the spans, the typed record in the results file, and the flag on a tiny campaign."""
+
+import pytest
+
+from flashcheck.harness.campaign.logrecords import load, parse_record
+from flashcheck.harness.campaign.phases import OTHER, PHASES, PhaseClock, PhaseTimeline
+
+T0 = 1_000.0  # an arbitrary origin: spans are wall-clock readings
+
+
+def _clock() -> PhaseClock:
+    """Two kernel workers busy 2-5 s and 4-8 s; references 1-6 s (1 s of it alone); a worker
+    start 0.5-2 s; case files 8-9 s, rendering 9-10 s, a 10.5 s run."""
+    clock = PhaseClock(origin=T0)
+    for phase, a, b in [
+        ("start-up", 0.0, 0.5),
+        ("worker start", 0.5, 2.0),
+        ("reference", 1.0, 6.0),
+        ("kernel", 2.0, 5.0),
+        ("kernel", 4.0, 8.0),
+        ("case files", 8.0, 9.0),
+        ("rendering", 9.0, 10.0),
+    ]:
+        clock.add(phase, T0 + a, T0 + b)
+    return clock
+
+
+def test_the_phases_sum_to_the_run_and_the_serial_part_is_what_no_kernel_covers():
+    t = _clock().timeline(end=T0 + 10.5, workers=3, kernel_workers=2)
+    assert t.wall == pytest.approx(10.5)
+    assert sum(r.exclusive for r in t.rows) == pytest.approx(t.wall, abs=1e-3)
+    assert t.row("kernel").busy == pytest.approx(6.0)  # the union of 2-5 and 4-8
+    assert t.serial == pytest.approx(4.5) and t.serial_share == pytest.approx(4.5 / 10.5)
+    ref = t.row("reference")
+    assert (ref.busy, ref.overlap, ref.exclusive) == pytest.approx((5.0, 4.0, 1.0))
+    # 1-2 s: the worker start and the references both run; reference work comes first.
+    assert t.row("worker start").exclusive == pytest.approx(0.5)
+    assert t.row(OTHER).exclusive == pytest.approx(0.5)  # 10-10.5 s: nothing recorded
+    assert [(g.start, g.end) for g in t.gaps] == [(0.0, 2.0), (8.0, 10.5)]
+    assert t.gaps[1].active == ("case files", "rendering")
+    assert [r.name for r in t.rows] == [*PHASES, OTHER]
+
+
+def test_a_span_outside_the_run_is_clipped_and_an_unknown_phase_refused():
+    clock = PhaseClock(origin=T0)
+    clock.add("kernel", T0 - 5, T0 + 1)
+    assert clock.timeline(end=T0 + 2).row("kernel").busy == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unknown phase 'oracle'"):
+        clock.add("oracle", T0, T0 + 1)
+
+
+def test_the_timeline_record_round_trips():
+    t = _clock().timeline(end=T0 + 10.5, workers=3, kernel_workers=2)
+    back = parse_record(t.to_json())
+    assert isinstance(back, PhaseTimeline) and back == t
+    assert "| kernel |" in "\n".join(back.table())
+
+
+def test_the_flag_records_the_timeline_and_a_resume_keeps_both(tmp_path, capsys):
+    from flashcheck.harness.cli import main
+
+    cmd = ["report", "--preset", "smoke", "--kernel", "naive-numpy", "--dtype", "fp32"]
+    cmd += ["--part", "grid", "--out", str(tmp_path), "--name", "p", "--no-render"]
+    cmd += ["--workers", "1", "--kernel-workers", "1", "--fail-on", "never"]
+    cmd += ["--profile-phases"]
+    assert main(cmd) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-2].startswith("wall ")  # the table is printed last
+    # Resumed (in this process: nothing is left to run), with a second timeline.
+    assert main([*cmd, "--no-isolate"]) == 0
+    (first, again) = load(tmp_path / "p" / "results.jsonl").timelines
+    assert first.row("kernel").spans > 0 and first.row("reference").spans > 0
+    assert first.row("worker start").spans == 2  # making the executor, its one kernel worker
+    assert sum(r.exclusive for r in first.rows) == pytest.approx(first.wall, abs=1e-2)
+    assert 0 < first.serial < first.wall
+    assert again.row("reference").spans == 0  # every result was on file
+
+
+def test_search_generations_drawn_ahead_give_the_same_results_in_the_same_order(
+    tmp_path, monkeypatch
+):
+    from dataclasses import replace
+
+    from flashcheck.harness.campaign.plan import PRESETS
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.campaign.scheduling import Scheduler
+    from flashcheck.harness.core.resultlog import read_records
+
+    # Three generations of two children: the later ones draw from the earlier ones' results.
+    monkeypatch.setitem(PRESETS, "smoke", replace(PRESETS["smoke"], search_generations=3))
+
+    opts = ReportOptions(
+        preset="smoke",
+        kernels=("naive-numpy", "recurrence-fa2"),
+        dtypes=("fp16",),
+        out=str(tmp_path),
+        isolate=False,
+        render=False,
+        fail_on="never",
+        parts=("grid", "structural", "search"),
+    )
+    drawn = []
+    run_ahead = Scheduler._run_ahead
+    monkeypatch.setattr(
+        Scheduler, "_run_ahead", lambda self, pairs: drawn.extend(pairs) or run_ahead(self, pairs)
+    )
+    quiet = {"echo": lambda *a, **k: None}
+    assert run_report(replace(opts, name="ahead"), **quiet) == 0
+    assert {gen for _, _, gen in drawn} == {0, 1, 2}  # every generation, drawn ahead
+    # The same campaign a generation at a time for every kernel together, as before.
+    monkeypatch.setattr(Scheduler, "_plan_ahead", lambda self, work, gen: None)
+    assert run_report(replace(opts, name="serial"), **quiet) == 0
+
+    def results(name):
+        recs = read_records(tmp_path / name / "results.jsonl")
+        return [
+            {k: v for k, v in r.items() if k != "seconds"} for r in recs if r["type"] == "result"
+        ]
+
+    ahead, serial = results("ahead"), results("serial")
+    assert any(r["part"] == "search" for r in ahead)
+    assert ahead == serial
