@@ -3,6 +3,7 @@ records reads and writes back the same JSON."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -24,7 +25,16 @@ from flashcheck.harness.core.resultlog import read_records
 from flashcheck.harness.core.status import Status
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((ROOT / "reports" / "samples").glob("*/results.jsonl"))
+
+
+def _dense(path: Path) -> bool:
+    """A dense campaign's results (the ragged and FP8 campaigns write records of their own)."""
+    with path.open() as f:
+        first = json.loads(f.readline())
+    return first.get("type") == "header" and "ragged" not in first["config"].get("parts", ())
+
+
+SAMPLES = sorted(p for p in (ROOT / "reports" / "samples").glob("*/results.jsonl") if _dense(p))
 
 
 def test_there_are_samples():
