@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..adapters.adapter import Kernel
 from ..adapters.outcome import call_kernel
@@ -36,6 +36,7 @@ from ..checks.ragged_gradients import (
     worst_gradient_util,
 )
 from ..checks.ragged_properties import RAGGED_PROPERTIES
+from ..core.progress import Progress
 from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .ragged_records import RaggedResult
@@ -76,11 +77,15 @@ class RaggedCampaign:
     preset: str
     case_dir: Path
     echo: Callable[[str], None] = print
+    progress: TextIO | None = None  # the progress line's stream (None: stderr)
     _done: set[str] = field(default_factory=set)
 
     def run(self) -> int:
-        """Every kernel, dtype and case; returns the number of results on file."""
+        """Every kernel, dtype and case; returns the number of results on file. A progress
+        line (stderr) names the case at work from the start: one case's gradient oracle can
+        take minutes."""
         self._done = {d["key"] for d in self.log.records if d.get("type") == RaggedResult.TYPE}
+        plan = []
         for spec, adapter in self.adapters.items():
             dev = self.devices[spec]
             for dtype in self.dtypes:
@@ -95,9 +100,23 @@ class RaggedCampaign:
                     gqa=adapter.gqa,
                 )
                 self.echo(f"  {spec} {dtype}: {len(cases)} cases")
-                for i, case in enumerate(cases):
-                    self._case(spec, adapter, dev, dtype, i, case)
+                plan += [(spec, adapter, dev, dtype, i, case) for i, case in enumerate(cases)]
+        done = sum(self._finished(*item) for item in plan)
+        prog = Progress(len(plan), done_cost=done, label="report ", stream=self.progress)
+        for item in plan:
+            if self._finished(*item):
+                continue
+            spec, _, _, dtype, i, case = item
+            note = f"{spec} {dtype} {case.family}/{i}"
+            prog.advance(0, note)
+            self._case(*item)
+            prog.advance(1, note)
+        prog.finish()
         return len(self._done)
+
+    def _finished(self, spec, adapter, dev, dtype, i, case) -> bool:
+        checks = checks_of(case.layout, gradients=adapter.backward is not None)
+        return all(self._key(spec, dtype, i, case, c) in self._done for c in checks)
 
     def _key(self, spec: str, dtype: str, i: int, case: RaggedCase, check: str) -> str:
         return f"{spec}|{dtype}|{case.family}|{i}|{check}"
