@@ -159,6 +159,48 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
     assert "Run the same command again" in text
 
 
+def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
+    """SIGINT sent to flashcheck's process only (kill -INT, timeout -s INT, a scheduler), not
+    to its workers: the kernel call in flight is not waited for, and no worker is left."""
+    import signal
+
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    proc = subprocess.Popen(
+        [*cmd, "report", "--kernel", "user_kernels:stuck", "--preset", "smoke", "--no-render"],
+        cwd=user_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "probing the contract" in line:
+            break
+    time.sleep(2.0)  # the probe's first call (a minute long) is running in a worker
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    rest = proc.communicate(timeout=60)[0]
+    took = time.monotonic() - t0
+    text = "".join(seen) + rest
+    assert proc.returncode == 130, text
+    assert took < 10, f"exit {took:.1f} s after SIGINT\n{text}"
+    assert "interrupted" in text and "Traceback" not in text, text
+    for _ in range(50):  # the workers (same process group) are gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("worker processes outlived the interrupted run")
+
+
 def test_a_kernel_that_returns_nothing_is_stopped_by_the_probe_with_one_message(tmp_path):
     import flashcheck
     from flashcheck.harness.adapters.probe import probe

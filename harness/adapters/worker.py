@@ -132,7 +132,11 @@ def _serve(conn) -> None:  # pragma: no cover - runs in the child process
             return
         if msg is None:
             return
-        conn.send(_call(kernels, msg))
+        out = _call(kernels, msg)
+        try:
+            conn.send(out)
+        except OSError:  # the campaign stopped (Ctrl-C) while this call ran: nobody to tell
+            return
 
 
 def poisoned(message: str) -> bool:
@@ -213,6 +217,16 @@ class KernelWorker:
             proc.kill()
             proc.join()
         conn.close()
+
+    def kill(self) -> None:
+        """Stop the child process now, its call unfinished (the run was interrupted)."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        self._spawned = None
+        if proc is not None:
+            proc.kill()
+            proc.join()
+            conn.close()
 
     def _kill(self) -> None:
         if self._proc is not None:

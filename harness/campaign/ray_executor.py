@@ -147,7 +147,7 @@ class RayExecutor(Executor):
             self._on_actor, "check", target, ref, case, device, calls, calls=calls
         )
 
-    def close(self) -> None:
+    def close(self, *, interrupted: bool = False) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         while not self._free.empty():
             self._ray.kill(self._free.get())

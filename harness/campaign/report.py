@@ -366,8 +366,8 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:
                 _campaign(log, setup, adapters, executor, opts, echo, progress_stream, budget)
                 records = parse_records(log.records)
-        except BaseException:
-            _close(executor, clock)
+        except BaseException as exc:
+            _close(executor, clock, interrupted=isinstance(exc, KeyboardInterrupt))
             raise
     except KeyboardInterrupt:
         done = ""
@@ -410,9 +410,9 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
     return int(bool(found))
 
 
-def _close(executor: Executor, clock: PhaseClock | None) -> None:
+def _close(executor: Executor, clock: PhaseClock | None, *, interrupted: bool = False) -> None:
     with measure(clock, "shut-down"):
-        executor.close()
+        executor.close(interrupted=interrupted)
 
 
 def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> None:

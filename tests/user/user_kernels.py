@@ -243,6 +243,14 @@ def drops_keys_past_1024(q, k, v, *, causal=False, scale=None):
     return textbook(q, k[..., :1024, :], v[..., :1024, :], causal=causal, scale=scale)
 
 
+def stuck(q, k, v, *, causal=False, scale=None):
+    """Correct, and a minute per call: a call still running when the run is interrupted."""
+    import time
+
+    time.sleep(60)
+    return textbook(q, k, v, causal=causal, scale=scale)
+
+
 def sleepy(q, k, v, *, causal=False, scale=None):
     """Correct, and 0.1 s per call: a run long enough to be interrupted."""
     import time
