@@ -42,6 +42,19 @@ def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
     assert "| FAIL" not in report and "| PASS |" in report
     assert "## FP8: FlashAttention-3's Table 3" in report and "| user_fp8:good | e4m3 |" in report
     assert "FP8 baseline: 0.024" in report
+    # Written case by case: the same command resumes (nothing judged twice); another
+    # configuration under the same name is refused.
+    results = user_dir / "reports/user_fp8-good/results.jsonl"
+    lines = results.read_text().splitlines()
+    assert sum('"fp8-result"' in x for x in lines) > 0
+    again, text = _report("good", user_dir)
+    assert again.returncode == 0, text
+    assert results.read_text().splitlines() == lines
+    other = _flashcheck(
+        ["report", "--kernel", "user_fp8:good", "--preset", "cpu", "--name", "user_fp8-good"],
+        user_dir,
+    )
+    assert other.returncode == 2 and "another configuration" in other.stderr
 
 
 def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):

@@ -9,12 +9,12 @@ the kernel declares); a failing case is saved and its replay command printed. Th
 FlashAttention-3's Table 3 (:mod:`.fp8_table`) over every kernel named, 16-bit ones included
 (those get no campaign here: run their own report). The kernels run in this process; the contract
 is the declared one (no probe): declare an FP8 kernel with ``flashcheck.kernel(fn,
-dtypes=("e4m3",), ...)``.
+dtypes=("e4m3",), ...)``. Each case is written to ``results.jsonl`` as it is judged, with a
+progress line on stderr; an interrupted run resumes from the same command.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -28,6 +28,8 @@ from ..cases.case import Case
 from ..cases.fp8_families import FP8_FAMILIES, Fp8Recipe, make_fp8_case
 from ..cases.store import save_case
 from ..checks.accuracy import check_case
+from ..core.progress import Progress
+from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
 from .report import ReportOptions, default_name
@@ -140,25 +142,70 @@ def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
             s: replace(a, arithmetic=opts.arithmetic) if a.arithmetic == "unknown" else a
             for s, a in adapters.items()
         }
-    results: list[Fp8Result] = []
-    for spec, adapter in adapters.items():
-        for dtype in fp8_kernels(adapter):
-            for recipe in _recipes(adapter, dtype, preset, opts.seed):
-                r = _judge(adapter, make_fp8_case(recipe), device, case_dir, spec)
-                results.append(r)
-                if Status(r.status).failed or r.status == Status.ERROR:
-                    why = "; ".join([*r.reasons[:1], *(x for x in r.reasons if "consistent" in x)])
-                    echo(f"{r.status} {spec} {dtype} {r.family} seed={r.seed}: {why}")
-                    echo(f"  replay: flashcheck replay {r.case_id} --dir {case_dir}")
+    work = [
+        (spec, adapter, recipe)
+        for spec, adapter in adapters.items()
+        for dtype in fp8_kernels(adapter)
+        for recipe in _recipes(adapter, dtype, preset, opts.seed)
+    ]
+    header = {
+        "tool": "flashcheck report (FP8)",
+        "config": {
+            "kernels": list(adapters),
+            "preset": preset,
+            "seed": opts.seed,
+            "device": device,
+            "arithmetic": opts.arithmetic,
+        },
+    }
+    # Each case is written as it is judged: an interrupted run keeps them, and the same
+    # command resumes after the last one.
+    with ResultLog.open(folder / "results.jsonl", header, fresh=opts.fresh) as log:
+        done = {_key(r): r for r in _logged(log)}
+        prog = Progress(len(work), done_cost=sum(_wkey(w) in done for w in work), label="report ")
+        for spec, adapter, recipe in work:
+            if _wkey((spec, adapter, recipe)) in done:
+                continue
+            note = f"{spec} {recipe.fmt} {recipe.family}/{recipe.seed}"
+            prog.advance(0, note)
+            r = _judge(adapter, make_fp8_case(recipe), device, case_dir, spec)
+            log.append({"type": RESULT_TYPE, **asdict(r)})
+            done[_key(r)] = r
+            prog.advance(1, note)
+            if Status(r.status).failed or r.status == Status.ERROR:
+                why = "; ".join([*r.reasons[:1], *(x for x in r.reasons if "consistent" in x)])
+                echo(f"{r.status} {spec} {r.dtype} {r.family} seed={r.seed}: {why}")
+                echo(f"  replay: flashcheck replay {r.case_id} --dir {case_dir}")
+        prog.finish()
+    results = [done[_wkey(w)] for w in work]
     n = _SIZES[preset][2]
     table = table3_rows(adapters, n=n, device=device, seed=opts.seed)
-    with open(folder / "results.jsonl", "w") as f:
-        for r in results:
-            f.write(json.dumps(asdict(r)) + "\n")
     (folder / "error-report.md").write_text(_render(results, table, n, preset))
     failed = [r for r in results if Status(r.status).failed or r.status == Status.ERROR]
     echo(f"FP8 campaign: {len(results)} cases, {len(failed)} failed; report: {folder}")
     return 1 if failed else 0
+
+
+RESULT_TYPE = "fp8-result"
+
+
+def _key(r: Fp8Result) -> tuple:
+    return (r.kernel, r.dtype, r.family, r.seed, r.causal)
+
+
+def _wkey(item: tuple) -> tuple:
+    spec, _, recipe = item
+    return (spec, recipe.fmt, recipe.family, recipe.seed, recipe.causal)
+
+
+def _logged(log: ResultLog) -> list[Fp8Result]:
+    """The results a resumed run has on file already."""
+    out = []
+    for d in log.records:
+        if d.get("type") == RESULT_TYPE:
+            fields = {k: v for k, v in d.items() if k != "type"}
+            out.append(Fp8Result(**{**fields, "reasons": tuple(fields["reasons"])}))
+    return out
 
 
 def _render(results: list[Fp8Result], table: list, n: int, preset: str) -> str:
