@@ -162,11 +162,18 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
 def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     """SIGINT sent to flashcheck's process only (kill -INT, timeout -s INT, a scheduler), not
     to its workers: the kernel call in flight is not waited for, and no worker is left."""
+    import queue
     import signal
+    import threading
 
     exe = Path(sys.executable).with_name("flashcheck")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    # Without PYTHONUNBUFFERED: the lines must reach a pipe as they are printed all the same.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("FLASHCHECK_") and k != "PYTHONUNBUFFERED"
+    }
     proc = subprocess.Popen(
         [*cmd, "report", "--kernel", "user_kernels:stuck", "--preset", "smoke", "--no-render"],
         cwd=user_dir,
@@ -177,17 +184,32 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
+    reader.start()
     seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "probing the contract" in line:
-            break
+    try:
+        while "probing the contract" not in (seen[-1] if seen else ""):
+            seen.append(lines.get(timeout=60))
+    except queue.Empty:
+        proc.kill()
+        raise AssertionError(
+            f"no 'probing the contract' line within 60 s: {''.join(seen)}"
+        ) from None
     time.sleep(2.0)  # the probe's first call (a minute long) is running in a worker
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
-    rest = proc.communicate(timeout=60)[0]
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     took = time.monotonic() - t0
-    text = "".join(seen) + rest
+    reader.join(timeout=10)
+    proc.stdout.close()
+    while not lines.empty():
+        seen.append(lines.get())
+    text = "".join(seen)
     assert proc.returncode == 130, text
     assert took < 10, f"exit {took:.1f} s after SIGINT\n{text}"
     assert "interrupted" in text and "Traceback" not in text, text

@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     # `flashcheck replay <id> | head`: end quietly when the reader goes away, as Unix tools do.
     if hasattr(signal, "SIGPIPE") and argv is None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if argv is None and hasattr(sys.stdout, "reconfigure"):
+        # Into a pipe (`| tee run.log`, a CI log, a scheduler) Python buffers stdout by the
+        # block: "probing the contract ..." and each kernel's summary would arrive minutes
+        # late, or at the exit. Each line goes out as it is printed.
+        sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser(
         prog="flashcheck",
         description="Numerics and property-testing harness for softmax attention kernels.",
