@@ -98,7 +98,10 @@ def check_shape(shape, seed: int) -> CheckRow:
         q8, k8, v8, descale_q=dq, descale_k=dk, descale_v=dv, causal=causal, return_lse=True
     )
     o = o.float()
-    deq = lambda t8, ds, g=1: t8.float() * ds.repeat_interleave(g, 1)[:, :, None, None]  # noqa: E731
+
+    def deq(t8, ds, g=1):
+        return t8.float() * ds.repeat_interleave(g, 1)[:, :, None, None]
+
     ref, ref_lse = exact(
         deq(q8, dq, hq // hk), deq(k8, dk), deq(v8, dv), causal=causal, scale=scale, lse=True
     )
@@ -246,7 +249,10 @@ def table3(seed: int = 0) -> list[tuple[str, float]]:
 
     q, k, v = draw(), draw(), draw()
     ref = exact(q, k, v, causal=False, scale=d**-0.5)
-    rmse = lambda o: (o.double() - ref).pow(2).mean().sqrt().item()  # noqa: E731
+
+    def rmse(o):
+        return (o.double() - ref).pow(2).mean().sqrt().item()
+
     rows = []
     (q8, dq), (k8, dk), (v8, dv) = quantize(q), quantize(k), quantize(v)
     rows.append(("triton-fp8 (e4m3, per-head descales)", rmse(

@@ -38,7 +38,10 @@ def emulate(q8, k8, v8, ds, *, causal, scale, block_n, p_dtype=E4M3):
     g = q8.shape[1] // k8.shape[1]
     q = q8.float()
     k, v = (t.float().repeat_interleave(g, 1) for t in (k8, v8))
-    rep = lambda t: t.repeat_interleave(g, 1)[:, :, None, None]  # noqa: E731
+
+    def rep(t):
+        return t.repeat_interleave(g, 1)[:, :, None, None]
+
     c = (rep(dq) * rep(dk)) * torch.tensor(scale * LOG2E, dtype=torch.float32)
     b, h, nq, _ = q.shape
     nk = k.shape[2]
