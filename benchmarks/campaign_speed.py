@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,9 +48,7 @@ def _timeline(path: Path):
 
 
 def _print_table(rows: list[tuple], timelines: list[tuple[str, Any]]) -> None:
-    """Each run's phase timeline (if recorded), then the runs' table."""
-    for run, t in timelines:
-        print(f"\nrun {run}, phase timeline:\n" + "\n".join(t.table()))
+    """The runs' table, with each run's serial share if timelines were recorded."""
     serial = [f" {t.serial_share:.1%} |" for _, t in timelines] or [""] * len(rows)
     head = " serial share |" if timelines else ""
     cols = "workers | kernel workers | wall (s) | results | results/s | speedup | same results"
@@ -76,6 +75,13 @@ def main() -> int:
         action="store_true",
         help="give every run empty Triton and TorchInductor caches, so that no run reuses the "
         "kernels an earlier run compiled",
+    )
+    ap.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy each run's results file to DIR/run<i>.jsonl (compare runs of separate calls)",
     )
     ap.add_argument(
         "--profile-phases",
@@ -125,13 +131,19 @@ def main() -> int:
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
                 return proc.returncode
-            res = _results(Path(tmp) / f"run{i}" / "results.jsonl")
+            results = Path(tmp) / f"run{i}" / "results.jsonl"
+            res = _results(results)
+            if args.save:
+                args.save.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(results, args.save / f"run{i}.jsonl")
             if args.profile_phases:
-                timelines.append((run, _timeline(Path(tmp) / f"run{i}" / "results.jsonl")))
+                timelines.append((run, _timeline(results)))
+                # Printed as each run ends: a later run cut off by a time limit loses only itself.
+                print(f"\nrun {run}, phase timeline:\n" + "\n".join(timelines[-1][1].table()))
             first = first or (res, wall)
             same = "yes" if res == first[0] else "NO"
             rows.append((n, k, wall, len(res), len(res) / wall, first[1] / wall, same))
-            print(f"run {run}: {wall:.1f} s", file=sys.stderr, flush=True)
+            print(f"run {run}: {wall:.1f} s, {len(res)} results", flush=True)
     _print_table(rows, timelines)
     return 0 if all(r[-1] == "yes" for r in rows) else 1
 

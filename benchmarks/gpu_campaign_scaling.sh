@@ -25,4 +25,4 @@ for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math 
     KERNELS+=(--kernel "$k")
 done
 python3 "$ROOT/benchmarks/campaign_speed.py" --cold-caches --profile-phases --preset gpu --dtype fp16 \
-    "${KERNELS[@]}" --runs ${RUNS:-"$CORES:1" "$CORES:$GPUS"} | tee "$OUT/campaign_scaling.md"
+    "${KERNELS[@]}" --save "$OUT/scaling-results" --runs ${RUNS:-"$CORES:1" "$CORES:$GPUS"} | tee "$OUT/campaign_scaling.md"
