@@ -8,6 +8,9 @@
 # 1. `flashcheck bench --part options`, forward and backward: the Triton kernel with each option
 #    beside the same kernel without it on the same inputs (bf16, B·N = 16K, H·d = 2048,
 #    d = 128 and 64, N = 1K, 4K, 16K), every output oracle-checked.
+# REPORT_KERNELS="triton triton-tf32" narrows step 2; SPLIT_GPUS=1 on a two-GPU machine runs the
+# two steps at once, one per GPU. A campaign stopped by its limit resumes from the same
+# command when $WORK still holds its folder (WORK=<dir> keeps it across machines).
 # Each step is held to a deadline (SIGINT: bench keeps what it measured); the reports come back
 # under $OUT with the logs, the bench's options table last.
 set -uo pipefail
@@ -20,21 +23,36 @@ python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
 export PYTHONPATH=/tmp/fc${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 cd "$ROOT"
 python3 -m flashcheck.harness.cli env >"$OUT/env.log" 2>&1
-t1=$SECONDS
-timeout -s INT -k 20 "${BENCH_LIMIT:-280}" python3 -m flashcheck.harness.cli bench \
-    --part options --pass fwd --pass bwd ${BENCH_ARGS:-} --name "$NAME-bench" --out "$WORK" \
-    >"$OUT/bench.log" 2>&1
-status=$?
-echo "bench exit status: $status after $((SECONDS - t1)) s" | tee -a "$OUT/bench.log"
-if [[ $status -ne 0 && -f "$WORK/$NAME-bench/results.jsonl" ]]; then
-    python3 -m flashcheck.harness.cli bench --render-only --name "$NAME-bench" --out "$WORK" \
-        >>"$OUT/bench.log" 2>&1
+bench() {
+    local t1=$SECONDS status
+    timeout -s INT -k 20 "${BENCH_LIMIT:-280}" python3 -m flashcheck.harness.cli bench \
+        --part options --pass fwd --pass bwd ${BENCH_ARGS:-} --name "$NAME-bench" --out "$WORK" \
+        >"$OUT/bench.log" 2>&1
+    status=$?
+    echo "bench exit status: $status after $((SECONDS - t1)) s" | tee -a "$OUT/bench.log"
+    if [[ $status -ne 0 && -f "$WORK/$NAME-bench/results.jsonl" ]]; then
+        python3 -m flashcheck.harness.cli bench --render-only --name "$NAME-bench" \
+            --out "$WORK" >>"$OUT/bench.log" 2>&1
+    fi
+}
+report() {
+    local t0=$SECONDS kernels=()
+    for k in ${REPORT_KERNELS:-triton triton-tf32 flex}; do kernels+=(--kernel "$k"); done
+    timeout -s INT -k 20 "${REPORT_LIMIT:-240}" python3 -m flashcheck.harness.cli report \
+        --preset gpu --part options --name "$NAME-report" --out "$WORK" "${kernels[@]}" \
+        --timeout 120 >"$OUT/report.log" 2>&1
+    echo "report exit status: $? after $((SECONDS - t0)) s" | tee -a "$OUT/report.log"
+}
+if [[ -n "${SPLIT_GPUS:-}" ]]; then
+    # Two GPUs: the bench alone on GPU 1 (its timings undisturbed by another kernel on its
+    # GPU; the host's cores are shared) while the campaign runs on GPU 0.
+    CUDA_VISIBLE_DEVICES=1 bench &
+    CUDA_VISIBLE_DEVICES=0 report
+    wait
+else
+    bench
+    report
 fi
-t0=$SECONDS
-timeout -s INT -k 20 "${REPORT_LIMIT:-240}" python3 -m flashcheck.harness.cli report \
-    --preset gpu --part options --name "$NAME-report" --out "$WORK" \
-    --kernel triton --kernel triton-tf32 --kernel flex --timeout 120 >"$OUT/report.log" 2>&1
-echo "report exit status: $? after $((SECONDS - t0)) s" | tee -a "$OUT/report.log"
 tar -C "$WORK" -czf "$OUT/options.tgz" . 2>/dev/null
 tail -n 25 "$OUT/report.log"
 [[ -f "$WORK/$NAME-bench/bench.md" ]] &&
