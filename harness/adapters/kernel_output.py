@@ -25,6 +25,7 @@ __all__ = [
     "KernelUnsupported",
     "checked_gradients",
     "checked_output",
+    "lse_to_f64",
 ]
 
 
@@ -77,7 +78,7 @@ def checked_output(kernel_name: str, case: Case, call: KernelCall) -> KernelOutp
     want = (*case.q.shape[:3], case.v.shape[3])
     if o64.shape != want:
         raise KernelOutputError(f"{kernel_name} returned O of shape {o64.shape}, expected {want}")
-    lse64 = None if lse is None else _lse_to_f64(lse)
+    lse64 = None if lse is None else lse_to_f64(lse)
     if lse64 is not None and lse64.shape != want[:3]:
         raise KernelOutputError(
             f"{kernel_name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
@@ -109,7 +110,9 @@ def checked_gradients(kernel_name: str, case: Case, call: KernelCall) -> KernelG
     return KernelGradients(*grads[:3], dtype=case.dtype, dsinks=(grads[3:] or [None])[0])
 
 
-def _lse_to_f64(lse: Any) -> np.ndarray:
+def lse_to_f64(lse: Any) -> np.ndarray:
+    """A returned LSE as a float64 array: a tensor (on any device) read through fp32, an array
+    as it is."""
     if type(lse).__module__.startswith("torch"):
         return lse.detach().float().cpu().numpy().astype(np.float64)
     return np.asarray(lse, dtype=np.float64)

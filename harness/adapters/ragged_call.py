@@ -29,6 +29,7 @@ from .adapter import (
     score_magnitude,
 )
 from .kernel_call import ieee_quiet
+from .kernel_output import lse_to_f64
 
 __all__ = ["call_ragged", "kernel_layout", "ragged_output", "ragged_supports", "shapes"]
 
@@ -159,9 +160,7 @@ def ragged_output(kernel: Kernel, case: RaggedCase, call: KernelCall) -> KernelO
         )
     lse64 = None
     if lse is not None:
-        if type(lse).__module__.startswith("torch"):
-            lse = lse.detach().float().cpu().numpy()
-        lse64 = np.asarray(lse, dtype=np.float64)
+        lse64 = lse_to_f64(lse)
         if lse64.shape != want_lse:
             raise KernelOutputError(
                 f"{kernel.name} returned LSE of shape {lse64.shape}, expected {want_lse} "
