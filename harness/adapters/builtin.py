@@ -24,10 +24,11 @@ from .availability import (
     triton_available,
 )
 from .builtin_fp8 import fp8_kernels
-from .builtin_ragged import ragged_kernels
+from .builtin_ragged import SPLIT_SIZE, ragged_kernels
 
 __all__ = [
     "BWD_FLASH_SCORES",
+    "SPLIT_SIZE",
     "gemm_flushes_subnormals",
     "gemm_leaks_nan",
     "project_kernels",
