@@ -11,13 +11,15 @@ A contract is declared (the built-in kernels, :func:`flashcheck.kernel`) or disc
 probing a plain function on tiny inputs (:mod:`flashcheck.harness.adapters.probe`); the kernels
 the harness knows and ``package.module:function`` specs are looked up in
 :mod:`flashcheck.harness.adapters.registry`.
+
+A call's record and its helpers are in :mod:`~flashcheck.harness.adapters.kernel_call`, the
+checked outputs and the errors of a call in :mod:`~flashcheck.harness.adapters.kernel_output`;
+their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +27,16 @@ from typing import Any
 import numpy as np
 
 from ..cases.case import Case
-from ..core.semantics import as_exact_array
+from .kernel_call import Before, KernelCall, ieee_quiet, named_arrays, notify_before
+from .kernel_output import (
+    NO_TENSOR,
+    KernelGradients,
+    KernelOutput,
+    KernelOutputError,
+    KernelUnsupported,
+    checked_gradients,
+    checked_output,
+)
 from .softmax_options import option_values, unsupported_option
 
 __all__ = [
@@ -62,52 +73,6 @@ CONTRACT_FIELDS = (
     "batched",
     "compile_keys",
 )
-
-
-NO_TENSOR = "returned no tensor"
-
-
-class KernelOutputError(ValueError):
-    """A kernel returned something that is not an attention output (wrong shape or type)."""
-
-
-class KernelUnsupported(RuntimeError):
-    """The kernel itself declined the input, saying why (a library backend's own constraints,
-    found at run time): the case is outside its contract, not a failure."""
-
-
-@dataclass(frozen=True)
-class KernelOutput:
-    """A kernel's result as exact float64 copies (``lse`` is ``None`` if it returns none)."""
-
-    o: np.ndarray
-    lse: np.ndarray | None
-    o_dtype: str
-
-
-@dataclass(frozen=True)
-class KernelGradients:
-    """A kernel's ``dQ``, ``dK``, ``dV`` for the case's ``dO``, as exact float64 copies."""
-
-    dq: np.ndarray
-    dk: np.ndarray
-    dv: np.ndarray
-    dtype: str
-    dsinks: np.ndarray | None = None  # dσ (Hq,), for a case with sinks
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """One call of a kernel as it happened: ``args``, the arrays it was handed by name (``q``,
-    ``k``, ``v``, and ``mask`` or ``do`` where passed; the very numpy arrays or device tensors
-    the kernel received), and ``result``, what it returned, unconverted (the integrity check
-    compares both bitwise with snapshots)."""
-
-    args: dict[str, Any]
-    result: Any
-
-
-Before = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True, repr=False)
@@ -312,9 +277,9 @@ class Kernel:
                     "only differentiates torch kernels"
                 )
             do = case.grad_output_as("numpy")
-            args = _named(case.q, case.k, case.v, opts, do=do)
-            _notify(before, args)
-            with _ieee_quiet():
+            args = named_arrays(case.q, case.k, case.v, opts, do=do)
+            notify_before(before, args)
+            with ieee_quiet():
                 res = self.backward(case.q, case.k, case.v, do, **opts)
             return KernelCall(args, res)
         import torch
@@ -324,9 +289,9 @@ class Kernel:
         if "mask" in opts:
             opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
         # A function backward gets detached views: the same storage as q, k, v.
-        args = _named(q.detach(), k.detach(), v.detach(), opts, do=do_t)
-        _notify(before, args)
-        with torch.enable_grad(), _ieee_quiet():
+        args = named_arrays(q.detach(), k.detach(), v.detach(), opts, do=do_t)
+        notify_before(before, args)
+        with torch.enable_grad(), ieee_quiet():
             if callable(self.backward):
                 res = self.backward(args["q"], args["k"], args["v"], do_t, **opts)
             else:
@@ -347,24 +312,7 @@ class Kernel:
 
     def gradients(self, case: Case, call: KernelCall) -> KernelGradients:
         """A backward call's ``(dQ, dK, dV)`` checked and copied exactly to float64."""
-        res = call.result
-        names, likes = ("dQ", "dK", "dV"), [case.q, case.k, case.v]
-        if case.sinks is not None:
-            names, likes = (*names, "dsinks"), [*likes, case.sinks]
-        if not isinstance(res, tuple | list) or len(res) != len(names):
-            raise KernelOutputError(f"{self.name}'s backward must return ({', '.join(names)})")
-        grads = []
-        for name, g, like in zip(names, res, likes, strict=True):
-            try:
-                g64, _ = as_exact_array(g, f"kernel {name}")
-            except (TypeError, ValueError) as err:
-                raise KernelOutputError(f"{self.name} returned an unusable {name}: {err}") from None
-            if g64.shape != like.shape:
-                raise KernelOutputError(
-                    f"{self.name} returned {name} of shape {g64.shape}, expected {like.shape}"
-                )
-            grads.append(g64)
-        return KernelGradients(*grads[:3], dtype=case.dtype, dsinks=(grads[3:] or [None])[0])
+        return checked_gradients(self.name, case, call)
 
     def run(self, case: Case, device: str = "cpu", inputs: tuple | None = None) -> KernelOutput:
         """Call the kernel on ``case`` and copy its outputs exactly to float64.
@@ -387,10 +335,10 @@ class Kernel:
         opts = self._options(case)
         if self.api == "numpy":
             q, k, v = inputs if inputs is not None else (case.q, case.k, case.v)
-            _notify(before, _named(q, k, v, opts))
+            notify_before(before, named_arrays(q, k, v, opts))
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
             # (the NaN-rule and bound properties look at them), not warnings to raise.
-            with _ieee_quiet():
+            with ieee_quiet():
                 res = self.fn(q, k, v, **opts)
         else:
             import torch
@@ -399,32 +347,14 @@ class Kernel:
             opts = self._options(case, device)
             if "mask" in opts:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
-            _notify(before, _named(q, k, v, opts))
-            with torch.no_grad(), _ieee_quiet():  # the Triton interpreter runs numpy
+            notify_before(before, named_arrays(q, k, v, opts))
+            with torch.no_grad(), ieee_quiet():  # the Triton interpreter runs numpy
                 res = self.fn(q, k, v, **opts)
-        return KernelCall(_named(q, k, v, opts), res)
+        return KernelCall(named_arrays(q, k, v, opts), res)
 
     def output(self, case: Case, call: KernelCall) -> KernelOutput:
         """A forward call's ``O`` (and ``LSE``) checked and copied exactly to float64."""
-        res = call.result
-        o, lse = (res if isinstance(res, tuple | list) else (res, None))[:2]
-        if o is None:
-            raise KernelOutputError(
-                f"{self.name} {NO_TENSOR} (None): return O, or (O, LSE), as tensors or arrays"
-            )
-        try:
-            o64, fmt = as_exact_array(o, "kernel output")
-        except (TypeError, ValueError) as err:
-            raise KernelOutputError(f"{self.name} returned an unusable O: {err}") from None
-        want = (*case.q.shape[:3], case.v.shape[3])
-        if o64.shape != want:
-            raise KernelOutputError(f"{self.name} returned O of shape {o64.shape}, expected {want}")
-        lse64 = None if lse is None else _lse_to_f64(lse)
-        if lse64 is not None and lse64.shape != want[:3]:
-            raise KernelOutputError(
-                f"{self.name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
-            )
-        return KernelOutput(o64, lse64, fmt.name)
+        return checked_output(self.name, case, call)
 
 
 def _devices_here(devices: tuple[str, ...]) -> str:
@@ -441,29 +371,6 @@ def _devices_here(devices: tuple[str, ...]) -> str:
     return ", ".join(d if d != "cuda" or has_cuda else "cuda (not available here)" for d in devices)
 
 
-def _named(q: Any, k: Any, v: Any, opts: dict[str, Any], **more: Any) -> dict[str, Any]:
-    """The arrays of one call by name: ``q``, ``k``, ``v``, the ``mask`` if passed, ``more``."""
-    args = {"q": q, "k": k, "v": v, **more}
-    if opts.get("mask") is not None:
-        args["mask"] = opts["mask"]
-    return args
-
-
-def _notify(before: Before | None, args: dict[str, Any]) -> None:
-    if before is not None:
-        before(args)
-
-
-@contextlib.contextmanager
-def _ieee_quiet():
-    """numpy's floating-point warnings off while a kernel runs: overflow and NaN are results to
-    be judged (by the bound and NaN-rule properties), not errors. Only RuntimeWarning is
-    silenced (numpy's "invalid value", "All-NaN slice"), and only inside the kernel call."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
-
-
 def score_magnitude(case: Case) -> float:
     """``max scale·Σ_t |q_t||k_t|`` over finite inputs: bounds every score and partial sum."""
     tau = abs(case.scale) if case.scale is not None else 1 / math.sqrt(case.shape[5])
@@ -473,9 +380,3 @@ def score_magnitude(case: Case) -> float:
     rep = q.shape[1] // k.shape[1]
     k = np.repeat(k, rep, axis=1)
     return float(tau * (q @ np.swapaxes(k, -1, -2)).max(initial=0.0))
-
-
-def _lse_to_f64(lse: Any) -> np.ndarray:
-    if type(lse).__module__.startswith("torch"):
-        return lse.detach().float().cpu().numpy().astype(np.float64)
-    return np.asarray(lse, dtype=np.float64)

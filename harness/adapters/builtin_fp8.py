@@ -8,10 +8,8 @@ campaign shows whether that accumulation stays inside the class's bounds."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 from .adapter import Kernel
+from .availability import triton_available
 
 __all__ = ["fp8_kernels"]
 
@@ -26,18 +24,6 @@ def _triton_fp8(q, k, v, *, causal=False, scale=None, descale_q=None, descale_k=
     )  # fmt: skip
 
 
-def _available(dtype: str, device: str) -> str | None:
-    if importlib.util.find_spec("triton") is None:
-        return "Triton is not installed (pip install triton)"
-    if device == "cuda":
-        import torch
-
-        return None if torch.cuda.is_available() else "no CUDA device"
-    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        return "the Triton kernel runs on CPU only under TRITON_INTERPRET=1"
-    return None
-
-
 def fp8_kernels() -> dict[str, Kernel]:
     """``{"triton-fp8": Kernel}``."""
     return {
@@ -49,7 +35,7 @@ def fp8_kernels() -> dict[str, Kernel]:
             dtypes=("e4m3",),
             masks=frozenset({"causal"}),
             options=frozenset({"causal", "scale"}),
-            check_available=_available,
+            check_available=triton_available,
             deterministic=True,
             batch_invariant=True,
         ),

@@ -14,7 +14,6 @@ Only the options the kernel's signature names are passed (as for dense kernels).
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,8 @@ from .adapter import (
     KernelOutputError,
     score_magnitude,
 )
+from .kernel_call import ieee_quiet
+from .kernel_output import lse_to_f64
 
 __all__ = ["call_ragged", "kernel_layout", "ragged_output", "ragged_supports", "shapes"]
 
@@ -93,14 +94,6 @@ def _options(kernel: Kernel, case: RaggedCase) -> dict[str, Any]:
     return opts
 
 
-@contextlib.contextmanager
-def _ieee_quiet():
-    """Overflow and NaN inside the kernel are results to judge, not warnings to raise."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
-
-
 def call_ragged(kernel: Kernel, case: RaggedCase, device: str = "cpu") -> KernelCall:
     """Call ``kernel`` on ``case`` in the case's layout (module docstring): numpy arrays for
     ``api="numpy"``, else torch tensors on ``device`` (bit-exact; index tensors int32)."""
@@ -109,7 +102,7 @@ def call_ragged(kernel: Kernel, case: RaggedCase, device: str = "cpu") -> Kernel
     args = case.arguments(kernel.api, device)
     opts = _options(kernel, case)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_ieee_quiet())
+        stack.enter_context(ieee_quiet())
         if kernel.api == "torch":
             import torch
 
@@ -167,9 +160,7 @@ def ragged_output(kernel: Kernel, case: RaggedCase, call: KernelCall) -> KernelO
         )
     lse64 = None
     if lse is not None:
-        if type(lse).__module__.startswith("torch"):
-            lse = lse.detach().float().cpu().numpy()
-        lse64 = np.asarray(lse, dtype=np.float64)
+        lse64 = lse_to_f64(lse)
         if lse64.shape != want_lse:
             raise KernelOutputError(
                 f"{kernel.name} returned LSE of shape {lse64.shape}, expected {want_lse} "

@@ -1,0 +1,156 @@
+"""The kernels under test in a flashcheck run: their specs, the device each runs on, their
+contracts (probed in a worker process where not declared), and the test items per kernel and
+dtype that the plugin's fixtures hand to the property suite.
+
+The contracts are kept in the pytest config's stash under :data:`KERNELS`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "KERNELS",
+    "PROBE_TIMEOUT",
+    "kernel_device",
+    "kernel_specs",
+    "palette_size",
+    "parametrize_kernels",
+    "preferred_device",
+    "resolve_all",
+    "set_palette_size",
+]
+
+PROBE_TIMEOUT = 120.0  # seconds one probe call may take (a first Triton compile included)
+# The kernels under test by spec, their contracts known (filled at configure time).
+KERNELS = pytest.StashKey[dict[str, Any]]()
+# Compile keys per dtype of kernels that compile per shape: --flashcheck-palette, else the
+# default of flashcheck.harness.adapters.palette (not imported here: the plugin loads lazily).
+_PALETTE = [4]
+
+
+def palette_size() -> int:
+    """Compile keys per dtype for kernels that compile per shape (``--flashcheck-palette``)."""
+    return _PALETTE[0]
+
+
+def set_palette_size(size: int) -> None:
+    """Set :func:`palette_size` for this run (``--flashcheck-palette N``, ``N >= 1``)."""
+    if size < 1:
+        raise pytest.UsageError(f"--flashcheck-palette takes N >= 1, got {size}")
+    _PALETTE[0] = size
+
+
+def kernel_specs(config: pytest.Config) -> list[str]:
+    """The specs under test (``--flashcheck-kernel``, else the ini ``flashcheck_kernels``), each
+    once, in order; ``builtin`` stands for the project's own suite kernels."""
+    from ..harness.adapters.registry import SUITE_KERNELS
+
+    given = config.getoption("flashcheck_kernels") or config.getini("flashcheck_kernels")
+    out: list[str] = []
+    for spec in given:
+        out.extend(SUITE_KERNELS if spec == "builtin" else [spec])
+    return list(dict.fromkeys(out))
+
+
+def preferred_device(config: pytest.Config) -> str:
+    """``--flashcheck-device``, else ``cuda`` where torch sees one, else ``cpu``."""
+    dev = config.getoption("flashcheck_device")
+    if dev:
+        return dev
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def kernel_device(kernel: Any, preferred: str) -> str:
+    """``preferred`` if the kernel runs there, else its first device."""
+    return preferred if preferred in kernel.devices else kernel.devices[0]
+
+
+def resolve_all(
+    specs: list[str], device: str, dtypes: list[str] | None, nan_inputs: str | None = None
+) -> dict[str, Any]:
+    """The kernels under test with their contracts; a kernel that cannot run on this machine
+    at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
+    a separate process with a time limit: a kernel that hangs or kills its process on a probe
+    input is then reported as such, not a silent end of the test session."""
+    from dataclasses import replace
+    from functools import partial
+
+    from ..harness.adapters.fp8_contract import suite_refusal
+    from ..harness.adapters.probe import resolved
+    from ..harness.adapters.registry import resolve
+    from ..harness.adapters.worker import KernelRef, KernelWorker
+
+    out: dict[str, Any] = {}
+    with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
+        for spec in specs:
+            try:
+                kern = resolve(spec)
+            except ValueError as err:
+                raise pytest.UsageError(f"--flashcheck-kernel {spec}: {err}") from None
+            if (why := suite_refusal(spec, kern)) is not None:
+                raise pytest.UsageError(why)
+            if nan_inputs is not None and kern.nan_inputs == "propagate":
+                kern = replace(kern, nan_inputs=nan_inputs)
+            dev = kernel_device(kern, device)
+            if dtypes and "dtypes" in kern.pending:  # only the dtypes this run tests are probed
+                kern = replace(kern, dtypes=tuple(dt for dt in kern.dtypes if dt in dtypes))
+            if not kern.pending:
+                try:
+                    why = [kern.unavailable(dt, dev) for dt in (dtypes or kern.dtypes)]
+                except Exception:  # a broken kernel's own canary: its tests show the failure
+                    why = []
+                if why and all(why) and (len(specs) == 1 or spec not in _builtin_suite()):
+                    raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
+            runner = partial(worker.run, KernelRef.of(kern, spec), device=dev)
+            if kern.pending:  # seconds to minutes for a kernel that compiles per shape
+                print(f"flashcheck: probing the contract of {spec} on {dev} ...", flush=True)
+            t0 = time.monotonic()
+            out[spec] = resolved(kern, dev, runner)
+            if kern.pending:
+                keys = out[spec].compile_keys
+                what = f"; it compiles per {', '.join(keys)}" if keys else ""
+                print(f"flashcheck: probed {spec} in {time.monotonic() - t0:.0f} s{what}")
+    return out
+
+
+def _builtin_suite() -> tuple[str, ...]:
+    from ..harness.adapters.registry import SUITE_KERNELS
+
+    return SUITE_KERNELS
+
+
+def parametrize_kernels(metafunc: pytest.Metafunc) -> None:
+    """Parametrize a test that requests ``flashcheck_kernel`` (and ``flashcheck_dtype``): one
+    item per kernel under test (and dtype of its contract, narrowed by
+    ``--flashcheck-dtype``); with none to run, one skipped item that says why."""
+    if "flashcheck_kernel" not in metafunc.fixturenames:
+        return
+    kernels = metafunc.config.stash.get(KERNELS, {})
+    with_dtype = "flashcheck_dtype" in metafunc.fixturenames
+    wanted = metafunc.config.getoption("flashcheck_dtypes")
+    params = []
+    for spec, kern in kernels.items():
+        if not with_dtype:
+            params.append(pytest.param(spec, id=spec))
+            continue
+        dtypes = [dt for dt in kern.dtypes if not wanted or dt in wanted]
+        params += [pytest.param(spec, dt, id=f"{spec}-{dt}") for dt in dtypes]
+        if not dtypes:  # nothing to run: one skipped item says why
+            params.append(pytest.param(spec, None, id=f"{spec}-none"))
+    if not params:
+        why = "no kernel under test: pass --flashcheck-kernel SPEC"
+        mark = pytest.mark.skip(reason=why)
+        params = [
+            pytest.param(None, None, marks=mark) if with_dtype else pytest.param(None, marks=mark)
+        ]
+    names = ["flashcheck_kernel", "flashcheck_dtype"] if with_dtype else ["flashcheck_kernel"]
+    metafunc.parametrize(names, params, indirect=True)
