@@ -50,6 +50,23 @@ def test_a_span_outside_the_run_is_clipped_and_an_unknown_phase_refused():
         clock.add("oracle", T0, T0 + 1)
 
 
+def test_kernel_work_is_counted_per_worker_and_while_all_were_busy():
+    clock = PhaseClock(origin=T0)
+    for w, a, b in [(0, 2.0, 5.0), (1, 4.0, 8.0), (0, 7.0, 7.5), (1, 9.0, 9.5)]:
+        clock.add("kernel", T0 + a, T0 + b, worker=w)
+    t = clock.timeline(end=T0 + 10.0, workers=1, kernel_workers=2)
+    assert t.kernel_busy == pytest.approx((3.5, 4.5))
+    assert t.all_busy == pytest.approx(1.5)  # 4-5 s and 7-7.5 s
+    assert "all 2 busy at once 1.5 s" in "\n".join(t.table())
+    assert parse_record(t.to_json()) == t
+    with pytest.raises(ValueError, match="kernel work only"):
+        clock.add("reference", T0, T0 + 1, worker=0)
+    # A timeline recorded without workers (older results files) reads back without them.
+    old = _clock().timeline(end=T0 + 10.5, workers=3, kernel_workers=2).to_json()
+    del old["kernel_busy"], old["all_busy"]
+    assert parse_record(old).kernel_busy == () and parse_record(old).all_busy is None
+
+
 def test_the_timeline_record_round_trips():
     t = _clock().timeline(end=T0 + 10.5, workers=3, kernel_workers=2)
     back = parse_record(t.to_json())

@@ -20,7 +20,6 @@ import concurrent.futures as cf
 import math
 import multiprocessing as mp
 import os
-import queue
 import signal
 import threading
 import time
@@ -44,6 +43,7 @@ from ..checks.registry import check_target
 from ..judging.bounds import Bounds, problem_bounds
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..oracle.evaluate import OracleResult
+from .dispatch import Dispatcher
 from .phases import PhaseClock
 
 __all__ = [
@@ -247,12 +247,10 @@ class LocalExecutor(Executor):
             self._pool = cf.ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context("spawn"), initializer=_single_threaded
             )
-        self._slots: queue.Queue[int] = queue.Queue()
         self._all: list[KernelWorker] = []
         for i in range(self.kernel_workers if isolate else 1):
             env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
             self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
-            self._slots.put(i)
         if isolate:
             # Started now, not at the first call: the workers' imports (torch in each) and the
             # pool's overlap the caller's set-up and probing instead of delaying the first case.
@@ -260,10 +258,7 @@ class LocalExecutor(Executor):
                 w.start()
             for _ in range(self.workers):  # (the pool starts a process per task, up to workers)
                 self._pool.submit(_warm)
-        self._locks = [threading.Lock() for _ in self._all]
-        self._threads = cf.ThreadPoolExecutor(len(self._all), thread_name_prefix="kernel")
-        # One thread per worker for calls pinned to it (affinity), in submission order.
-        self._pinned: list[cf.ThreadPoolExecutor | None] = [None] * len(self._all)
+        self._dispatch = Dispatcher(len(self._all), self._on_worker)
 
     def reference(self, recipe: Recipe) -> cf.Future:
         return self._reference(compute_reference, recipe)
@@ -283,38 +278,25 @@ class LocalExecutor(Executor):
         if clock is not None and not fut.cancelled() and fut.exception() is None:
             clock.add("reference", *fut.result().span)
 
-    def _on_slot(self, fn: str, *args: Any) -> Outcome:
-        i = self._slots.get()
-        try:
-            return self._on_worker(i, fn, *args)
-        finally:
-            self._slots.put(i)
-
     def _on_worker(self, i: int, fn: str, *args: Any) -> Outcome:
+        # Called from worker i's own dispatch thread only: one call at a time per worker.
         worker = self._all[i]
-        with self._locks[i]:
-            seen = len(worker.starts)
-            t0 = time.time()
-            out = getattr(worker, fn)(*args)
-            t1 = time.time()
-            started = worker.starts[seen:]
+        seen = len(worker.starts)
+        t0 = time.time()
+        out = getattr(worker, fn)(*args)
+        t1 = time.time()
+        started = worker.starts[seen:]
         clock = self.clock
         if clock is not None:
             # A call that (re)started its worker waited for the start first: that part is the
             # worker start's, not kernel work.
             for span in started:
                 clock.add("worker start", *span)
-            clock.add("kernel", max([t0, *(end for _, end in started)]), t1)
+            clock.add("kernel", max([t0, *(end for _, end in started)]), t1, worker=i)
         return out
 
     def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:
-        if affinity is None:
-            return self._threads.submit(self._on_slot, fn, *args)
-        i = affinity % len(self._all)
-        pool = self._pinned[i]
-        if pool is None:
-            pool = self._pinned[i] = cf.ThreadPoolExecutor(1, thread_name_prefix=f"kernel{i}")
-        return pool.submit(self._on_worker, i, fn, *args)
+        return self._dispatch.submit(affinity, fn, *args)
 
     def run(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
@@ -358,15 +340,13 @@ class LocalExecutor(Executor):
                 w.kill()
             for child in mp.active_children():
                 child.kill()
-            for threads in [self._threads, *(p for p in self._pinned if p is not None)]:
-                threads.shutdown(wait=False, cancel_futures=True)
+            self._dispatch.close(wait=False)
         # A second Ctrl-C while shutting down must not leave processes behind: the steps are
         # retried without waiting.
-        for threads in [self._threads, *(p for p in self._pinned if p is not None)]:
-            try:
-                threads.shutdown(wait=True, cancel_futures=True)
-            except KeyboardInterrupt:
-                threads.shutdown(wait=False, cancel_futures=True)
+        try:
+            self._dispatch.close(wait=True)
+        except KeyboardInterrupt:
+            self._dispatch.close(wait=False)
         # Every process exits at once (each tears down torch: seconds), not one after another.
         stops = [threading.Thread(target=w.close) for w in self._all]
         if self._pool is not None:

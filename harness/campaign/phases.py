@@ -79,6 +79,24 @@ def _intersect(x: Sequence[tuple[float, float]], y: Sequence[tuple[float, float]
     return total
 
 
+def _all_of(unions: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The spans inside every one of ``unions`` (each sorted and disjoint): a merge, linear in
+    their lengths (a campaign records thousands of calls)."""
+    out = list(unions[0]) if unions else []
+    for u in unions[1:]:
+        both, i, j = [], 0, 0
+        while i < len(out) and j < len(u):
+            lo, hi = max(out[i][0], u[j][0]), min(out[i][1], u[j][1])
+            if lo < hi:
+                both.append((lo, hi))
+            if out[i][1] < u[j][1]:
+                i += 1
+            else:
+                j += 1
+        out = both
+    return out
+
+
 def _exclusive(unions: Mapping[str, list[tuple[float, float]]], lo: float, hi: float):
     """Seconds of ``[lo, hi)`` attributed to each phase by :data:`PHASES` priority, and to
     :data:`OTHER` where none is active."""
@@ -186,6 +204,11 @@ class PhaseTimeline:
     cores: int
     load: tuple[float, float]
     gaps: tuple[PhaseGap, ...] = ()
+    # Kernel work per kernel worker (seconds busy), and how long all of them were busy at
+    # once: with several workers, a serial share near 0 does not make a run scale if one
+    # worker still has work while the others are idle (empty when not recorded).
+    kernel_busy: tuple[float, ...] = ()
+    all_busy: float | None = None
 
     @property
     def serial_share(self) -> float:
@@ -206,6 +229,8 @@ class PhaseTimeline:
             cores=int(d["cores"]),
             load=(float(d["load"][0]), float(d["load"][1])),
             gaps=tuple(PhaseGap.from_json(g) for g in d.get("gaps", ())),
+            kernel_busy=tuple(float(x) for x in d.get("kernel_busy", ())),
+            all_busy=None if d.get("all_busy") is None else float(d["all_busy"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -219,6 +244,8 @@ class PhaseTimeline:
             "cores": self.cores,
             "load": list(self.load),
             "gaps": [g.to_json() for g in self.gaps],
+            "kernel_busy": list(self.kernel_busy),
+            "all_busy": self.all_busy,
         }
 
     def table(self) -> list[str]:
@@ -242,6 +269,12 @@ class PhaseTimeline:
             f"kernel workers, {self.cores} cores, load average {self.load[0]:.2f} at the start "
             f"and {self.load[1]:.2f} at the end"
         )
+        if len(self.kernel_busy) > 1 and self.all_busy is not None:
+            busy = ", ".join(f"{b:.1f}" for b in self.kernel_busy)
+            lines.append(
+                f"kernel work per kernel worker: {busy} s; all {len(self.kernel_busy)} busy at "
+                f"once {self.all_busy:.1f} s ({self.all_busy * pct:.1f} % of the run)"
+            )
         if self.gaps:
             lines.append(
                 "longest stretches without kernel work: "
@@ -267,14 +300,20 @@ class PhaseClock:
         self.origin = time.time() if origin is None else float(origin)
         self.load_start = _load()
         self._spans: dict[str, list[tuple[float, float]]] = {}
+        self._by_worker: dict[int, list[tuple[float, float]]] = {}
         self._lock = threading.Lock()
 
-    def add(self, phase: str, start: float, end: float) -> None:
-        """Record that ``phase`` was active from ``start`` to ``end`` (``time.time()``)."""
+    def add(self, phase: str, start: float, end: float, *, worker: int | None = None) -> None:
+        """Record that ``phase`` was active from ``start`` to ``end`` (``time.time()``);
+        ``worker``: the kernel worker that did this kernel work."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}: choose from {list(PHASES)}")
+        if worker is not None and phase != "kernel":
+            raise ValueError(f"a worker is recorded for kernel work only, not {phase!r}")
         with self._lock:
             self._spans.setdefault(phase, []).append((float(start), float(end)))
+            if worker is not None:
+                self._by_worker.setdefault(worker, []).append((float(start), float(end)))
 
     def spans(self, phase: str) -> list[tuple[float, float]]:
         with self._lock:
@@ -289,7 +328,12 @@ class PhaseClock:
         lo = self.origin
         with self._lock:
             raw = {k: list(v) for k, v in self._spans.items()}
+            per_worker = {k: list(v) for k, v in self._by_worker.items()}
         unions = {k: _union((max(a, lo), min(b, end)) for a, b in v) for k, v in raw.items()}
+        each = [
+            _union((max(a, lo), min(b, end)) for a, b in per_worker.get(i, ()))
+            for i in range(kernel_workers)
+        ]
         kernel = unions.get("kernel", [])
         excl = _exclusive(unions, lo, end)
         rows = []
@@ -317,6 +361,8 @@ class PhaseClock:
             cores=os.cpu_count() or 1,
             load=(self.load_start, _load()),
             gaps=_gaps(unions, lo, end),
+            kernel_busy=tuple(round(_length(u), 4) for u in each) if per_worker else (),
+            all_busy=round(_length(_all_of(each)), 4) if per_worker else None,
         )
 
 

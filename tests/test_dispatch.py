@@ -1,0 +1,84 @@
+"""Kernel calls handed to kernel workers (harness/campaign/dispatch.py): a worker's own calls
+first, in order, then shared ones; a shared call never waits behind a busy worker while
+another is free; closing cancels what has not started."""
+
+import threading
+
+import pytest
+
+from flashcheck.harness.campaign.dispatch import Dispatcher
+
+
+class _Calls:
+    """A stand-in for the kernel workers: records (worker, name) in call order; a call named
+    ``hold`` blocks until released."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[int, str]] = []
+        self.release = threading.Event()
+        self.held = threading.Event()
+
+    def __call__(self, i: int, fn: str, *args):
+        if fn == "hold":
+            self.held.set()
+            assert self.release.wait(10)
+        if fn == "boom":
+            raise RuntimeError("kernel worker failed")
+        self.log.append((i, fn))
+        return (i, fn, args)
+
+
+def test_shared_calls_run_on_the_free_worker_while_the_other_is_busy_with_its_own():
+    calls = _Calls()
+    d = Dispatcher(2, calls)
+    try:
+        hold = d.submit(0, "hold")
+        assert calls.held.wait(10)
+        pinned = [d.submit(0, f"own{k}") for k in range(3)]
+        shared = [d.submit(None, f"shared{k}") for k in range(6)]
+        # Every shared call finishes on worker 1 while worker 0 is still held.
+        assert [f.result(timeout=10)[0] for f in shared] == [1] * 6
+        assert not hold.done() and not any(f.done() for f in pinned)
+        calls.release.set()
+        assert [f.result(timeout=10)[1] for f in pinned] == ["own0", "own1", "own2"]
+        assert hold.result(timeout=10) == (0, "hold", ())
+    finally:
+        calls.release.set()
+        d.close()
+
+
+def test_a_worker_takes_its_own_calls_before_shared_ones_and_errors_reach_the_caller():
+    calls = _Calls()
+    d = Dispatcher(1, calls)
+    try:
+        hold = d.submit(None, "hold")
+        assert calls.held.wait(10)
+        later = [d.submit(None, "shared"), d.submit(0, "own", 7), d.submit(0, "boom")]
+        calls.release.set()
+        hold.result(timeout=10)
+        assert later[1].result(timeout=10) == (0, "own", (7,))
+        with pytest.raises(RuntimeError, match="kernel worker failed"):
+            later[2].result(timeout=10)
+        later[0].result(timeout=10)
+        assert [fn for _, fn in calls.log] == ["hold", "own", "shared"]
+    finally:
+        calls.release.set()
+        d.close()
+
+
+def test_closing_cancels_calls_not_started_and_refuses_new_ones():
+    calls = _Calls()
+    d = Dispatcher(1, calls)
+    hold = d.submit(0, "hold")
+    assert calls.held.wait(10)
+    waiting = [d.submit(0, "own"), d.submit(None, "shared")]
+    closer = threading.Thread(target=d.close)
+    closer.start()
+    calls.release.set()
+    closer.join(10)
+    assert not closer.is_alive() and hold.result(timeout=1)[1] == "hold"
+    assert all(f.cancelled() for f in waiting)
+    with pytest.raises(RuntimeError, match="after the executor closed"):
+        d.submit(None, "late")
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        Dispatcher(0, calls)
