@@ -159,9 +159,10 @@ class Executor:
     (its spec and its whole contract); a structural check by its name
     (:data:`flashcheck.harness.checks.registry.CHECKS`).
 
-    ``affinity``: ``None`` runs a kernel call on any free kernel worker; an int on worker
-    ``affinity % kernel_workers`` only, after the calls submitted to it before (a compiling
-    kernel's calls of one compile key go to the worker that has compiled it). An executor
+    ``affinity``: ``None`` runs a kernel call on any free kernel worker; calls of the same int
+    run on one worker, in the order submitted (a compiling kernel's calls of one compile key go
+    to the worker that has compiled it); :class:`LocalExecutor` binds each int to the first
+    free worker (:mod:`~flashcheck.harness.campaign.dispatch`). An executor
     whose workers share no compiled state may ignore it."""
 
     workers: int = 1

@@ -3,9 +3,10 @@
 A kernel with compile keys (:attr:`~flashcheck.harness.adapters.adapter.Kernel.compile_keys`)
 pays a compile the first time a kernel worker sees one of its keys. :func:`grouped` orders its
 work so that one key's cases run together (the keys in the order the plan first reaches them,
-the cases of a key in plan order), and :func:`affinity` sends every call of one key to one
-kernel worker, which compiles it once. Work of kernels without compile keys keeps the plan's
-order, ahead of the grouped work: a campaign without compiling kernels runs exactly as before.
+the cases of a key in plan order), and :func:`affinity` names each key's group of calls, which
+the executor runs on one kernel worker, so that it compiles once. Work of kernels without
+compile keys keeps the plan's order, ahead of the grouped work: a campaign without compiling
+kernels runs exactly as before.
 
 The order is a function of the configuration and the contracts only, so results still are.
 """
@@ -27,10 +28,10 @@ Work = list[tuple[Item, list[str]]]
 
 
 def affinity(kernel: Kernel, recipe: Recipe, *, palette: int = DEFAULT_PALETTE) -> int | None:
-    """The kernel worker (modulo their number) for ``kernel``'s calls on the fitted ``recipe``:
-    ``None`` (any worker) without compile keys; else fixed by its compile key: the palette's
-    keys of each dtype in turn, from a place one further per dtype (so that workers share them
-    evenly), any other key by its CRC-32."""
+    """The group of ``kernel``'s call on the fitted ``recipe``: ``None`` (any kernel worker)
+    without compile keys; else one int per compile key (the palette's keys numbered dtype by
+    dtype, any other key by its CRC-32). An executor runs a group's calls on one worker, so
+    that one worker compiles the key (the local one binds a group to the first free worker)."""
     key = compile_key(kernel, recipe)
     if not key:
         return None
@@ -38,9 +39,7 @@ def affinity(kernel: Kernel, recipe: Recipe, *, palette: int = DEFAULT_PALETTE) 
     if keys is not None:
         values = tuple(getattr(recipe, dim) for dim in keys.dims)
         if values in keys.entries and recipe.dtype in ALL_DTYPES:
-            # Shifted by one per dtype: a key whose variants compile too (a causal key's
-            # options check) does not land on the same worker in every dtype.
-            return ALL_DTYPES.index(recipe.dtype) + keys.entries.index(values)
+            return ALL_DTYPES.index(recipe.dtype) * len(keys.entries) + keys.entries.index(values)
     return zlib.crc32(repr(key).encode())
 
 
