@@ -15,7 +15,8 @@
 #    stopped with SIGINT, which stops the reference processes too: the campaign appends result
 #    by result under reports/<name>/, and the same command on the same (warm) machine resumes
 #    where it stopped (exit 124: run it again; finished results are not recomputed, but a
-#    reference task cut off starts again from the beginning).
+#    reference task cut off starts again from the beginning). DTYPES="fp16 bf16" runs those
+#    dtypes only (default: all three; give a new name with it: a report keeps its dtypes).
 # 2. benchmarks/gpu_varlen_bench.py (held to BENCH_LIMIT seconds, default 100): forward and
 #    forward + backward times of packed ragged batches (bf16, fp16, d = 128) against the dense
 #    kernel on the padded batch, each shape checked against fp64 torch attention.
@@ -33,9 +34,11 @@ export PYTHONPATH=$FC${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 cd "$ROOT" || exit 1
 START=$SECONDS
 
+DTYPE_ARGS=()
+for dt in ${DTYPES:-}; do DTYPE_ARGS+=(--dtype "$dt"); done
 timeout -s INT -k 20 "${REPORT_LIMIT:-450}" python3 -m flashcheck.harness.cli report \
     --kernel triton-varlen --preset gpu --device cuda --name "$NAME" --out "$WORK" \
-    >"$OUT/$NAME-report.log" 2>&1
+    ${DTYPE_ARGS[@]+"${DTYPE_ARGS[@]}"} >"$OUT/$NAME-report.log" 2>&1
 report_rc=$?
 report_s=$((SECONDS - START))
 tar -C "$WORK" -czf "$OUT/$NAME.tgz" "$NAME" 2>/dev/null
