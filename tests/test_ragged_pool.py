@@ -4,16 +4,25 @@ references again."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import shutil
+import threading
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from flashcheck.harness.adapters.probe import resolved
+from flashcheck.harness.adapters.registry import as_kernel
+from flashcheck.harness.campaign.executor import Executor, LocalExecutor
+from flashcheck.harness.campaign.ragged_pool import RaggedReferences
 from flashcheck.harness.campaign.ragged_records import RaggedResult
 from flashcheck.harness.campaign.ragged_report import run_ragged_report
 from flashcheck.harness.campaign.report import ReportOptions
+from flashcheck.harness.cases.ragged_families import family_cases
+from flashcheck.harness.checks.ragged import check_ragged_case
 from flashcheck.harness.core.resultlog import ResultLog
 
 USER = Path(__file__).parent / "user"
@@ -88,10 +97,40 @@ def test_pooled_references_give_the_inline_records_and_an_interrupted_run_resume
 
 
 def test_the_reference_pool_refuses_kernel_calls():
-    from flashcheck.harness.campaign.executor import LocalExecutor
-
     with LocalExecutor(workers=1, kernels=False, isolate=False) as pool:
         assert pool.kernel_workers == 0
         assert pool.submit(divmod, 7, 2).result() == (3, 1)
         with pytest.raises(ValueError, match="kernels=False"):
             pool.run(None, None, "cpu")
+
+
+class _Late(Executor):
+    """An executor whose first reference comes late and whose others fail (a lost worker)."""
+
+    workers = 1
+
+    def __init__(self):
+        self.futures = []
+
+    def submit(self, fn, *args, **kwargs):
+        fut = cf.Future()
+        self.futures.append(fut)
+        if len(self.futures) == 1:
+            value = fn(*args, **kwargs)
+            threading.Timer(1.2, fut.set_result, (value,)).start()
+        else:
+            fut.set_exception(BrokenProcessPool("a worker died"))
+        return fut
+
+
+def test_a_late_reference_shows_on_the_progress_line_and_a_lost_one_is_computed_here():
+    adapter = resolved(as_kernel("recurrence-varlen"), "cpu")
+    case = family_cases("varlen", "fp16", seed=0, preset="smoke")[0]
+    said = []
+    refs = RaggedReferences(_Late(), said.append)
+    refs.submit("k", adapter, case)
+    got = check_ragged_case(adapter, case, references=refs.forward("k", "note"))
+    assert said and all(s == "note: waiting on the oracle, seq 0" for s in said)
+    assert refs.waited > 1.0 and refs.tasks == case.sequences
+    want = check_ragged_case(adapter, case)
+    assert got.as_dict() == want.as_dict()
