@@ -6,11 +6,17 @@
 #    (varlen families at the gpu sizes: block edges, empty sequences, one 512 x 2048 sequence
 #    among short ones), fp16, bf16, fp32: each case's accuracy, its per-sequence gradient check
 #    (dQ, dK, dV against the gradient oracle and the flash backward's bounds) and the
-#    properties (sequence independence, batch invariance). The oracle's strict fallback on the
-#    long sequence's gradients costs a minute or more of CPU per dtype, so the run is held to
-#    REPORT_LIMIT seconds (default 150): the campaign appends result by result under
-#    reports/<name>/, and the same command on the same (warm) machine resumes where it stopped
-#    (exit 124: run it again; finished results are not recomputed).
+#    properties (sequence independence, batch invariance). The references (oracle, naive
+#    baseline, bounds, per sequence and for the gradients) run ahead of the kernel on one
+#    process per core, one task per sequence, the three dtypes side by side. The critical path
+#    is the gradient oracle of the 512 x 2048 sequence (its strict fallback: one
+#    single-threaded task per dtype of many minutes and ~3.5 GB); every other case's
+#    references take seconds. The run is held to REPORT_LIMIT seconds (default 450) and
+#    stopped with SIGINT, which stops the reference processes too: the campaign appends result
+#    by result under reports/<name>/, and the same command on the same (warm) machine resumes
+#    where it stopped (exit 124: run it again; finished results are not recomputed, but a
+#    reference task cut off starts again from the beginning). DTYPES="fp16 bf16" runs those
+#    dtypes only (default: all three; give a new name with it: a report keeps its dtypes).
 # 2. benchmarks/gpu_varlen_bench.py (held to BENCH_LIMIT seconds, default 100): forward and
 #    forward + backward times of packed ragged batches (bf16, fp16, d = 128) against the dense
 #    kernel on the padded batch, each shape checked against fp64 torch attention.
@@ -28,9 +34,11 @@ export PYTHONPATH=$FC${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 cd "$ROOT" || exit 1
 START=$SECONDS
 
-timeout -k 10 "${REPORT_LIMIT:-150}" python3 -m flashcheck.harness.cli report \
+DTYPE_ARGS=()
+for dt in ${DTYPES:-}; do DTYPE_ARGS+=(--dtype "$dt"); done
+timeout -s INT -k 20 "${REPORT_LIMIT:-450}" python3 -m flashcheck.harness.cli report \
     --kernel triton-varlen --preset gpu --device cuda --name "$NAME" --out "$WORK" \
-    >"$OUT/$NAME-report.log" 2>&1
+    ${DTYPE_ARGS[@]+"${DTYPE_ARGS[@]}"} >"$OUT/$NAME-report.log" 2>&1
 report_rc=$?
 report_s=$((SECONDS - START))
 tar -C "$WORK" -czf "$OUT/$NAME.tgz" "$NAME" 2>/dev/null

@@ -138,11 +138,15 @@ def _warm() -> None:  # pragma: no cover - runs in pool processes
     """Nothing: submitted once per pool process so that each starts (and imports) early."""
 
 
-def _single_threaded() -> None:  # pragma: no cover - runs in pool processes
+def _single_threaded(torch_too: bool = True) -> None:  # pragma: no cover - in pool processes
     import signal
 
     # Ctrl-C reaches the whole process group; the campaign handles it and shuts the pool down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not torch_too:
+        # Work that never imports torch: its import (a second of CPU per process) is saved; a
+        # torch imported later still reads OMP_NUM_THREADS=1.
+        return
     try:
         import torch
 
@@ -180,6 +184,12 @@ class Executor:
         raise NotImplementedError
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
+        raise NotImplementedError
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
+        """``fn(*args, **kwargs)`` on the reference processes: pure CPU work whose result does
+        not depend on where it runs (``fn`` a module-level function, its arguments and result
+        picklable)."""
         raise NotImplementedError
 
     def backward(
@@ -222,7 +232,9 @@ class Executor:
 class LocalExecutor(Executor):
     """References on ``workers`` processes, kernels on ``kernel_workers`` isolated workers
     (on CUDA, worker ``i`` sees GPU ``i % device_count`` only), all single-threaded.
-    ``isolate=False`` runs everything in this process (no time limit: for debugging)."""
+    ``isolate=False`` runs everything in this process (no time limit: for debugging).
+    ``kernels=False``: the reference processes only, for a campaign that calls its kernels
+    itself and whose references need no torch (kernel calls are then refused)."""
 
     def __init__(
         self,
@@ -232,13 +244,16 @@ class LocalExecutor(Executor):
         device: str = "cpu",
         timeout: float = 300.0,
         isolate: bool = True,
+        kernels: bool = True,
     ) -> None:
         cores = os.cpu_count() or 1
         self.workers = workers or cores
-        gpus = _gpu_count() if device == "cuda" else 0
+        gpus = _gpu_count() if device == "cuda" and kernels else 0
         self.kernel_workers = kernel_workers or (gpus or cores)
         if self.workers < 1 or self.kernel_workers < 1:
             raise ValueError("workers and kernel workers must be >= 1")
+        if not kernels:
+            self.kernel_workers = 0
         self.isolate = isolate
         self._saved = {k: os.environ.get(k) for k in SINGLE_THREAD}
         if isolate:
@@ -246,10 +261,13 @@ class LocalExecutor(Executor):
         self._pool = None
         if isolate:
             self._pool = cf.ProcessPoolExecutor(
-                self.workers, mp_context=mp.get_context("spawn"), initializer=_single_threaded
+                self.workers,
+                mp_context=mp.get_context("spawn"),
+                initializer=_single_threaded,
+                initargs=(kernels,),
             )
         self._all: list[KernelWorker] = []
-        for i in range(self.kernel_workers if isolate else 1):
+        for i in range(self.kernel_workers if isolate else min(1, self.kernel_workers)):
             env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
             self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
         if isolate:
@@ -259,19 +277,23 @@ class LocalExecutor(Executor):
                 w.start()
             for _ in range(self.workers):  # (the pool starts a process per task, up to workers)
                 self._pool.submit(_warm)
-        self._dispatch = Dispatcher(len(self._all), self._on_worker)
+        # None with kernels=False (a references-only pool).
+        self._dispatch = Dispatcher(len(self._all), self._on_worker) if self._all else None
 
     def reference(self, recipe: Recipe) -> cf.Future:
-        return self._reference(compute_reference, recipe)
-
-    def _reference(self, compute: Any, recipe: Recipe) -> cf.Future:
-        if self._pool is None:
-            fut: cf.Future = cf.Future()
-            fut.set_result(compute(recipe))
-        else:
-            fut = self._pool.submit(compute, recipe)
+        fut = self.submit(compute_reference, recipe)
         if self.clock is not None:
             fut.add_done_callback(self._note_reference)
+        return fut
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
+        if self._pool is not None:
+            return self._pool.submit(fn, *args, **kwargs)
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as err:  # as the pool's future would carry it
+            fut.set_exception(err)
         return fut
 
     def _note_reference(self, fut: cf.Future) -> None:
@@ -297,6 +319,8 @@ class LocalExecutor(Executor):
         return out
 
     def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:
+        if self._dispatch is None:
+            raise ValueError("this executor was made with kernels=False: it runs no kernel calls")
         return self._dispatch.submit(affinity, fn, *args)
 
     def run(
@@ -305,7 +329,10 @@ class LocalExecutor(Executor):
         return self._submit(affinity, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
-        return self._reference(compute_gradient_reference, recipe)
+        fut = self.submit(compute_gradient_reference, recipe)
+        if self.clock is not None:
+            fut.add_done_callback(self._note_reference)
+        return fut
 
     def backward(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
@@ -341,13 +368,15 @@ class LocalExecutor(Executor):
                 w.kill()
             for child in mp.active_children():
                 child.kill()
-            self._dispatch.close(wait=False)
+            if self._dispatch is not None:
+                self._dispatch.close(wait=False)
         # A second Ctrl-C while shutting down must not leave processes behind: the steps are
         # retried without waiting.
-        try:
-            self._dispatch.close(wait=True)
-        except KeyboardInterrupt:
-            self._dispatch.close(wait=False)
+        if self._dispatch is not None:
+            try:
+                self._dispatch.close(wait=True)
+            except KeyboardInterrupt:
+                self._dispatch.close(wait=False)
         # Every process exits at once (each tears down torch: seconds), not one after another.
         stops = [threading.Thread(target=w.close) for w in self._all]
         if self._pool is not None:

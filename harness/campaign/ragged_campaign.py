@@ -13,6 +13,10 @@ the campaign's seed). Results already on file are not recomputed: an interrupted
 resumes.
 
 The kernels run in this process, one call at a time: a kernel that hangs is not stopped.
+With an ``executor``, the references every case still to judge needs (oracle, naive baseline
+and bounds per sequence, and the same for the gradients) are submitted to its reference
+processes before the first kernel call (:mod:`.ragged_pool`); the results are the same bits as
+without one, written in the same order.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from ..checks.ragged_properties import RAGGED_PROPERTIES
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog
 from ..core.status import Status
+from .executor import Executor
+from .ragged_pool import RaggedReferences
 from .ragged_records import RaggedResult
 
 __all__ = ["RaggedCampaign", "checks_of", "head_dim_for"]
@@ -78,7 +84,10 @@ class RaggedCampaign:
     case_dir: Path
     echo: Callable[[str], None] = print
     progress: TextIO | None = None  # the progress line's stream (None: stderr)
+    # The reference processes (.ragged_pool); None: every reference computed inline, in turn.
+    executor: Executor | None = None
     _done: set[str] = field(default_factory=set)
+    _refs: RaggedReferences | None = None
 
     def run(self) -> int:
         """Every kernel, dtype and case; returns the number of results on file. A progress
@@ -101,17 +110,32 @@ class RaggedCampaign:
                 )
                 self.echo(f"  {spec} {dtype}: {len(cases)} cases")
                 plan += [(spec, adapter, dev, dtype, i, case) for i, case in enumerate(cases)]
-        done = sum(self._finished(*item) for item in plan)
-        prog = Progress(len(plan), done_cost=done, label="report ", stream=self.progress)
-        for item in plan:
-            if self._finished(*item):
-                continue
+        todo = [item for item in plan if not self._finished(*item)]
+        prog = Progress(
+            len(plan), done_cost=len(plan) - len(todo), label="report ", stream=self.progress
+        )
+        if self.executor is not None:
+            self._refs = RaggedReferences(self.executor, lambda text: prog.advance(0, text))
+            for spec, adapter, _, dtype, i, case in todo:
+                if ragged_supports(adapter, case) is None:
+                    self._refs.submit((spec, dtype, i), adapter, case)
+            self.echo(
+                f"  references: {self._refs.tasks} tasks (one per sequence) for {len(todo)} "
+                f"cases, on {self.executor.workers} processes"
+            )
+        for item in todo:
             spec, _, _, dtype, i, case = item
-            note = f"{spec} {dtype} {case.family}/{i}"
+            note = self._note((spec, dtype, i), case)
             prog.advance(0, note)
-            self._case(*item)
+            try:
+                self._case(*item)
+            finally:
+                if self._refs is not None:
+                    self._refs.release((spec, dtype, i))
             prog.advance(1, note)
         prog.finish()
+        if self._refs is not None and self._refs.tasks:
+            self.echo(f"  the campaign waited {self._refs.waited:.1f} s on references")
         return len(self._done)
 
     def _finished(self, spec, adapter, dev, dtype, i, case) -> bool:
@@ -143,7 +167,8 @@ class RaggedCampaign:
                     )
                 )
             return
-        first, acc = self._accuracy(adapter, dev, case, keys["accuracy"], base)
+        item = (spec, dtype, i)
+        first, acc = self._accuracy(adapter, dev, case, keys["accuracy"], base, item)
         rows = [first]
         for name in checks[1:]:
             if acc is None:
@@ -155,7 +180,7 @@ class RaggedCampaign:
                     )
                 )
             elif name == "gradients":
-                rows.append(self._gradients(adapter, dev, case, keys[name], base))
+                rows.append(self._gradients(adapter, dev, case, keys[name], base, item))
             else:
                 rows.append(self._property(adapter, dev, case, keys[name], name, base))
         failed = [r for r in rows if r.status.severity > 0]
@@ -178,10 +203,21 @@ class RaggedCampaign:
             if r.key not in self._done:
                 self._write(_with_id(r, cid) if r.status.severity > 0 else r)
 
+    def _note(self, item: tuple[str, str, int], case: RaggedCase) -> str:
+        spec, dtype, i = item
+        return f"{spec} {dtype} {case.family}/{i}"
+
     def _accuracy(
-        self, adapter: Kernel, dev: str, case: RaggedCase, key: str, base: dict[str, Any]
+        self,
+        adapter: Kernel,
+        dev: str,
+        case: RaggedCase,
+        key: str,
+        base: dict[str, Any],
+        item: tuple[str, str, int],
     ) -> tuple[RaggedResult, RaggedCheckResult | None]:
-        out = call_kernel(lambda: check_ragged_case(adapter, case, device=dev))
+        refs = None if self._refs is None else self._refs.forward(item, self._note(item, case))
+        out = call_kernel(lambda: check_ragged_case(adapter, case, device=dev, references=refs))
         if not out.ok:
             msg = out.message.strip().splitlines()[-1] if out.message.strip() else str(out.status)
             return RaggedResult(
@@ -202,14 +238,23 @@ class RaggedCampaign:
         return rec, res
 
     def _gradients(
-        self, adapter: Kernel, dev: str, case: RaggedCase, key: str, base: dict
+        self,
+        adapter: Kernel,
+        dev: str,
+        case: RaggedCase,
+        key: str,
+        base: dict,
+        item: tuple[str, str, int],
     ) -> RaggedResult:
         """The per-sequence gradient check (:mod:`~flashcheck.harness.checks.ragged_gradients`)."""
         why = varlen_backward_supports(adapter, case)
         if why is not None:
             reasons = (f"outside the backward's contract: {why}",)
             return RaggedResult(key, **base, check="gradients", status=Status.SKIP, reasons=reasons)
-        out = call_kernel(lambda: check_varlen_gradients(adapter, case, device=dev))
+        refs = None if self._refs is None else self._refs.gradients(item, self._note(item, case))
+        out = call_kernel(
+            lambda: check_varlen_gradients(adapter, case, device=dev, references=refs)
+        )
         if not out.ok:
             msg = out.message.strip().splitlines()[-1] if out.message.strip() else str(out.status)
             return RaggedResult(key, **base, check="gradients", status=out.status, reasons=(msg,))

@@ -6,15 +6,17 @@ found nothing, 1 when it found something, 2 for a usage error. What runs is
 :class:`~.ragged_campaign.RaggedCampaign`; its results file names the part ``ragged`` in its
 configuration, so ``flashcheck render`` renders it with
 :func:`~.ragged_render.render_ragged_report`. Rerunning the same command resumes an
-interrupted campaign. Options that shape the dense campaign's plan or execution (``--budget``,
-``--part``, ``--executor ray``, ``--palette``) are refused for ragged kernels.
+interrupted campaign. The references are computed on ``--workers`` processes (or Ray tasks,
+``--executor ray``; in this process with ``--no-isolate``). Options that shape the dense
+campaign's plan (``--budget``, ``--part``, ``--palette``) are refused for ragged kernels.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from ..adapters.probe import resolved
 from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
+from .executor import Executor, LocalExecutor
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -46,7 +49,6 @@ def _refuse_dense_options(opts: ReportOptions) -> None:
     unsupported = [
         (opts.budget is not None, "--budget (the ragged campaign takes seconds on a CPU)"),
         (bool(opts.parts), "--part (its parts are the dense campaign's)"),
-        (opts.executor != "local", "--executor ray"),
         (opts.palette != DEFAULT_PALETTE, "--palette"),
     ]
     refused = [what for on, what in unsupported if on]
@@ -145,6 +147,26 @@ def _log_contracts(log: ResultLog, adapters: dict, devices: dict, dtypes) -> Non
                 log.append(LimitationRecord(spec, dt, why, devices[spec], no_run=no_run).to_json())
 
 
+@contextmanager
+def _reference_pool(opts: ReportOptions, device: str) -> Iterator[Executor | None]:
+    """The processes the references are computed on (``--workers`` local processes, or Ray
+    tasks with ``--executor ray``); ``None`` with ``--no-isolate``: everything in this
+    process. Closed at once on Ctrl-C."""
+    if not opts.isolate:
+        yield None
+        return
+    if opts.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        pool: Executor = RayExecutor(address=opts.address, device=device, kernels=False)
+    elif opts.executor == "local":
+        pool = LocalExecutor(workers=opts.workers, device=device, kernels=False)
+    else:
+        raise ValueError(f"executor must be 'local' or 'ray', got {opts.executor!r}")
+    with pool:
+        yield pool
+
+
 def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     """Run the ragged campaign ``opts`` describes, render it; returns the exit status."""
     header, declared, devices, out_dir = _setup(opts)
@@ -152,16 +174,28 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     adapters = _probe(declared, devices, cfg.dtypes, echo)
     results_path = out_dir / "results.jsonl"
     try:
-        with ResultLog.open(results_path, header.to_json(), fresh=opts.fresh) as log:
+        with (
+            ResultLog.open(results_path, header.to_json(), fresh=opts.fresh) as log,
+            _reference_pool(opts, cfg.device) as pool,
+        ):
             log.append(SessionRecord(environment_record(cfg.device)).to_json())
             _log_contracts(log, adapters, devices, cfg.dtypes)
+            where = "in this process" if pool is None else f"on {pool.workers} processes"
             echo(
                 f"flashcheck report {cfg.name}: ragged layouts, preset {cfg.preset}, seed "
                 f"{cfg.seed}, device {cfg.device}; kernels {', '.join(adapters)} (run in this "
-                f"process, one call at a time); results -> {results_path}"
+                f"process, one call at a time; references {where}); results -> {results_path}"
             )
             camp = RaggedCampaign(
-                log, adapters, devices, cfg.dtypes, cfg.seed, cfg.preset, out_dir / "cases", echo
+                log,
+                adapters,
+                devices,
+                cfg.dtypes,
+                cfg.seed,
+                cfg.preset,
+                out_dir / "cases",
+                echo,
+                executor=pool,
             )
             done = camp.run()
             log.append(CompleteRecord(done).to_json())

@@ -37,7 +37,7 @@ from .executor import (
     compute_reference,
 )
 
-__all__ = ["KernelActor", "RayExecutor"]
+__all__ = ["KernelActor", "RayExecutor", "apply"]
 
 
 class KernelActor:
@@ -51,9 +51,15 @@ class KernelActor:
         return getattr(self.worker, fn)(*args)
 
 
+def apply(fn: Any, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - runs in Ray
+    """``fn(*args, **kwargs)``: the body of a Ray task of :meth:`RayExecutor.submit`."""
+    return fn(*args, **kwargs)
+
+
 class RayExecutor(Executor):
     """References as Ray tasks, kernels on Ray actors; ``address`` None starts a Ray instance
-    on this machine (and stops it at the end)."""
+    on this machine (and stops it at the end). ``kernels=False``: tasks only, no actor (for a
+    campaign that calls its kernels itself)."""
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class RayExecutor(Executor):
         device: str = "cpu",
         timeout: float = 300.0,
         kernel_workers: int | None = None,
+        kernels: bool = True,
     ) -> None:
         try:
             import ray
@@ -82,7 +89,7 @@ class RayExecutor(Executor):
         resources = ray.cluster_resources()
         self.workers = max(1, int(resources.get("CPU", 1)))
         gpus = int(resources.get("GPU", 0)) if device == "cuda" else 0
-        self.kernel_workers = kernel_workers or (gpus or self.workers)
+        self.kernel_workers = (kernel_workers or (gpus or self.workers)) if kernels else 0
         # A CPU actor keeps Ray's default (a CPU to be placed, none held while it runs), so
         # that kernel actors never starve the reference tasks of CPUs.
         self._actor = ray.remote(num_gpus=1)(KernelActor) if gpus else ray.remote(KernelActor)
@@ -92,14 +99,20 @@ class RayExecutor(Executor):
             self._free.put(self._actor.remote())
         self._reference = ray.remote(num_cpus=1)(compute_reference)
         self._gradient_reference = ray.remote(num_cpus=1)(compute_gradient_reference)
-        self._threads = cf.ThreadPoolExecutor(self.kernel_workers, thread_name_prefix="ray")
+        self._apply = ray.remote(num_cpus=1)(apply)
+        self._threads = cf.ThreadPoolExecutor(max(1, self.kernel_workers), thread_name_prefix="ray")
 
     def reference(self, recipe: Recipe) -> cf.Future:
         return self._reference.remote(recipe).future()
 
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
+        return self._apply.remote(fn, *args, **kwargs).future()
+
     def _on_actor(self, fn: str, *args: Any, calls: int = 1) -> Outcome:
         from ray.exceptions import GetTimeoutError, RayActorError
 
+        if not self.kernel_workers:
+            raise ValueError("this executor was made with kernels=False: it runs no kernel calls")
         actor = self._free.get()
         try:
             out = self._ray.get(actor.call.remote(fn, *args), timeout=self.timeout * calls)

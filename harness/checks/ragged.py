@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..judging.verdict import judge
 from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
 from .accuracy import CheckResult, check_case
+from .ragged_references import SequenceReference, forward_reference
 from .text import format_check
 
 __all__ = [
@@ -170,10 +172,17 @@ def _sequence_output(case: RaggedCase, out: KernelOutput, b: int) -> KernelOutpu
 
 
 def check_ragged_case(
-    adapter: Kernel, case: RaggedCase, *, device: str = "cpu"
+    adapter: Kernel,
+    case: RaggedCase,
+    *,
+    device: str = "cpu",
+    references: Callable[[int], SequenceReference] | None = None,
 ) -> RaggedCheckResult:
     """Judge ``adapter`` on ``case`` (module docstring); the kernel must take the case's
-    layout (``ValueError`` otherwise)."""
+    layout (``ValueError`` otherwise). ``references(b)``, where given, returns sequence
+    ``b``'s :class:`~.ragged_references.SequenceReference` computed elsewhere (called after
+    the kernel ran, once per sequence with query rows; it may wait for a pool); without it
+    each is computed here (:func:`~.ragged_references.forward_reference`)."""
     why = ragged_supports(adapter, case)
     if why:
         raise ValueError(f"{case.layout} case outside {adapter.name}'s contract: {why}")
@@ -182,21 +191,29 @@ def check_ragged_case(
     if case.layout == "combine":
         return _judge_merge(res)
     for b in range(case.sequences):
-        nq, nk = case.lengths(b)
-        if nq == 0:
+        if case.lengths(b)[0] == 0:
             res.sequences.append(None)
             continue
         seq = case.sequence(b)
-        extra: dict[str, Any] = {}
-        if nk == 0:
-            # Every row keeps no key: the result must be exactly O = 0, LSE = −inf, which the
-            # judge demands of such rows by itself. The dense bounds and the naive baseline
-            # are not asked: with no keys they have nothing to bound (and the bounds' reductions
-            # over the keys would be empty).
-            extra = {"bounds_cache": {(adapter.arithmetic, adapter.key_block): None}}
-            extra["naive"] = (None, None)
+        if references is None:
+            pre = forward_reference(seq, arithmetic=adapter.arithmetic, key_block=adapter.key_block)
+        else:
+            pre = references(b)
+        # A sequence with no keys has no bounds (its reference says None): its rows must be
+        # exactly O = 0, LSE = −inf, which the judge demands of such rows by itself.
+        bounds = {(adapter.arithmetic, adapter.key_block): pre.bounds}
         got = _sequence_output(case, out, b)
-        res.sequences.append(check_case(adapter, seq, device=device, output=got, **extra))
+        res.sequences.append(
+            check_case(
+                adapter,
+                seq,
+                device=device,
+                output=got,
+                ref=pre.ref,
+                naive=pre.naive,
+                bounds_cache=bounds,
+            )
+        )
     return res
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,17 +29,20 @@ from ..adapters.adapter import Kernel, KernelGradients, score_magnitude
 from ..adapters.probe import default_probe_device
 from ..adapters.ragged_backward import call_varlen_backward, varlen_gradients
 from ..adapters.registry import as_kernel
+from ..cases.case import Case
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import save_ragged_case
 from ..core.status import Status
 from . import accuracy
 from .accuracy import GradientCheckResult, check_gradients_case
+from .ragged_references import GradientSequenceReference, gradient_reference
 
 __all__ = [
     "RaggedGradientResult",
     "check_gradients",
     "check_ragged_gradients",
     "check_varlen_gradients",
+    "gradient_sequences",
     "varlen_backward_supports",
     "varlen_grad_output",
     "worst_gradient_util",
@@ -172,29 +176,68 @@ def _dense(x: np.ndarray, rows: slice) -> np.ndarray:
     return np.ascontiguousarray(x[rows].transpose(1, 0, 2)[None])
 
 
+def gradient_sequences(case: RaggedCase) -> dict[int, Case]:
+    """The sequences of the varlen ``case`` whose gradients are judged against the oracle
+    (those with query rows and keys), by index, each as the dense case it is with its rows
+    of the case's ``dO`` (:func:`varlen_grad_output`)."""
+    if case.layout != "varlen":
+        raise ValueError(f"gradients are checked on varlen cases, the case is {case.layout}")
+    do = varlen_grad_output(case)
+    out = {}
+    for b in range(case.sequences):
+        nq, nk = case.lengths(b)
+        if nq and nk:
+            rows = case.batch.query_rows(b)
+            out[b] = case.sequence(b).with_grad_output(_dense(do, rows).astype(do.dtype))
+    return out
+
+
 def check_varlen_gradients(
-    adapter: Kernel, case: RaggedCase, *, device: str = "cpu"
+    adapter: Kernel,
+    case: RaggedCase,
+    *,
+    device: str = "cpu",
+    references: Callable[[int], GradientSequenceReference] | None = None,
 ) -> RaggedGradientResult:
     """Judge ``adapter``'s varlen backward on ``case`` (module docstring); ``ValueError`` where
-    the case is outside its backward's contract (:func:`varlen_backward_supports`)."""
+    the case is outside its backward's contract (:func:`varlen_backward_supports`).
+    ``references(b)``, where given, returns the
+    :class:`~.ragged_references.GradientSequenceReference` of sequence ``b`` of
+    :func:`gradient_sequences` computed elsewhere (called after the backward ran; it may wait
+    for a pool); without it each is computed here."""
     why = varlen_backward_supports(adapter, case)
     if why:
         raise ValueError(f"gradients of this case are outside {adapter.name}'s contract: {why}")
     do = varlen_grad_output(case)
     grads = varlen_gradients(adapter, case, call_varlen_backward(adapter, case, do, device))
     res = RaggedGradientResult(adapter.name, device, case, do, grads)
+    seqs = gradient_sequences(case)
     for b in range(case.sequences):
-        nq, nk = case.lengths(b)
-        if nq == 0 or nk == 0:
+        if b not in seqs:
             res.sequences.append(None)
             res.zero_reasons += _zero_reasons(case, grads, b)
             continue
         rows, keys = case.batch.query_rows(b), case.batch.key_rows(b)
-        seq = case.sequence(b).with_grad_output(_dense(do, rows).astype(do.dtype))
+        if references is None:
+            pre = gradient_reference(
+                seqs[b], arithmetic=adapter.backward_arithmetic, key_block=adapter.key_block
+            )
+        else:
+            pre = references(b)
         got = KernelGradients(
             _dense(grads.dq, rows), _dense(grads.dk, keys), _dense(grads.dv, keys), case.dtype
         )
-        res.sequences.append(check_gradients_case(adapter, seq, device=device, grads=got))
+        res.sequences.append(
+            check_gradients_case(
+                adapter,
+                seqs[b],
+                device=device,
+                grads=got,
+                ref=pre.ref,
+                naive=pre.naive,
+                bounds=pre.bounds,
+            )
+        )
     return res
 
 

@@ -190,7 +190,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-isolate",
         action="store_true",
-        help="run kernels in this process (no timeout; for debugging)",
+        help="run kernels in this process (no timeout; for debugging); for ragged kernels, "
+        "the references too",
     )
     p.add_argument(
         "--fresh",
