@@ -18,8 +18,9 @@
 #    reference task cut off starts again from the beginning). DTYPES="fp16 bf16" runs those
 #    dtypes only (default: all three; give a new name with it: a report keeps its dtypes).
 # 2. benchmarks/gpu_varlen_bench.py (held to BENCH_LIMIT seconds, default 100; 0 skips it):
-#    forward and forward + backward times of packed ragged batches (bf16, fp16, d = 128) against the dense
-#    kernel on the padded batch, each shape checked against fp64 torch attention.
+#    forward and forward + backward times of packed ragged batches (bf16, fp16, d = 128)
+#    against the dense kernel on the padded batch, each shape checked against fp64 torch
+#    attention.
 # Then a short table. Back under $OUT: the report folder as <name>.tgz, both logs, the bench
 # JSON.
 set -uo pipefail
