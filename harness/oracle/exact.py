@@ -296,7 +296,7 @@ def dd_exp(
     xh: np.ndarray, xl: np.ndarray, xll: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``exp(xh + xl (+ xll))`` as a dd, for ``xh ≤ 700``; returns ``(hi, lo, rel_err)``. The
-    optional third term (``|xll| ≤ u·|xl|`` of a renormalised triple) joins the reduction's
+    optional third term (of the order of ``u²|x|``, as a triple-double's) joins the reduction's
     low-order terms, so an argument known to triple-double accuracy keeps it: ``r`` is small,
     and only its own roundings count.
 

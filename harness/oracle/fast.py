@@ -46,9 +46,10 @@ def _triple_argument(expansion, scale: Scale):
     d1, d2, d3, d_err = ex.expansion_to_td(expansion)
     t1, t2 = scale.hi, scale.lo
     exact_pairs = [(d1, t1), (d2, t1)] + ([(d1, t2), (d2, t2)] if t2 != 0.0 else [])
-    for a, b in exact_pairs:
+    for a, b in exact_pairs:  # TwoProduct's split needs |a|, |b| < 2^996 (and no underflow)
         prod = np.abs(a * b)
-        if t1 == 0.0 or np.max(prod) > 2.0**990 or np.min(prod[a != 0], initial=1.0) < 2.0**-960:
+        big = max(float(np.max(np.abs(a))), abs(b), float(np.max(prod)))
+        if t1 == 0.0 or big > 2.0**990 or np.min(prod[a != 0], initial=1.0) < 2.0**-960:
             return None
     terms = [half for a, b in exact_pairs for half in ex.two_prod(a, b)]
     rounded = [d1 * t3, d3 * t1]
