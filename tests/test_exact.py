@@ -61,6 +61,40 @@ def test_dd_exp_bound_dominates_and_is_tight():
     assert max(ratios) < 2.0**-102 and np.median(rel[x > -700]) < 8 * ex.U2
 
 
+def test_dd_exp_third_term_joins_the_argument():
+    # exp(xh + xl + xll) with xll about u²|x|: the bound covers the exact value of the whole
+    # triple, and dropping xll would be visible (it moves the result by more than the bound).
+    rng = np.random.default_rng(5)
+    x = -np.abs(rng.standard_normal(600)) * 8 - 1
+    xl = x * rng.uniform(-0.5, 0.5, x.size) * 2.0**-53
+    xll = x * rng.uniform(0.25, 0.5, x.size) * 2.0**-106
+    h, lo, rel = ex.dd_exp(x, xl, xll)
+    moved = 0
+    with mpmath.workprec(300):
+        for i in range(0, x.size, 3):
+            e = mpmath.exp(mpmath.mpf(x[i]) + mpmath.mpf(xl[i]) + mpmath.mpf(xll[i]))
+            got = mpmath.mpf(h[i]) + mpmath.mpf(lo[i])
+            assert abs(got - e) <= rel[i] * e, (x[i], xl[i], xll[i])
+            without = e / mpmath.exp(mpmath.mpf(xll[i]))
+            moved += abs(got - without) > rel[i] * e
+    assert moved > 50
+    assert np.median(rel) < 8 * ex.U2
+
+
+def test_expansion_to_td_is_exact_within_its_tiny_bound():
+    rng = np.random.default_rng(6)
+    terms = [rng.standard_normal(200) * 2.0 ** (-30 * i) for i in range(6)]
+    terms[1][:50] = -terms[0][:50]  # cancellation
+    hi, mid, lo, err = ex.expansion_to_td(terms)
+    for i in range(200):
+        exact = sum(Fraction(t[i]) for t in terms)
+        got = Fraction(hi[i]) + Fraction(mid[i]) + Fraction(lo[i])
+        assert abs(got - exact) <= Fraction(err[i])
+        assert abs(mid[i]) <= abs(hi[i]) * 2.0**-53
+        if exact:
+            assert err[i] <= 2.0**-150 * abs(float(exact))
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_sliced_matmul_is_exact(dtype):
     rng = np.random.default_rng(3)

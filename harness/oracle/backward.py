@@ -67,7 +67,9 @@ def _scaled(hi, lo, err, scale: Scale):
 
 
 def _weights(res):
-    """``P = e·(1/l)`` as a dd with an absolute bound (docs/oracle.md §7.1)."""
+    """``P = e·(1/l)`` as a dd with an absolute bound (docs/oracle.md §7.1), and that error
+    split as ``P̂ = (1 + c_i)(P + η)``: ``c_i`` (bounded by ``c``, per row) from ``l`` and its
+    reciprocal, common to the row, and ``η`` (bounded by ``eta``) from ``e`` and the product."""
     eh, el, eps, alpha = res["e_hi"], res["e_lo"], res["e_rel"], res["e_abs"]
     inv_h, inv_l, rel_l = res["inv_hi"][:, None], res["inv_lo"][:, None], res["rel_l"][:, None]
     ph, pl, mul_err = ex.dd_mul_err(eh, el, inv_h, inv_l)
@@ -75,7 +77,11 @@ def _weights(res):
     e_err = eps * eh + alpha
     l_part = (eh + e_err) * inv * rel_l * (1 + 2 * rel_l)
     p_err = (e_err * inv + l_part + mul_err + 1.01 * ex.U2 * np.abs(ph)) * SLACK
-    return ph, pl, p_err
+    # 1 + c = (1 + ι)/(1 + ρ): |ι| ≤ 1.01u² (the dd of 1/l̂), |ρ| ≤ rel_l/(1 − rel_l) (l̂ = l(1 + ρ)).
+    c = (1.01 * ex.U2 + rel_l * (1 + 2 * rel_l)) * (1 + 2 * rel_l + 2.0**-50) * SLACK
+    # η = Δe/l + μ/(1 + c), with 1/l = (1 + ρ)/l̂ and μ the product's rounding.
+    eta = (e_err * inv * (1 + 2 * rel_l) + mul_err * (1 + 2 * c)) * SLACK
+    return ph, pl, p_err, eta, c[:, 0]
 
 
 def _exclusive_sums(x: np.ndarray) -> np.ndarray:
@@ -90,22 +96,26 @@ def _exclusive_sums(x: np.ndarray) -> np.ndarray:
     return (before + after) * (1 + (x.shape[1] + 3) * ex.U)
 
 
-def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
+def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep, eta, c):
     """``dP_ij − D_i`` (``D_i = Σ_k P_ik·dP_ik``) as a dd with a certified bound, and ``D`` as
     a dd (for the floor).
 
     Since the exact weights of a row sum to one, ``dP_ij − D_i = Σ_{k≠j} P_ik (dP_ij − dP_ik)``:
     the errors of ``P_ij`` and ``dP_ij`` themselves do not reach the difference. The value is
     computed as ``dP̃_ij·(1 + λ_i) − D̃_i`` with ``λ_i = Σ_k P̃_ik − 1`` and every product
-    exact, so its rounding error is relative to the result, and the carried bound is
+    exact, so it is ``Σ_{k≠j} P̃_ik (dP̃_ij − dP̃_ik)`` up to its own rounding. With the weights'
+    error split as ``P̃ = (1 + c_i)(P + η)`` (:func:`_weights`), the row's common factor only
+    scales the difference, and the carried bound is
 
-        Σ_{k≠j} p_err_ik (|dP̃_ij| + |dP̃_ik|) + (|P̃_ik| + p_err_ik)(dp_err_ij + dp_err_ik).
+        B = (1 + c)·Σ_{k≠j} η_ik (|dP̃_ij| + |dP̃_ik|) + (|P̃_ik| + p_err_ik)(dp_err_ij + dp_err_ik)
+
+    plus ``c·|dP_ij − D_i|``; with ``R`` the rounding, ``|g̃ − g| ≤ (R + B + c|g̃|)/(1 − c)``.
 
     For a row whose softmax is one-hot to double precision (huge logit gaps) the difference is
     then certified as (almost) exactly zero; a bound relative to ``|D|`` (≈ 2^−106·|dP|) could
     not decide the rounding of the astronomically small gradients of such rows.
     """
-    ph, pl, p_err = (np.where(keep, x, 0.0) for x in (ph, pl, p_err))
+    ph, pl, p_err, eta = (np.where(keep, x, 0.0) for x in (ph, pl, p_err, eta))
     nq, nk = ph.shape
     # D: every product exact (two_prod), only pl·dp_l dropped and bounded.
     terms = []
@@ -122,13 +132,11 @@ def _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep):
     abs_dp = np.abs(dp_h) + np.abs(dp_l)
     rounding = d_err[:, None] + a_err + b_err + c_err + abs_dp * lam_err[:, None]
     p_big = np.abs(ph) + np.abs(pl) + p_err
-    carried = (
-        abs_dp * _exclusive_sums(p_err)
-        + _exclusive_sums(p_err * abs_dp)
-        + dp_err * _exclusive_sums(p_big)
-        + _exclusive_sums(p_big * dp_err)
-    )
-    return g_h, g_l, (rounding + carried) * (1 + 2.0**-40) * SLACK, d_h
+    c = c[:, None]
+    carried = (1 + c) * (abs_dp * _exclusive_sums(eta) + _exclusive_sums(eta * abs_dp))
+    carried = carried + dp_err * _exclusive_sums(p_big) + _exclusive_sums(p_big * dp_err)
+    total = (rounding + carried + c * (np.abs(g_h) + np.abs(g_l))) / (1 - c)
+    return g_h, g_l, total * (1 + 2.0**-40) * SLACK, d_h
 
 
 def fast_group(q, k, v, do, keep, scale: Scale, *, weights=None, slope=None, sink_slot=False):
@@ -162,11 +170,13 @@ def fast_group(q, k, v, do, keep, scale: Scale, *, weights=None, slope=None, sin
             res = fast_rows(q[g], k, v, keep[g], scale, weights=True)
         else:
             res = weights(g)
-        ph, pl, p_err = _weights(res)
+        ph, pl, p_err, eta, c_row = _weights(res)
         do_s, _ = ex.slice_rows(do[g], None, ex.beta_for(dv))
         dp_h, dp_l, dp_err = ex.expansion_to_dd(ex.sliced_matmul(do_s, v_s) or [np.zeros((nq, nk))])
         # dS = P ∘ (dP − D): the difference as a dd, then the product, bounds carried.
-        diff_h, diff_l, diff_err, d_h = _score_grad_gap(ph, pl, p_err, dp_h, dp_l, dp_err, keep[g])
+        diff_h, diff_l, diff_err, d_h = _score_grad_gap(
+            ph, pl, p_err, dp_h, dp_l, dp_err, keep[g], eta, c_row
+        )
         sh, sl, mul_err = ex.dd_mul_err(ph, pl, diff_h, diff_l)
         s_err = np.abs(ph) * (1 + 2.0**-50) * diff_err
         s_err = s_err + p_err * (np.abs(diff_h) + np.abs(diff_l) + diff_err) + mul_err

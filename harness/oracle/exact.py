@@ -13,7 +13,8 @@ a rigorous bound on what its rounding can change, so that the oracle can certify
   hence exactly representable: BLAS computes each slice product without error, whatever its
   summation order or FMA use (the idea of Ozaki, Ogita, Oishi & Rump, Numer. Algorithms 2012).
 - ``expansion_to_dd``: turns a list of float64 arrays (an exact expansion) into a dd plus a
-  certified bound, using two cascaded TwoSum passes (Ogita, Rump & Oishi's VecSum).
+  certified bound, using two cascaded TwoSum passes (Ogita, Rump & Oishi's VecSum);
+  ``expansion_to_td`` into a triple-double the same way.
 - ``dd_exp``: ``exp`` of a dd to about 106 bits, with a per-element certified relative bound.
 """
 
@@ -39,6 +40,7 @@ __all__ = [
     "dd_mul_d",
     "dd_mul_err",
     "expansion_to_dd",
+    "expansion_to_td",
     "fast_two_sum",
     "slice_rows",
     "sliced_matmul",
@@ -173,6 +175,31 @@ def expansion_to_dd(terms: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
     return hi, lo, err
 
 
+def expansion_to_td(
+    terms: Sequence[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Round an exact expansion ``Σ terms`` to a triple ``hi + mid + lo``; return it with a
+    certified bound on ``|Σ terms − hi − mid − lo|``.
+
+    Two VecSum passes push the exact sum into the last term (``hi``); the other terms, each
+    the exact rounding error of a partial sum, are rounded to a dd by :func:`expansion_to_dd`,
+    whose bound is then of the order of ``u³·|sum|``. Three TwoSums (exact) renormalise the
+    triple so that ``|mid| ≤ ulp(hi)/2``.
+    """
+    p = [np.asarray(t, dtype=np.float64) for t in terms]
+    if len(p) == 1:
+        zero = np.zeros_like(p[0])
+        return p[0].copy(), zero, zero.copy(), zero.copy()
+    for _ in range(2):
+        for i in range(1, len(p)):
+            p[i], p[i - 1] = two_sum(p[i - 1], p[i])
+    mid, lo, err = expansion_to_dd(p[:-1])
+    hi, mid = two_sum(p[-1], mid)
+    mid, lo = two_sum(mid, lo)
+    hi, mid2 = two_sum(hi, mid)
+    return hi, mid2, lo, err
+
+
 def _row_exponent(x: np.ndarray) -> np.ndarray:
     """Per row, the smallest e with ``max|x_row| < 2^e`` (0 for an all-zero row)."""
     m = np.max(np.abs(x), axis=-1)
@@ -265,8 +292,13 @@ EXP_UNDERFLOW = -740.0  # exp(x) < 2^−1067 below this; the result is flushed t
 EXP_FLUSH_ABS = 2.0**-1060  # absolute bound covering the flush and subnormal scaling
 
 
-def dd_exp(xh: np.ndarray, xl: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``exp(xh + xl)`` as a dd, for ``xh ≤ 700``; returns ``(hi, lo, rel_err)``.
+def dd_exp(
+    xh: np.ndarray, xl: np.ndarray, xll: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``exp(xh + xl (+ xll))`` as a dd, for ``xh ≤ 700``; returns ``(hi, lo, rel_err)``. The
+    optional third term (of the order of ``u²|x|``, as a triple-double's) joins the reduction's
+    low-order terms, so an argument known to triple-double accuracy keeps it: ``r`` is small,
+    and only its own roundings count.
 
     Method: ``k = rint(x·1024/ln2)``, ``r = x − k·ln2/1024`` with ln2/1024 as a triple of doubles
     (the first two with 32 bits, so ``k·L1`` and ``k·L2`` are exact for ``|k| < 2^21``), so
@@ -294,11 +326,14 @@ def dd_exp(xh: np.ndarray, xl: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     s, e2 = two_sum(s, xl_c)
     kl3 = k * _L3
     tail_terms = e1 + e2 + a_l
+    xll_c = np.zeros_like(xh_c) if xll is None else np.where(under, 0.0, xll)
+    if xll is not None:  # one more rounding, at most u·(|tail_terms| + |xll|)
+        tail_terms = tail_terms + xll_c
     low = tail_terms - kl3
     rh, rl = two_sum(s, low)
     # |δr|: the L triple's error, the rounding of k·L3, and of the two low-order additions.
     err_r = np.abs(k) * _ERR_L + U * np.abs(kl3) + 2 * U * (np.abs(tail_terms) + np.abs(low))
-    err_r = err_r + U * (np.abs(e1) + np.abs(e2) + np.abs(a_l))
+    err_r = err_r + U * (np.abs(e1) + np.abs(e2) + np.abs(a_l) + np.abs(xll_c))
 
     r2h, r2l = dd_mul(rh, rl, rh, rl)
     r3h, r3l = dd_mul(r2h, r2l, rh, rl)

@@ -25,6 +25,43 @@ def _prepare_keys(k, v):
     return {"ks": ks, "vs": vs, "abs_v": np.abs(v_aug), "bd": bd, "bn": bn, "shape": v.shape}
 
 
+def _triple_argument(expansion, scale: Scale):
+    """``x = τ·Σ expansion`` as a renormalised triple ``(hi, mid, lo)`` with an absolute bound,
+    or ``None`` where the products below might not be exact (huge or tiny values or scale).
+
+    ``t − m = D1 + D2 + D3 + δD`` (:func:`.exact.expansion_to_td`, ``|δD|`` bounded, of the
+    order of ``u³|t − m|``) and ``τ = τ1 + τ2 + τ3 + δτ`` (doubles from its 300-bit value). The
+    products ``D_a·τ_b`` with ``a, b ≤ 2`` are split exactly by TwoProduct (valid while they
+    stay inside ``[2^−960, 2^990]``); ``D1·τ3`` and ``D3·τ1`` (about ``u²|x|``) are rounded
+    once, by at most ``u`` of their value; ``D2·τ3 + D3·τ2 + D3·τ3`` (about ``u³|x|``) is
+    dropped. The kept terms are rounded to a triple by :func:`.exact.expansion_to_td`. The
+    bound sums those roundings, the dropped terms, ``|τ|·|δD|`` and ``|δτ|·|t − m|``.
+    """
+    with mpmath.mp.workprec(300):
+        rest = scale.mp - mpmath.mpf(scale.hi) - mpmath.mpf(scale.lo)
+        t3 = float(rest)
+        t_err = float(abs(rest - t3) * (1 + mpmath.mpf(2) ** -40))
+    if scale.given is None:  # the 300-bit value's own error
+        t_err += float(abs(scale.mp)) * 2.0**-289
+    d1, d2, d3, d_err = ex.expansion_to_td(expansion)
+    t1, t2 = scale.hi, scale.lo
+    exact_pairs = [(d1, t1), (d2, t1)] + ([(d1, t2), (d2, t2)] if t2 != 0.0 else [])
+    for a, b in exact_pairs:  # TwoProduct's split needs |a|, |b| < 2^996 (and no underflow)
+        prod = np.abs(a * b)
+        big = max(float(np.max(np.abs(a))), abs(b), float(np.max(prod)))
+        if t1 == 0.0 or big > 2.0**990 or np.min(prod[a != 0], initial=1.0) < 2.0**-960:
+            return None
+    terms = [half for a, b in exact_pairs for half in ex.two_prod(a, b)]
+    rounded = [d1 * t3, d3 * t1]
+    hi, mid, lo, err = ex.expansion_to_td(terms + rounded)
+    dropped = np.abs(d2) * abs(t3) + np.abs(d3) * (abs(t2) + abs(t3))
+    d_abs = np.abs(d1) + np.abs(d2) + np.abs(d3) + d_err
+    tau_abs = abs(t1) + abs(t2) + abs(t3) + t_err
+    err = err + ex.U * (np.abs(rounded[0]) + np.abs(rounded[1])) + dropped
+    err = (err + tau_abs * d_err + t_err * d_abs) * SLACK + 2.0**-1000
+    return hi, mid, lo, err
+
+
 def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
     """Double-double evaluation with certified bounds; see docs/oracle.md §3. With
     ``weights``, also the unnormalised weights ``e`` (dd ``e_hi + e_lo`` within
@@ -81,16 +118,25 @@ def _fast_head(q, keep, prep, scale: Scale, weights: bool = False):
     m2 = sgn * np.max(np.where(keep, sgn * dh, -np.inf), axis=1)
     m2 = np.where(has, m2, 0.0)
     if np.any(np.abs(m2) * abs(scale.hi) > 2.0**-20):
-        dh, dl, derr = ex.expansion_to_dd([*expansion, np.broadcast_to(-m2[:, None], s0.shape)])
+        expansion.append(np.broadcast_to(-m2[:, None], s0.shape))
+        dh, dl, derr = ex.expansion_to_dd(expansion)
     else:
         m2 = np.zeros_like(m2)
-    xh, xl, xerr = ex.dd_mul_err(dh, dl, scale.hi, scale.lo)
-    xerr = (xerr + abs(scale.hi) * derr + scale.err * np.abs(dh)) * SLACK + 2.0**-1000
+    # The gradient path needs the weights' relative error well below 2^−100 (docs/oracle.md
+    # §7.1, step 1): there x is carried as a triple-double where its terms allow.
+    triple = _triple_argument(expansion, scale) if weights else None
+    if triple is None:
+        xh, xl, xerr = ex.dd_mul_err(dh, dl, scale.hi, scale.lo)
+        xerr = (xerr + abs(scale.hi) * derr + scale.err * np.abs(dh)) * SLACK + 2.0**-1000
+        xll = None
+    else:
+        xh, xl, xll, xerr = triple
+        xll = np.where(keep, xll, 0.0)
     xh = np.where(keep, xh, -1e4)
     xl = np.where(keep, xl, 0.0)
 
     # 3. e = exp(x): relative error eps (exp's own and x's), absolute EXP_FLUSH_ABS.
-    eh, el, rel = ex.dd_exp(xh, xl)
+    eh, el, rel = ex.dd_exp(xh, xl, xll)
     eps = (rel + xerr * (1 + xerr)) * SLACK
     eh = np.where(keep, eh, 0.0)
     el = np.where(keep, el, 0.0)
