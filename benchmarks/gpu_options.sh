@@ -8,7 +8,7 @@
 # 1. `flashcheck bench --part options`, forward and backward: the Triton kernel with each option
 #    beside the same kernel without it on the same inputs (bf16, B·N = 16K, H·d = 2048,
 #    d = 128 and 64, N = 1K, 4K, 16K), every output oracle-checked.
-# REPORT_KERNELS="triton triton-tf32" narrows step 2; SPLIT_GPUS=1 on a two-GPU machine runs the
+# REPORT_KERNELS="triton triton-tf32" narrows step 2; BENCH_LIMIT=0 skips step 1; SPLIT_GPUS=1 on a two-GPU machine runs the
 # two steps at once, one per GPU. A campaign stopped by its limit resumes from the same
 # command when $WORK still holds its folder (WORK=<dir> keeps it across machines).
 # Each step is held to a deadline (SIGINT: bench keeps what it measured); the reports come back
@@ -25,6 +25,7 @@ cd "$ROOT"
 python3 -m flashcheck.harness.cli env >"$OUT/env.log" 2>&1
 bench() {
     local t1=$SECONDS status
+    if [[ "${BENCH_LIMIT:-280}" == 0 ]]; then echo "bench skipped (BENCH_LIMIT=0)" >"$OUT/bench.log"; return; fi
     timeout -s INT -k 20 "${BENCH_LIMIT:-280}" python3 -m flashcheck.harness.cli bench \
         --part options --pass fwd --pass bwd ${BENCH_ARGS:-} --name "$NAME-bench" --out "$WORK" \
         >"$OUT/bench.log" 2>&1
