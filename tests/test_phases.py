@@ -95,6 +95,8 @@ def test_the_flag_records_the_timeline_and_a_resume_keeps_both(tmp_path, capsys)
     assert {r.kernel for r in first.kernels} == {"naive-numpy"}
     assert sum(r.calls for r in first.kernels) == first.row("kernel").spans
     assert [r.first_calls for r in first.kernels if r.call == "run"] == [1]
+    # The worker process reports its own span of each call, inside the call's.
+    assert all(0 < r.inside <= r.busy for r in first.kernels)
     assert "| naive-numpy | run |" in out
     assert sum(r.exclusive for r in first.rows) == pytest.approx(first.wall, abs=1e-2)
     assert 0 < first.serial < first.wall
@@ -149,16 +151,21 @@ def test_search_generations_drawn_ahead_give_the_same_results_in_the_same_order(
 
 def _calls_clock() -> PhaseClock:
     """Kernel "a" (forward) 1-4 s, its first call 1-3 s; "b" 2-3 s (first) on a second
-    worker; "a" backward 5-6 s; a call of "b" from 9.5 s, past the run's end at 10 s."""
+    worker; "a" backward 5-6 s; a call of "b" from 9.5 s, past the run's end at 10 s. The
+    worker process's own spans: 1.5-2.5 and 3-4 s for "a", 5-7 s for its backward (clipped to
+    the call), none for "b"."""
     clock = PhaseClock(origin=T0)
-    for w, kernel, call, a, b, first in [
-        (0, "a", "run", 1.0, 3.0, True),
-        (0, "a", "run", 3.0, 4.0, False),
-        (1, "b", "run", 2.0, 3.0, True),
-        (0, "a", "backward", 5.0, 6.0, True),
-        (1, "b", "run", 9.5, 11.0, False),
+    for w, kernel, call, a, b, first, inside in [
+        (0, "a", "run", 1.0, 3.0, True, (1.5, 2.5)),
+        (0, "a", "run", 3.0, 4.0, False, (3.0, 4.0)),
+        (1, "b", "run", 2.0, 3.0, True, None),
+        (0, "a", "backward", 5.0, 6.0, True, (5.0, 7.0)),
+        (1, "b", "run", 9.5, 11.0, False, None),
     ]:
-        clock.add("kernel", T0 + a, T0 + b, worker=w, kernel=kernel, call=call, first=first)
+        span = None if inside is None else (T0 + inside[0], T0 + inside[1])
+        clock.add(
+            "kernel", T0 + a, T0 + b, worker=w, kernel=kernel, call=call, first=first, inside=span
+        )
     return clock
 
 
@@ -169,13 +176,15 @@ def test_kernel_work_is_split_by_kernel_and_call_with_the_first_calls_apart():
     assert (a.calls, a.busy, a.first_calls, a.first_busy) == (2, 3.0, 1, 2.0)
     assert (b.calls, b.busy, b.first_calls, b.first_busy) == (2, 1.5, 1, 1.0)  # clipped at 10 s
     assert (back.calls, back.busy, back.first_busy) == (1, 1.0, 1.0)
+    assert (a.inside, b.inside, back.inside) == (2.0, None, 1.0)
     # Worker-seconds: 1-3 s on both workers counts twice; the shares add up to one.
     assert sum(r.busy for r in t.kernels) == pytest.approx(sum(t.kernel_busy))
     assert a.share == pytest.approx(3.0 / 5.5) and sum(r.share for r in t.kernels) == 1.0
     assert [r.kernel for r in t.kernels] == ["a", "b", "a"]  # the busiest first
     text = "\n".join(t.table())
-    assert "| a | run | 2 | 3.0 | 1 | 2.0 | 54.5% |" in text
-    assert "| all | | 5 | 5.5 | 3 | 4.0 | 100.0% |" in text
+    assert "| a | run | 2 | 3.0 | 2.0 | 1 | 2.0 | 54.5% |" in text
+    assert "| b | run | 2 | 1.5 | – | 1 | 1.0 | 27.3% |" in text
+    assert "| all | | 5 | 5.5 | 3.0 | 3 | 4.0 | 100.0% |" in text
     assert parse_record(t.to_json()) == t
     with pytest.raises(ValueError, match="unknown call kind 'forward'"):
         PhaseClock(origin=T0).add("kernel", T0, T0 + 1, kernel="a", call="forward")

@@ -55,7 +55,8 @@ def _saved(path: Path, *, kernel_workers: int, slow: float, split: bool) -> Path
     ``split``; without: as recorded before the split)."""
     clock = PhaseClock(origin=T0)
     clock.add("start-up", T0, T0 + 1.0)
-    clock.add("kernel", T0 + 1.0, T0 + 1.0 + slow, worker=0, kernel="k", first=True)
+    inside = (T0 + 1.0, T0 + 1.0 + slow / 2)
+    clock.add("kernel", T0 + 1.0, T0 + 1.0 + slow, worker=0, kernel="k", first=True, inside=inside)
     timeline = clock.timeline(end=T0 + 2.0 + slow, kernel_workers=kernel_workers).to_json()
     if not split:
         del timeline["kernels"]
@@ -79,7 +80,7 @@ def test_compare_puts_saved_runs_side_by_side_old_and_new(tmp_path):
     text = "\n".join(compare_lines([old, new]))
     assert "(2:2): 2 results (same as A: yes)" in text
     assert "| kernel | 4.0 / 4.0 | 2.0 / 2.0 |" in text  # the phases, busy / exclusive
-    assert "| k run | – | 2.0 (2.0 first, 1) |" in text  # no kernel split in the old file
+    assert "| k run | – | 2.0 / 2.0 / 1.0 / 1 |" in text  # no kernel split in the old file
     assert "| k | 4.0 | 2.0 |" in text and "`seconds.wait`" in text
     assert "| 2:2 | 1 | 4.0 | 4.0 | 4.0 | 1.50x | 1.50x-1.50x | yes |" in text  # walls 6 and 4
 
@@ -93,5 +94,5 @@ def test_the_script_compares_saved_files(tmp_path, capsys):
     path = _saved(tmp_path / "a.jsonl", kernel_workers=1, slow=1.0, split=True)
     assert script.main(["--compare", str(path), str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("A: ") and "| k run | 1.0 (1.0 first, 1) | 1.0 (1.0 first, 1) |" in out
+    assert out.startswith("A: ") and "| k run | 1.0 / 1.0 / 0.5 / 1 | 1.0 / 1.0 / 0.5 / 1 |" in out
     assert script.main(["--repeat", "0"]) == 2

@@ -325,7 +325,10 @@ class LocalExecutor(Executor):
             for span in started:
                 clock.add("worker start", *span)
             begin = max([t0, *(end for _, end in started)])
-            clock.add("kernel", begin, t1, worker=i, kernel=ref.spec, call=fn, first=first)
+            inside = out.span if isinstance(out, Outcome) else None
+            clock.add(
+                "kernel", begin, t1, worker=i, kernel=ref.spec, call=fn, first=first, inside=inside
+            )
         return out
 
     def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:

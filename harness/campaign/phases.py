@@ -325,11 +325,13 @@ class PhaseClock:
         kernel: str | None = None,
         call: str = "run",
         first: bool = False,
+        inside: tuple[float, float] | None = None,
     ) -> None:
         """Record that ``phase`` was active from ``start`` to ``end`` (``time.time()``).
         Kernel work only: ``worker``, the kernel worker that did it; ``kernel``, the kernel's
-        spec, ``call`` its kind and ``first`` whether it was the first call of its compile
-        group (:mod:`~flashcheck.harness.campaign.kernel_time`)."""
+        spec, ``call`` its kind, ``first`` whether it was the first call of its compile group
+        and ``inside`` its span in the worker process
+        (:mod:`~flashcheck.harness.campaign.kernel_time`)."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}: choose from {list(PHASES)}")
         if (worker is not None or kernel is not None) and phase != "kernel":
@@ -341,7 +343,8 @@ class PhaseClock:
             if worker is not None:
                 self._by_worker.setdefault(worker, []).append((float(start), float(end)))
             if kernel is not None:
-                self._calls.append(KernelCall(float(start), float(end), kernel, call, first))
+                rec = KernelCall(float(start), float(end), kernel, call, first, inside)
+                self._calls.append(rec)
 
     def spans(self, phase: str) -> list[tuple[float, float]]:
         with self._lock:

@@ -171,8 +171,11 @@ def _side_by_side(head: str, keys: Sequence[str], cells: Sequence[dict[str, str]
 
 
 def _kernel_cells(rows: Sequence[KernelRow]) -> dict[str, str]:
+    """Each row's cell: busy / first calls / in the worker process (seconds) / calls."""
     return {
-        f"{r.kernel} {r.call}": f"{r.busy:.1f} ({r.first_busy:.1f} first, {r.calls})" for r in rows
+        f"{r.kernel} {r.call}": f"{r.busy:.1f} / {r.first_busy:.1f} / "
+        f"{'–' if r.inside is None else f'{r.inside:.1f}'} / {r.calls}"
+        for r in rows
     }
 
 
@@ -210,7 +213,7 @@ def compare_lines(runs: Sequence[SavedRun]) -> list[str]:
     if any(t is not None and t.kernels for t in timed):
         cells = [{} if t is None else _kernel_cells(t.kernels) for t in timed]
         keys = list(dict.fromkeys(k for c in cells for k in c))
-        out += ["", "kernel work, busy seconds (first calls' seconds, calls):", ""]
+        out += ["", "kernel work: busy / first calls / in the worker process (s) / calls:", ""]
         out += _side_by_side("kernel call", keys, cells)
     fields = list(dict.fromkeys(f for r in runs for sums in r.seconds.values() for f in sums))
     kernels = list(dict.fromkeys(k for r in runs for k in r.seconds))
