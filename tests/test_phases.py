@@ -224,10 +224,15 @@ def test_the_executor_marks_the_first_call_of_each_compile_group_on_its_worker()
         ex.check("determinism", k, None, "cpu", 8, affinity=5).result()
         restart.append(time.time())
         ex.run(k, None, "cpu", affinity=5).result()  # a fresh process compiles group 5 again
+        # The probe's calls (through group 0) are its own group, apart from the campaign's 0.
+        probe = ex.runner(k, "cpu")
+        assert [probe(None), probe(None)] == ["done", "done"]
+        ex.run(k, None, "cpu", affinity=0).result()
         rows = {(r.kernel, r.call): (r.calls, r.first_calls) for r in ex.clock.timeline().kernels}
-    # k run: groups 5, 7, None (its first call on the worker), and 5 again after the restart.
+    # k run: groups 5, 7, None (its first call on the worker), 5 again after the restart, 0.
     assert rows == {
-        ("k", "run"): (6, 4),
+        ("k", "run"): (7, 5),
+        ("k", "probe"): (2, 1),
         ("m", "run"): (1, 1),
         ("k", "backward"): (1, 1),
         ("k", "check"): (1, 0),

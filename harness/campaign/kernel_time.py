@@ -1,13 +1,14 @@
 """Kernel work split by kernel: which kernels the kernel workers spent their busy time on.
 
 Every kernel call a kernel worker runs is recorded with its kernel (the spec), its kind (a
-forward ``run``, a ``backward`` or a structural ``check``) and whether it was the *first* call
-of its compile group on its worker: for a kernel that compiles per shape, the first call of a
-compile key on the worker that runs that key (the call that paid the compile); for a kernel
-without compile keys, its first call on each worker (lazy initialisation: library handles,
-autotuning caches). A worker that was replaced (after a crash or a timeout) starts over. A call
-also records when its worker process itself was busy with it (the call's span there): the rest
-of the call is sending the case and the output through the pipe, and waiting for the process.
+forward ``run``, a ``backward``, a structural ``check``, or a forward call of the ``probe`` that
+finds what the kernel accepts) and whether it was the *first* call of its compile group on its
+worker: for a kernel that compiles per shape, the first call of a compile key on the worker that
+runs that key (the call that paid the compile); for a kernel without compile keys, its first
+call on each worker (lazy initialisation: library handles, autotuning caches). A worker that was
+replaced (after a crash or a timeout) starts over. A call also records when its worker process
+itself was busy with it (the call's span there): the rest of the call is sending the case and
+the output through the pipe, and waiting for the process.
 
 For each ``(kernel, kind)`` with call spans ``[a_i, b_i)`` clipped to the run:
 
@@ -27,7 +28,7 @@ from typing import Any
 
 __all__ = ["CALL_KINDS", "KernelCall", "KernelRow", "kernel_rows", "kernel_table"]
 
-CALL_KINDS = ("run", "backward", "check")
+CALL_KINDS = ("run", "backward", "check", "probe")
 
 
 @dataclass(frozen=True)
