@@ -7,6 +7,8 @@ whether every run wrote the same results bit for bit.
     python benchmarks/campaign_speed.py --executor ray          # the same on a local Ray instance
     python benchmarks/campaign_speed.py --cold-caches ...       # every run compiles its kernels
     python benchmarks/campaign_speed.py --profile-phases ...    # and each run's phase timeline
+    python benchmarks/campaign_speed.py --repeat 3 --runs 16:1 16:2 ...  # 1, 2, 1, 2, 1, 2
+    python benchmarks/campaign_speed.py --compare A.jsonl B.jsonl ...  # saved runs side by side
 
 Each run is a fresh ``flashcheck report`` (a new process, ``--fail-on never --no-render``) into
 a temporary folder, with ``--workers N --kernel-workers K`` (a run ``N`` alone: ``K = N``); the
@@ -14,7 +16,15 @@ table gives the speedup over the first run and whether its results are the first
 bit. Not a timed test: numbers depend on the machine (record them in RESULTS.md). With
 ``--profile-phases`` every run records its phase timeline (``flashcheck report
 --profile-phases``); the table gains each run's serial share (no kernel worker busy) and the
-timelines follow it.
+timelines follow it, each with its kernel work per kernel.
+
+``--repeat N`` runs the list N times over, alternating (``1:1 2:2 1:1 2:2 ...``), and adds a
+table per configuration: its median, min and max wall over its N runs, the speedup as the ratio
+of medians, and the min and max of the pairs' ratios (the j-th run of each configuration).
+``--compare`` runs nothing: it reads saved results files (``--save``'s, of one call or of
+several) and prints them side by side: phases, kernel work per kernel (files that recorded it),
+the results' ``seconds`` summed per kernel, and the same per-configuration table over the
+files' own walls (the campaign process's, from its phase timeline).
 """
 
 from __future__ import annotations
@@ -29,6 +39,15 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from flashcheck.harness.campaign.speed_runs import (
+    SpeedRun,
+    compare_lines,
+    read_saved_run,
+    run_order,
+    summarize,
+    summary_table,
+)
 
 
 def _results(path: Path) -> list[dict]:
@@ -58,7 +77,7 @@ def _print_table(rows: list[tuple], timelines: list[tuple[str, Any]]) -> None:
         print(f"| {n} | {k} | {wall:.1f} | {count} | {rate:.2f} | {speedup:.2f}x | {same} |{extra}")
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--runs",
@@ -88,44 +107,59 @@ def main() -> int:
         action="store_true",
         help="record each run's phase timeline; print its serial share and its phase table",
     )
-    args = ap.parse_args()
-    rows, first, timelines = [], None, []
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the --runs list N times, alternating, and give each configuration's median",
+    )
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="run nothing: print these saved results files side by side",
+    )
+    return ap
+
+
+def _command(args: argparse.Namespace, i: int, n: str, k: str, out: str) -> list[str]:
+    """The ``flashcheck report`` command of run ``i``."""
+    cmd = [sys.executable, "-m", "flashcheck.harness.cli", "report", "--name", f"run{i}"]
+    cmd += ["--out", out, "--fail-on", "never", "--no-render", "--workers", n]
+    cmd += ["--kernel-workers", k, "--executor", args.executor]
+    if args.preset:
+        cmd += ["--preset", args.preset]
+    for spec in args.kernel or ():
+        cmd += ["--kernel", spec]
+    for dt in args.dtype or ():
+        cmd += ["--dtype", dt]
+    if args.profile_phases:
+        cmd.append("--profile-phases")
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.compare:
+        print("\n".join(compare_lines([read_saved_run(p) for p in args.compare])))
+        return 0
+    if args.repeat < 1:
+        print(f"--repeat takes a count >= 1, got {args.repeat}", file=sys.stderr)
+        return 2
+    rows, first, timelines, runs = [], None, [], []
     with tempfile.TemporaryDirectory(prefix="campaign-speed-") as tmp:
-        for i, run in enumerate(args.runs):
+        for i, run in enumerate(run_order(args.runs, repeat=args.repeat)):
             n, _, k = run.partition(":")
             k = k or n
-            cmd = [
-                sys.executable,
-                "-m",
-                "flashcheck.harness.cli",
-                "report",
-                "--name",
-                f"run{i}",
-                "--out",
-                tmp,
-                "--fail-on",
-                "never",
-                "--no-render",
-                "--workers",
-                n,
-                "--kernel-workers",
-                k,
-                "--executor",
-                args.executor,
-            ]
-            if args.preset:
-                cmd += ["--preset", args.preset]
-            for spec in args.kernel or ():
-                cmd += ["--kernel", spec]
-            for dt in args.dtype or ():
-                cmd += ["--dtype", dt]
-            if args.profile_phases:
-                cmd.append("--profile-phases")
             env = dict(os.environ)
             if args.cold_caches:
                 env["TRITON_CACHE_DIR"] = str(Path(tmp) / f"triton-cache{i}")
                 env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-cache{i}")
             t0 = time.perf_counter()
+            cmd = _command(args, i, n, k, tmp)
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -139,12 +173,16 @@ def main() -> int:
             if args.profile_phases:
                 timelines.append((run, _timeline(results)))
                 # Printed as each run ends: a later run cut off by a time limit loses only itself.
-                print(f"\nrun {run}, phase timeline:\n" + "\n".join(timelines[-1][1].table()))
+                print(f"\nrun {i} ({run}), phase timeline:\n" + "\n".join(timelines[-1][1].table()))
             first = first or (res, wall)
             same = "yes" if res == first[0] else "NO"
             rows.append((n, k, wall, len(res), len(res) / wall, first[1] / wall, same))
-            print(f"run {run}: {wall:.1f} s, {len(res)} results", flush=True)
+            runs.append(SpeedRun(f"{n}:{k}", wall, len(res), same == "yes"))
+            print(f"run {i} ({run}): {wall:.1f} s, {len(res)} results", flush=True)
     _print_table(rows, timelines)
+    if args.repeat > 1:
+        print("\nper configuration, over its runs (speedup: over the first configuration):\n")
+        print("\n".join(summary_table(summarize(runs))))
     return 0 if all(r[-1] == "yes" for r in rows) else 1
 
 

@@ -1,6 +1,8 @@
 """The phase timeline of a campaign (``flashcheck report --profile-phases``): the arithmetic of
 the spans, the typed record in the results file, and the flag on a tiny campaign."""
 
+import time
+
 import pytest
 
 from flashcheck.harness.campaign.logrecords import load, parse_record
@@ -89,6 +91,13 @@ def test_the_flag_records_the_timeline_and_a_resume_keeps_both(tmp_path, capsys)
     (first, again) = load(tmp_path / "p" / "results.jsonl").timelines
     assert first.row("kernel").spans > 0 and first.row("reference").spans > 0
     assert first.row("worker start").spans == 2  # making the executor, its one kernel worker
+    # Every kernel span carries its kernel; each kind's first call of its group is marked.
+    assert {r.kernel for r in first.kernels} == {"naive-numpy"}
+    assert sum(r.calls for r in first.kernels) == first.row("kernel").spans
+    assert [r.first_calls for r in first.kernels if r.call == "run"] == [1]
+    # The worker process reports its own span of each call, inside the call's.
+    assert all(0 < r.inside <= r.busy for r in first.kernels)
+    assert "| naive-numpy | run |" in out
     assert sum(r.exclusive for r in first.rows) == pytest.approx(first.wall, abs=1e-2)
     assert 0 < first.serial < first.wall
     assert again.row("reference").spans == 0  # every result was on file
@@ -138,3 +147,93 @@ def test_search_generations_drawn_ahead_give_the_same_results_in_the_same_order(
     ahead, serial = results("ahead"), results("serial")
     assert any(r["part"] == "search" for r in ahead)
     assert ahead == serial
+
+
+def _calls_clock() -> PhaseClock:
+    """Kernel "a" (forward) 1-4 s, its first call 1-3 s; "b" 2-3 s (first) on a second
+    worker; "a" backward 5-6 s; a call of "b" from 9.5 s, past the run's end at 10 s. The
+    worker process's own spans: 1.5-2.5 and 3-4 s for "a", 5-7 s for its backward (clipped to
+    the call), none for "b"."""
+    clock = PhaseClock(origin=T0)
+    for w, kernel, call, a, b, first, inside in [
+        (0, "a", "run", 1.0, 3.0, True, (1.5, 2.5)),
+        (0, "a", "run", 3.0, 4.0, False, (3.0, 4.0)),
+        (1, "b", "run", 2.0, 3.0, True, None),
+        (0, "a", "backward", 5.0, 6.0, True, (5.0, 7.0)),
+        (1, "b", "run", 9.5, 11.0, False, None),
+    ]:
+        span = None if inside is None else (T0 + inside[0], T0 + inside[1])
+        clock.add(
+            "kernel", T0 + a, T0 + b, worker=w, kernel=kernel, call=call, first=first, inside=span
+        )
+    return clock
+
+
+def test_kernel_work_is_split_by_kernel_and_call_with_the_first_calls_apart():
+    t = _calls_clock().timeline(end=T0 + 10.0, workers=1, kernel_workers=2)
+    rows = {(r.kernel, r.call): r for r in t.kernels}
+    a, b, back = rows["a", "run"], rows["b", "run"], rows["a", "backward"]
+    assert (a.calls, a.busy, a.first_calls, a.first_busy) == (2, 3.0, 1, 2.0)
+    assert (b.calls, b.busy, b.first_calls, b.first_busy) == (2, 1.5, 1, 1.0)  # clipped at 10 s
+    assert (back.calls, back.busy, back.first_busy) == (1, 1.0, 1.0)
+    assert (a.inside, b.inside, back.inside) == (2.0, None, 1.0)
+    # Worker-seconds: 1-3 s on both workers counts twice; the shares add up to one.
+    assert sum(r.busy for r in t.kernels) == pytest.approx(sum(t.kernel_busy))
+    assert a.share == pytest.approx(3.0 / 5.5) and sum(r.share for r in t.kernels) == 1.0
+    assert [r.kernel for r in t.kernels] == ["a", "b", "a"]  # the busiest first
+    text = "\n".join(t.table())
+    assert "| a | run | 2 | 3.0 | 2.0 | 1 | 2.0 | 54.5% |" in text
+    assert "| b | run | 2 | 1.5 | – | 1 | 1.0 | 27.3% |" in text
+    assert "| all | | 5 | 5.5 | 3.0 | 3 | 4.0 | 100.0% |" in text
+    assert parse_record(t.to_json()) == t
+    with pytest.raises(ValueError, match="unknown call kind 'forward'"):
+        PhaseClock(origin=T0).add("kernel", T0, T0 + 1, kernel="a", call="forward")
+    with pytest.raises(ValueError, match="kernel work only"):
+        PhaseClock(origin=T0).add("reference", T0, T0 + 1, kernel="a")
+
+
+def test_a_timeline_recorded_before_the_kernel_split_reads_back_without_it():
+    old = _calls_clock().timeline(end=T0 + 10.0, workers=1, kernel_workers=2).to_json()
+    del old["kernels"]
+    back = PhaseTimeline.from_json(old)
+    assert back.kernels == () and back.kernel_busy == pytest.approx((4.0, 1.5))
+    assert "| kernel | call |" not in "\n".join(back.table())
+
+
+def test_the_executor_marks_the_first_call_of_each_compile_group_on_its_worker():
+    from types import SimpleNamespace
+
+    from flashcheck.harness.campaign.executor import LocalExecutor
+
+    restart = []  # non-empty: the next call (re)starts its worker, as after a timeout
+
+    def call(*args):
+        if restart:
+            worker.starts.append((restart.pop(), time.time()))
+        return "done"
+
+    with LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex:
+        ex.clock = PhaseClock()
+        worker = ex._all[0]
+        worker.run = worker.backward = worker.check = call
+        k, m = SimpleNamespace(spec="k"), SimpleNamespace(spec="m")
+        for ref, group in [(k, 5), (k, 5), (k, 7), (m, 5), (k, None), (k, None)]:
+            assert ex.run(ref, None, "cpu", affinity=group).result() == "done"
+        ex.backward(k, None, "cpu", affinity=5).result()  # a backward compiles its own kernel
+        # A structural check calls the forward kernel, whose group 5 is compiled by now.
+        ex.check("determinism", k, None, "cpu", 8, affinity=5).result()
+        restart.append(time.time())
+        ex.run(k, None, "cpu", affinity=5).result()  # a fresh process compiles group 5 again
+        # The probe's calls (through group 0) are its own group, apart from the campaign's 0.
+        probe = ex.runner(k, "cpu")
+        assert [probe(None), probe(None)] == ["done", "done"]
+        ex.run(k, None, "cpu", affinity=0).result()
+        rows = {(r.kernel, r.call): (r.calls, r.first_calls) for r in ex.clock.timeline().kernels}
+    # k run: groups 5, 7, None (its first call on the worker), 5 again after the restart, 0.
+    assert rows == {
+        ("k", "run"): (7, 5),
+        ("k", "probe"): (2, 1),
+        ("m", "run"): (1, 1),
+        ("k", "backward"): (1, 1),
+        ("k", "check"): (1, 0),
+    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.status import Status
@@ -32,11 +32,14 @@ class Outcome:
     wrong shape or type) or ``SKIP`` (it declined the input:
     :class:`~flashcheck.harness.adapters.adapter.KernelUnsupported`). ``value``: what the call
     returned (``None`` unless ``PASS``). ``message``: why it gave no value (empty on ``PASS``).
+    ``span``: the start and end (``time.time()``) of the call in the process that made it, for
+    the phase timeline; not compared (equal outcomes may differ in it).
     """
 
     status: Status
     value: Any = None
     message: str = ""
+    span: tuple[float, float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         status = Status(self.status)

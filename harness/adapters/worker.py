@@ -90,6 +90,14 @@ def _function(target: str) -> Any:
 
 
 def _call(kernels: dict[str, Kernel], msg: tuple) -> Outcome:
+    """Execute one request (:func:`_execute`); the outcome carries when this process spent on
+    it, which the phase timeline sets apart from the pipe's transfers and waits."""
+    began = time.time()
+    out = _execute(kernels, msg)
+    return replace(out, span=(began, time.time()))
+
+
+def _execute(kernels: dict[str, Kernel], msg: tuple) -> Outcome:
     """Execute one request: ``("run", ref, case, device)``, ``("backward", ref, case, device)``
     or ``("check", target, ref, case, device)``."""
     kind, *args = msg

@@ -277,6 +277,8 @@ class LocalExecutor(Executor):
                 w.start()
             for _ in range(self.workers):  # (the pool starts a process per task, up to workers)
                 self._pool.submit(_warm)
+        # The compile groups each worker has called (kernel_time's "first call"), per call kind.
+        self._seen: list[set[tuple[str, str, int | None]]] = [set() for _ in self._all]
         # None with kernels=False (a references-only pool).
         self._dispatch = Dispatcher(len(self._all), self._on_worker) if self._all else None
 
@@ -301,7 +303,7 @@ class LocalExecutor(Executor):
         if clock is not None and not fut.cancelled() and fut.exception() is None:
             clock.add("reference", *fut.result().span)
 
-    def _on_worker(self, i: int, fn: str, *args: Any) -> Outcome:
+    def _on_worker(self, i: int, fn: str, tag: tuple[int | None, str], *args: Any) -> Outcome:
         # Called from worker i's own dispatch thread only: one call at a time per worker.
         worker = self._all[i]
         seen = len(worker.starts)
@@ -309,19 +311,50 @@ class LocalExecutor(Executor):
         out = getattr(worker, fn)(*args)
         t1 = time.time()
         started = worker.starts[seen:]
+        if started:  # a fresh process: nothing it compiled before is left
+            self._seen[i].clear()
+        affinity, kind = tag
+        ref: KernelRef = args[1] if fn == "check" else args[0]
+        # A structural check calls the forward kernel: it shares the forward's compile groups.
+        # A probe's cases have shapes of their own: its calls are a group of their own.
+        compiled = {"backward": "backward", "probe": "probe"}.get(kind, "forward")
+        group = (ref.spec, compiled, affinity)
+        first = group not in self._seen[i]
+        self._seen[i].add(group)
         clock = self.clock
         if clock is not None:
             # A call that (re)started its worker waited for the start first: that part is the
             # worker start's, not kernel work.
             for span in started:
                 clock.add("worker start", *span)
-            clock.add("kernel", max([t0, *(end for _, end in started)]), t1, worker=i)
+            begin = max([t0, *(end for _, end in started)])
+            inside = out.span if isinstance(out, Outcome) else None
+            clock.add(
+                "kernel",
+                begin,
+                t1,
+                worker=i,
+                kernel=ref.spec,
+                call=kind,
+                first=first,
+                inside=inside,
+            )
         return out
 
-    def _submit(self, affinity: int | None, fn: str, *args: Any) -> cf.Future:
+    def _submit(self, affinity: int | None, fn: str, *args: Any, kind: str = "") -> cf.Future:
         if self._dispatch is None:
             raise ValueError("this executor was made with kernels=False: it runs no kernel calls")
-        return self._dispatch.submit(affinity, fn, *args)
+        # The affinity and the kind of call (for the timeline; default: ``fn``) travel with
+        # the call: the worker's thread marks a group's first call.
+        return self._dispatch.submit(affinity, fn, (affinity, kind or fn), *args)
+
+    def runner(self, ref: KernelRef, device: str) -> Runner:
+        # As the base class's (every call on one worker, through group 0), recorded as probe
+        # calls: the timeline keeps them apart from the campaign's calls of group 0.
+        def run(case: Case) -> Outcome:
+            return self._submit(0, "run", ref, case, device, kind="probe").result()
+
+        return run
 
     def run(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None

@@ -19,7 +19,8 @@ For each phase, with ``U(p)`` the union of its spans and ``K`` the union of the 
   ``wall``.
 
 The serial share is ``(wall - |K|) / wall``: the part of the run in which no kernel worker is
-busy, which more kernel workers (GPUs) cannot shorten.
+busy, which more kernel workers (GPUs) cannot shorten. Kernel spans recorded with their kernel
+also give the split of kernel work by kernel (:mod:`~flashcheck.harness.campaign.kernel_time`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from .kernel_time import CALL_KINDS, KernelCall, KernelRow, kernel_rows, kernel_table
 
 __all__ = ["OTHER", "PHASES", "PhaseClock", "PhaseGap", "PhaseRow", "PhaseTimeline", "measure"]
 
@@ -209,6 +212,8 @@ class PhaseTimeline:
     # worker still has work while the others are idle (empty when not recorded).
     kernel_busy: tuple[float, ...] = ()
     all_busy: float | None = None
+    # Kernel work per kernel and call kind (empty when not recorded: older results files).
+    kernels: tuple[KernelRow, ...] = ()
 
     @property
     def serial_share(self) -> float:
@@ -231,6 +236,7 @@ class PhaseTimeline:
             gaps=tuple(PhaseGap.from_json(g) for g in d.get("gaps", ())),
             kernel_busy=tuple(float(x) for x in d.get("kernel_busy", ())),
             all_busy=None if d.get("all_busy") is None else float(d["all_busy"]),
+            kernels=tuple(KernelRow.from_json(k) for k in d.get("kernels", ())),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -246,10 +252,12 @@ class PhaseTimeline:
             "gaps": [g.to_json() for g in self.gaps],
             "kernel_busy": list(self.kernel_busy),
             "all_busy": self.all_busy,
+            "kernels": [k.to_json() for k in self.kernels],
         }
 
     def table(self) -> list[str]:
-        """A markdown table, one row per phase, then the serial share and the machine's load."""
+        """A markdown table, one row per phase, then the kernel work per kernel (if recorded),
+        then the serial share and the machine's load."""
         pct = 100 / self.wall if self.wall > 0 else 0.0
         lines = [
             "| phase | from (s) | to (s) | busy (s) | share | exclusive (s) | under kernel work |",
@@ -263,6 +271,9 @@ class PhaseTimeline:
                 f"| {r.name} | {r.first:.1f} | {r.last:.1f} | {r.busy:.1f} | "
                 f"{r.busy * pct:.1f} % | {r.exclusive:.1f} | {under} |"
             )
+        if self.kernels:
+            lines += ["", "kernel work per kernel (busy: summed over kernel workers):", ""]
+            lines += kernel_table(self.kernels)
         lines.append(
             f"\nwall {self.wall:.1f} s; serial (no kernel worker busy) {self.serial:.1f} s = "
             f"{self.serial_share:.1%}; {self.workers} reference workers, {self.kernel_workers} "
@@ -301,19 +312,39 @@ class PhaseClock:
         self.load_start = _load()
         self._spans: dict[str, list[tuple[float, float]]] = {}
         self._by_worker: dict[int, list[tuple[float, float]]] = {}
+        self._calls: list[KernelCall] = []
         self._lock = threading.Lock()
 
-    def add(self, phase: str, start: float, end: float, *, worker: int | None = None) -> None:
-        """Record that ``phase`` was active from ``start`` to ``end`` (``time.time()``);
-        ``worker``: the kernel worker that did this kernel work."""
+    def add(
+        self,
+        phase: str,
+        start: float,
+        end: float,
+        *,
+        worker: int | None = None,
+        kernel: str | None = None,
+        call: str = "run",
+        first: bool = False,
+        inside: tuple[float, float] | None = None,
+    ) -> None:
+        """Record that ``phase`` was active from ``start`` to ``end`` (``time.time()``).
+        Kernel work only: ``worker``, the kernel worker that did it; ``kernel``, the kernel's
+        spec, ``call`` its kind, ``first`` whether it was the first call of its compile group
+        and ``inside`` its span in the worker process
+        (:mod:`~flashcheck.harness.campaign.kernel_time`)."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}: choose from {list(PHASES)}")
-        if worker is not None and phase != "kernel":
-            raise ValueError(f"a worker is recorded for kernel work only, not {phase!r}")
+        if (worker is not None or kernel is not None) and phase != "kernel":
+            raise ValueError(f"a worker or kernel is recorded for kernel work only, not {phase!r}")
+        if call not in CALL_KINDS:
+            raise ValueError(f"unknown call kind {call!r}: choose from {list(CALL_KINDS)}")
         with self._lock:
             self._spans.setdefault(phase, []).append((float(start), float(end)))
             if worker is not None:
                 self._by_worker.setdefault(worker, []).append((float(start), float(end)))
+            if kernel is not None:
+                rec = KernelCall(float(start), float(end), kernel, call, first, inside)
+                self._calls.append(rec)
 
     def spans(self, phase: str) -> list[tuple[float, float]]:
         with self._lock:
@@ -329,6 +360,7 @@ class PhaseClock:
         with self._lock:
             raw = {k: list(v) for k, v in self._spans.items()}
             per_worker = {k: list(v) for k, v in self._by_worker.items()}
+            calls = list(self._calls)
         unions = {k: _union((max(a, lo), min(b, end)) for a, b in v) for k, v in raw.items()}
         each = [
             _union((max(a, lo), min(b, end)) for a, b in per_worker.get(i, ()))
@@ -363,6 +395,7 @@ class PhaseClock:
             gaps=_gaps(unions, lo, end),
             kernel_busy=tuple(round(_length(u), 4) for u in each) if per_worker else (),
             all_busy=round(_length(_all_of(each)), 4) if per_worker else None,
+            kernels=kernel_rows(calls, lo=lo, hi=end),
         )
 
 
