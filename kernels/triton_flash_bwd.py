@@ -11,19 +11,28 @@ fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
             dV += (Pᵀ rounded to the input dtype)·dO       fp32 accumulator
             dPᵀ = v·dOᵀ,  dSᵀ = Pᵀ∘(dPᵀ − D)               fp32
             dK += (dSᵀ rounded to the input dtype)·q       fp32 accumulator
-        dK *= scale
-    dQ kernel, one program per block of BLOCK_M query rows of one (batch, q head):
+            dQ += (dSᵀ rounded)ᵀ·k       fp32 atomic add (deterministic=False, the default)
+        dK *= scale;  after the kernel: dQ = (fp32 dQ · scale) rounded to the input dtype
+    dQ kernel (deterministic=True instead of the atomic add), one program per block of
+    BLOCK_M query rows of one (batch, q head):
         for each live block of BLOCK_N keys: S, P, dP, dS as above (same expressions);
             dQ += (dS rounded to the input dtype)·k        fp32 accumulator
         dQ *= scale
 
+Two algorithms for dQ, the same arithmetic class and bound (an fp32 sum of the same rounded
+``dS·k`` terms, scaled and rounded once): the default, FlashAttention-2's one-kernel design,
+computes S and dP once per (key block, row block), 5 block products, and adds each key block's
+share of dQ into an fp32 buffer with atomic adds, whose order on a GPU depends on scheduling, so
+dQ is not bitwise reproducible run to run. ``deterministic=True`` runs the second kernel, which
+recomputes S and dP (7 block products in all) and sums dQ in a fixed order: bitwise reproducible.
+
 This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the flash
 policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots unscaled, the
 scale goes into c for P and onto the fp32 accumulators at the end. GQA/MQA: the dK/dV program sums
-its whole group of query heads in its own accumulators, so no atomics are used and the result is
-bitwise deterministic. As in the forward, each key (query) range splits into blocks every row keeps,
-which skip the mask, and blocks on the causal diagonal, the window edges or the ragged tail, which
-build one; both evaluate the same expressions (a test checks no bit moves).
+its whole group of query heads in its own accumulators, so dK and dV use no atomics and are
+bitwise reproducible on both paths. As in the forward, each key (query) range splits into blocks
+every row keeps, which skip the mask, and blocks on the causal diagonal, the window edges or the
+ragged tail, which build one; both evaluate the same expressions (a test checks no bit moves).
 
 Masks are the forward's: bottom-right causal (``j ≤ i + Nk − Nq``), sliding window
 ``(left, right)``. A row with ``LSE = −inf`` (it kept no key) has its lse2 replaced by +inf,
@@ -38,7 +47,10 @@ size, so past ``|scale·q·k| ~ 2^26`` P's exponent is off by units (the harness
 backward with a score limit for that reason); tiles are tuned for fp16/bf16 on an H200
 (``backward_config``), not for fp32 or other GPUs, and use no TMA or warp specialisation; past
 d = 128 the dK/dV kernel runs twice, once per output (``BackwardConfig.kv_apart``), which
-recomputes P; D is read by both kernels, so O(Nq) extra fp32 memory per head. Under
+recomputes P, and there dQ always comes from the dQ kernel (the fused program's tile did not fit
+an H100's shared memory); D is read by both kernels, so O(Nq) extra fp32 memory per head, plus
+the fp32 dQ buffer (``B·Hq·Nq·d``) on the atomic path; the fused program reuses the two-kernel
+path's dK/dV tiles, tuned without its extra product and atomics. Under
 ``TRITON_INTERPRET=1`` bf16 raises ``NotImplementedError`` like the forward
 (triton-lang/triton#11584, detected by the forward's canary).
 
@@ -119,12 +131,13 @@ def _bwd_preprocess(
 
 @triton.jit
 def _dkdv_rows(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
     start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
-    sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+    sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV, off, qk_scale, win_left, win_right,
+    c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_M):
         start = tl.multiple_of(start, BLOCK_M)
@@ -171,12 +184,26 @@ def _dkdv_rows(
             if SOFTCAP:
                 dst = dst * (1.0 - th * th)
             dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
+            if DQ_ATOMIC:
+                # The fused path: this key block's share of dQ, dSᵀ rounded as the dQ kernel
+                # rounds dS, times k, added to an fp32 buffer every key block of these rows
+                # adds to. The adds arrive in no fixed order on a GPU, so dQ's last bits vary
+                # from run to run; scaling and rounding happen once, after the last add.
+                dq = tl.dot(tl.trans(dst.to(k.dtype)), k, input_precision=PRECISION)
+                # Relaxed: no other memory access depends on the order of these adds, and the
+                # default (acq_rel) fences each one.
+                tl.atomic_add(
+                    dq_base + rows[:, None] * sdqm + offs_d[None, :] * sdqd,
+                    dq,
+                    mask=(rows[:, None] < NQ) & (offs_d[None, :] < D),
+                    sem="relaxed",
+                )
     return dk, dv
 
 
 @triton.jit
 def _bwd_dkdv(
-    Q, K, V, DO, LSE, Delta, DK, DV_,
+    Q, K, V, DO, LSE, Delta, DK, DV_, DQ,
     sqb, sqh, sqm, sqd,
     skb, skh, skn, skd,
     svb, svh, svn, svd,
@@ -185,13 +212,14 @@ def _bwd_dkdv(
     sdb, sdh, sdm,
     sdkb, sdkh, sdkn, sdkd,
     sdvb, sdvh, sdvn, sdvd,
+    sdqb, sdqh, sdqm, sdqd,
     H_KV, GROUP, NQ, NK, D, DV,
     sm_scale, qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, SPLIT: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr,
 ):  # fmt: skip
     """One program: dK and dV of BLOCK_N keys of one key/value head, over every query row of
     its group of query heads.
@@ -260,23 +288,24 @@ def _bwd_dkdv(
         do_base = DO + b * sdob + h * sdoh
         lse_base = LSE + b * slb + h * slh
         delta_base = Delta + b * sdb + h * sdh
+        dq_base = DQ + b * sdqb + h * sdqh
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, full_lo, cols, offs_m,
-            offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
-            SOFTCAP,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, lo, full_lo, cols,
+            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV,
+            off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_lo, full_hi, cols,
-            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off,
-            qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M, PRECISION,
-            OUT_K, OUT_V, SOFTCAP,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, full_lo, full_hi,
+            cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D,
+            DV, off, qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M,
+            PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, full_hi, hi, cols, offs_m,
-            offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, NQ, NK, D, DV, off, qk_scale,
-            win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION, OUT_K, OUT_V,
-            SOFTCAP,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, full_hi, hi, cols,
+            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV,
+            off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
+            OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
         )  # fmt: skip
     if OUT_K:
         dk = dk * sm_scale
@@ -492,22 +521,36 @@ def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
     return BackwardConfig(32, 128, 4, 3, True, 64, 64, 4, 3)
 
 
+def _scaled_dq(acc: torch.Tensor, sm_scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """The fused path's dQ from its fp32 sum: the dQ kernel's two roundings, fl32(sum·scale)
+    (torch multiplies an fp32 tensor by the scale rounded to fp32, as the kernel does), then
+    the input dtype."""
+    return (acc * sm_scale).to(dtype)
+
+
 def launch_backward(
     q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None, softcap=None,
-    sinks=None,
+    sinks=None, deterministic=False,
 ):  # fmt: skip
     """Launch the backward on tensors :func:`flash_attention_backward` has already checked
     (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` and
     ``sinks`` as :func:`~flashcheck.kernels.triton_flash.check_options` returns them);
-    ``config`` overrides the tiles. Returns ``(dQ, dK, dV)`` in the input dtype, and ``dσ``
-    (float32 ``(Hq,)``) after them with sinks."""
+    ``config`` overrides the tiles; ``deterministic`` as for :func:`flash_attention_backward`.
+    Returns ``(dQ, dK, dV)`` in the input dtype, and ``dσ`` (float32 ``(Hq,)``) after them with
+    sinks."""
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    cfg = backward_config(d, dv, q.element_size()) if config is None else config
+    # Past d = 128 (kv_apart) the fused program's tile does not fit a GPU's shared memory, so
+    # dQ comes from the dQ kernel there whatever `deterministic` says.
+    fused = not deterministic and not cfg.kv_apart
+    if fused:
+        dq = torch.zeros((bsz, hq, nq, d), dtype=torch.float32, device=q.device)
+    else:
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dvv = torch.empty_like(v, memory_format=torch.contiguous_format)
     delta = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
-    cfg = backward_config(d, dv, q.element_size()) if config is None else config
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
     left, right = (-1, -1) if window is None else window
@@ -531,15 +574,18 @@ def launch_backward(
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *delta.stride())
     for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
         _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
-            q, k, v, do, lse, delta, dk, dvv, *common, *dk.stride(), *dvv.stride(),
-            hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
-            OUT_K=out_k, OUT_V=out_v,
+            q, k, v, do, lse, delta, dk, dvv, dq, *common, *dk.stride(), *dvv.stride(),
+            *dq.stride(), hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2,
+            **opts, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused,
         )  # fmt: skip
-    opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
-    _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
-        q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-        hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
-    )  # fmt: skip
+    if fused:
+        dq = _scaled_dq(dq, sm_scale, q.dtype)
+    else:
+        opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
+        _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
+            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
+            hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
+        )  # fmt: skip
     if sinks is None:
         return dq, dk, dvv
     # dσ_h = −Σ_{b,i} P_iσ·D_i: an fp32 sum of the rows' terms (torch's, deterministic for a
@@ -561,6 +607,7 @@ def flash_attention_backward(
     allow_tf32: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
+    deterministic: bool = False,
 ) -> tuple[Any, ...]:
     """FlashAttention-2 backward of ``O = softmax(scale·QKᵀ + mask)·V`` for the upstream ``dO``.
 
@@ -577,7 +624,21 @@ def flash_attention_backward(
     ``softcap`` and ``sinks`` as for the forward (and the same as given to it): with a cap,
     ``dS`` is multiplied by the slope ``1 − tanh²(s/c)`` (tanh recomputed); with sinks, the
     result gains ``dσ_h = −Σ_{b,i} exp(σ_h − LSE_i)·D_i`` (float32, ``(Hq,)``) after dV.
+
+    ``deterministic=False`` (the default, as in FlashAttention): dQ = scale·Σ_blocks dS·K is
+    summed inside the dK/dV kernel with fp32 atomic adds, one per (key block, row block), then
+    scaled and rounded once: S and dP are computed once per block pair (5 block products, not
+    7), at the cost of an fp32 ``B·Hq·Nq·d`` buffer. On a GPU the adds land in a run-dependent
+    order, so dQ's last bits may differ between identical calls; its error bound does not (an
+    fp32 sum of the same terms). Past d = 128 dQ comes from the second kernel either way.
+    ``deterministic=True``: a second kernel recomputes S and dP per row block and sums dQ in a
+    fixed order; repeated calls are bitwise identical. dK, dV are bitwise reproducible on both.
     """
+    if not isinstance(deterministic, bool):
+        raise ValueError(
+            "deterministic must be True (bitwise reproducible dQ, a second kernel) or False "
+            f"(dQ by atomic adds, the default), got {deterministic!r}"
+        )
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
     cap, sinks = check_options(q, softcap, sinks)
     bsz, hq, nq, _ = q.shape
@@ -604,7 +665,7 @@ def flash_attention_backward(
         raise ValueError("o, lse and do must be on the device of q, k, v")
     return launch_backward(
         q, k, v, o, lse, do, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32,
-        softcap=cap, sinks=sinks,
+        softcap=cap, sinks=sinks, deterministic=deterministic,
     )  # fmt: skip
 
 
@@ -613,13 +674,16 @@ class FlashAttentionFunction(torch.autograd.Function):
     and ``LSE`` (O(N·d) memory), the backward runs :func:`flash_attention_backward`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, window, scale, allow_tf32, softcap=None, sinks=None):
+    def forward(
+        ctx, q, k, v, causal, window, scale, allow_tf32, softcap=None, sinks=None,
+        deterministic=False,
+    ):  # fmt: skip
         window, sc = check_inputs(q, k, v, window=window, scale=scale)
         cap, sinks = check_options(q, softcap, sinks)
         opts = {"causal": causal, "window": window, "scale": sc, "allow_tf32": allow_tf32}
         o, lse = launch(q, k, v, **opts, softcap=cap, sinks=sinks)
         ctx.save_for_backward(q, k, v, o, lse, sinks)
-        ctx.opts = {**opts, "softcap": cap}
+        ctx.opts = {**opts, "softcap": cap, "deterministic": deterministic}
         return o
 
     @staticmethod
@@ -627,7 +691,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         q, k, v, o, lse, sinks = ctx.saved_tensors
         grads = launch_backward(q, k, v, o, lse, do, **ctx.opts, sinks=sinks)
         dsinks = grads[3] if sinks is not None else None
-        return *grads[:3], None, None, None, None, None, dsinks
+        return *grads[:3], None, None, None, None, None, dsinks, None
 
 
 def flash_attention_differentiable(
@@ -641,7 +705,16 @@ def flash_attention_differentiable(
     allow_tf32: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
+    deterministic: bool = False,
 ) -> Any:
     """``O`` of :func:`flashcheck.kernels.triton_flash.flash_attention` (same arguments), with
-    gradients to ``q``, ``k``, ``v`` (and ``sinks``) through :func:`flash_attention_backward`."""
-    return FlashAttentionFunction.apply(q, k, v, causal, window, scale, allow_tf32, softcap, sinks)
+    gradients to ``q``, ``k``, ``v`` (and ``sinks``) through :func:`flash_attention_backward`
+    (``deterministic`` as there)."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(
+            "deterministic must be True (bitwise reproducible dQ) or False (dQ by atomic adds, "
+            f"the default), got {deterministic!r}"
+        )
+    return FlashAttentionFunction.apply(
+        q, k, v, causal, window, scale, allow_tf32, softcap, sinks, deterministic
+    )

@@ -90,6 +90,39 @@ def test_backward_providers(monkeypatch):
     assert PROVIDERS["naive"].make_grad(q, q, q, False)(q, q, q).shape == (1, 1, 8, 4)
 
 
+def test_the_fused_backward_is_timed_in_the_backward_passes_beside_the_deterministic_one():
+    both = plan(parts=("grid", "memory"), quick=True, passes=("fwd", "bwd", "fwd+bwd"))
+    for shape, provs in both:
+        # its forward is triton's: timed once, under triton's name
+        assert ("triton-atomic" in provs) == (shape.pass_ != "fwd"), shape.key
+        if shape.pass_ != "fwd":
+            assert provs[:2] == ("triton", "triton-atomic")
+    assert not plan(parts=("grid",), quick=True, providers=("triton-atomic",))
+    fused = PROVIDERS["triton-atomic"]
+    assert (
+        fused.backward_arithmetic == "flash"
+        and fused.grad_module == "flashcheck.kernels.triton_flash_bwd"
+    )
+
+
+@pytest.mark.skipif(
+    __import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+    reason="runs the Triton backward on the CPU interpreter (TRITON_INTERPRET=1, tox sets it)",
+)
+def test_the_fused_and_deterministic_providers_differentiate_their_own_paths():
+    # dK, dV: the same program, the same bits; dQ: the same terms summed in another order.
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=g).half() for _ in range(4))
+    grads = {}
+    for name in ("triton", "triton-atomic"):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        o = PROVIDERS[name].make_grad(*leaves, True)(*leaves)
+        grads[name] = torch.autograd.grad(o, leaves, do)
+    two, fused = grads["triton"], grads["triton-atomic"]
+    assert torch.equal(two[1], fused[1]) and torch.equal(two[2], fused[2])
+    assert torch.allclose(two[0].float(), fused[0].float(), rtol=0, atol=4e-3)
+
+
 def test_pass_figures_record_the_side_timings():
     from flashcheck.harness.bench.measure import _pass_figures
 
@@ -177,10 +210,12 @@ def _check(verdict="PASS", mode="fp64"):
     }
 
 
-def _add_backward(path, *, triton_verdict="PASS"):
+def _add_backward(path, *, triton_verdict="PASS", fused=False):
     """Backward records appended to a synthetic results file (made-up speeds)."""
     with ResultLog.open(path, json.loads(path.read_text().splitlines()[0])) as log:
         speeds = {"triton": 300.0, "sdpa-flash": 250.0, "sdpa-cudnn": 500.0}
+        if fused:
+            speeds["triton-atomic"] = 270.0
         for n in (1024, 4096):
             shape = Shape("grid", "bf16", TOKENS // n, 16, n, 128, False, "bwd")
             for prov, tf in speeds.items():
@@ -248,6 +283,18 @@ def test_render_backward_sections_never_mix_passes(tmp_path):
     assert "## Triton side by side with its peers" in text
     assert "## Backward (`--pass bwd`): side by side with its peers" in text
     assert "## Backward, bf16, d = 128, non-causal" in text
+
+
+def test_render_puts_the_fused_backward_beside_the_deterministic_one(tmp_path):
+    res = tmp_path / "fake" / "results.jsonl"
+    synthetic_results(res)
+    _add_backward(res, fused=True)
+    md = render_bench(res, figures=False).read_text()
+    head = "| N | B × H | triton | triton-atomic | sdpa-flash | sdpa-cudnn | triton / flash | "
+    assert head + "triton / cuDNN | triton-atomic / triton |" in md
+    assert "| 4096 | 4 × 16 | 300 | 270 | 250 | 500 | 1.20 | 0.60 | 0.90 |" in md
+    assert "| triton-atomic | 2 | 0 | 0 | 0.6 / 0.7 / 0.5 |" in md  # its gradient checks
+    assert "`triton-atomic` its default, fused path" in md
 
 
 def test_render_a_failed_gradient_check_does_not_score(tmp_path):

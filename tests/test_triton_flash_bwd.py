@@ -2,6 +2,7 @@
 against the numpy emulation of the same arithmetic, the gradient oracle and its flash-class
 bounds."""
 
+import hashlib
 import os
 
 import numpy as np
@@ -80,6 +81,7 @@ def test_same_arithmetic_as_the_numpy_emulation(fmt, shape):
         config=SMALL,
         causal=causal,
         window=None if window is None else tuple(window),
+        deterministic=True,
     )
     arr = [x.cpu().numpy() for x in (q, k, v, o)]
     want = online_attention_backward(
@@ -101,14 +103,17 @@ def test_same_arithmetic_as_the_numpy_emulation(fmt, shape):
         assert np.all(np.abs(g64 - w64) <= 2 * bnd[name].det), name
 
 
+@pytest.mark.parametrize("kernel", ["triton", "triton-atomic"])
 @pytest.mark.parametrize("fmt", ["fp16", "fp32"])
 @pytest.mark.parametrize("shape", [*GRID, (1, 2, 1, 9, 24, 256, 256, True, None)], ids=_sid)
-def test_gradients_pass_the_oracle_within_flash_bounds(fmt, shape):
+def test_gradients_pass_the_oracle_within_flash_bounds(fmt, shape, kernel):
     # The project's own judgement (SPEC 3.7): deterministic and probabilistic flash-class bounds,
     # 2 × the naive same-precision backward + 1 floored ulp, no NaN where the exact value is finite.
+    # triton runs the two-kernel backward, triton-atomic the fused one (dQ by atomic adds; past
+    # d = 128 it takes the dQ kernel too).
     q, k, v, do, causal, window = _inputs(DTYPES[fmt], shape, seed=1 + sum(shape[:7]))
     res = check_gradients(
-        "triton", q, k, v, do=do, causal=causal, window=window, save="never", device=DEV
+        kernel, q, k, v, do=do, causal=causal, window=window, save="never", device=DEV
     )
     assert res.passed, str(res)
 
@@ -118,10 +123,9 @@ def test_rows_that_keep_no_key_get_zero_gradients_not_nan():
     q, k, v, do, _, _ = _inputs(torch.float16, (1, 2, 1, 37, 5, 16, 16, True, None), 7)
     o, lse = flash_attention(q, k, v, causal=True)
     assert torch.isneginf(lse[:, :, :32]).all()
-    for cfg in (SMALL, None):
-        dq, dk, dv = launch_backward(
-            q, k, v, o, lse, do, causal=True, window=None, scale=0.25, allow_tf32=False, config=cfg
-        )
+    kw = {"causal": True, "window": None, "scale": 0.25, "allow_tf32": False}
+    for cfg, det in ((SMALL, False), (None, False), (SMALL, True)):  # atomic dQ adds only zeros
+        dq, dk, dv = launch_backward(q, k, v, o, lse, do, config=cfg, deterministic=det, **kw)
         assert torch.equal(dq[:, :, :32], torch.zeros_like(dq[:, :, :32]))
         assert not any(torch.isnan(x).any() for x in (dq, dk, dv))
         # a window that keeps nothing for any row: every gradient is exactly zero
@@ -152,6 +156,7 @@ def test_mask_free_blocks_change_no_bit(shape):
     win = None if window is None else tuple(-1 if w is None else w for w in window)
     o, lse = flash_attention(q, k, v, causal=causal, window=window)
     kw = {"causal": causal, "window": win, "scale": shape[5] ** -0.5, "allow_tf32": False}
+    kw["deterministic"] = True
     split = launch_backward(q, k, v, o, lse, do, config=SMALL, **kw)
     masked = launch_backward(q, k, v, o, lse, do, config=SMALL._replace(split=False), **kw)
     for a, b in zip(split, masked, strict=True):
@@ -162,7 +167,7 @@ def test_strided_views_in_nan_buffers_give_the_same_bits():
     # A load past Nq, Nk or a head dim, or a wrong stride, would turn gradients into NaN.
     q, k, v, do, _, _ = _inputs(torch.float16, (1, 2, 1, 21, 37, 40, 24, True, None), 3)
     o, lse = flash_attention(q, k, v, causal=True)
-    ref = flash_attention_backward(q, k, v, o, lse, do, causal=True)
+    ref = flash_attention_backward(q, k, v, o, lse, do, causal=True, deterministic=True)
 
     def pad(x):
         big = torch.full(
@@ -175,22 +180,30 @@ def test_strided_views_in_nan_buffers_give_the_same_bits():
     lse_big = torch.full((1, 2, 40), float("nan"), device=DEV)
     lse_big[:, :, 2:23] = lse
     got = flash_attention_backward(
-        pad(q), pad(k), pad(v), pad(o), lse_big[:, :, 2:23], pad(do), causal=True
+        pad(q),
+        pad(k),
+        pad(v),
+        pad(o),
+        lse_big[:, :, 2:23],
+        pad(do),
+        causal=True,
+        deterministic=True,
     )
     for a, b in zip(got, ref, strict=True):
         assert torch.equal(a, b)
-    again = flash_attention_backward(q, k, v, o, lse, do, causal=True)
+    again = flash_attention_backward(q, k, v, o, lse, do, causal=True, deterministic=True)
     assert all(torch.equal(a, b) for a, b in zip(again, ref, strict=True))  # deterministic
 
 
 def test_autograd_function_matches_the_direct_call():
     q, k, v, do, _, _ = _inputs(torch.float32, (1, 4, 2, 19, 23, 24, 16, False, None), 5)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-    out = flash_attention_differentiable(*leaves, window=(4, None), scale=0.3)
+    kw = {"window": (4, None), "scale": 0.3, "deterministic": True}
+    out = flash_attention_differentiable(*leaves, **kw)
     o, lse = flash_attention(q, k, v, window=(4, None), scale=0.3)
     assert torch.equal(out.detach(), o)
     out.backward(do)
-    direct = flash_attention_backward(q, k, v, o, lse, do, window=(4, None), scale=0.3)
+    direct = flash_attention_backward(q, k, v, o, lse, do, **kw)
     for leaf, g in zip(leaves, direct, strict=True):
         assert torch.equal(leaf.grad, g)
     # an upstream gradient with zero strides (from a sum) goes through the strided loads.
@@ -198,9 +211,9 @@ def test_autograd_function_matches_the_direct_call():
     # different load layouts, so D's fp32 sum may be ordered differently (measured on an H200:
     # not bitwise): there the two must agree to a few fp32 ulps.
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-    flash_attention_differentiable(*leaves, window=(4, None), scale=0.3).sum().backward()
+    flash_attention_differentiable(*leaves, **kw).sum().backward()
     ones = torch.ones_like(o)
-    direct = flash_attention_backward(q, k, v, o, lse, ones, window=(4, None), scale=0.3)
+    direct = flash_attention_backward(q, k, v, o, lse, ones, **kw)
     for x, g in zip(leaves, direct, strict=True):
         if DEV == "cpu":
             assert torch.equal(x.grad, g)
@@ -251,7 +264,18 @@ def test_dq_tiles_reach_the_dq_kernel_only():
 
     def grads(cfg):
         return launch_backward(
-            q, k, v, o, lse, do, causal=causal, window=None, scale=0.2, allow_tf32=False, config=cfg
+            q,
+            k,
+            v,
+            o,
+            lse,
+            do,
+            causal=causal,
+            window=None,
+            scale=0.2,
+            allow_tf32=False,
+            config=cfg,
+            deterministic=True,
         )
 
     mixed = grads(BackwardConfig(16, 32, 4, 1, True, 32, 16, 4, 1))
@@ -275,7 +299,91 @@ def test_dk_and_dv_apart_give_the_bits_of_dk_and_dv_together(shape):
     win = None if window is None else tuple(-1 if w is None else w for w in window)
     o, lse = flash_attention(q, k, v, causal=causal, window=window)
     kw = {"causal": causal, "window": win, "scale": shape[5] ** -0.5, "allow_tf32": False}
+    kw["deterministic"] = True
     together = launch_backward(q, k, v, o, lse, do, config=SMALL, **kw)
     apart = launch_backward(q, k, v, o, lse, do, config=SMALL._replace(kv_apart=True), **kw)
     for a, b in zip(together, apart, strict=True):
         assert torch.equal(a, b)
+
+
+# The deterministic path's bits as the two-kernel backward gave them before the fused path
+# existed (sha256 prefixes of dQ, dK, dV under the interpreter, soft-capped causal GQA case).
+TWO_KERNEL_DIGESTS = {"fp16": "614c1191a8e36a82", "fp32": "49767684052b6d28"}
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp32"])
+def test_the_deterministic_path_keeps_the_bits_it_had(fmt):
+    if DEV == "cuda":
+        pytest.skip("the digests are of the CPU interpreter's arithmetic")
+    q, k, v, do, causal, _ = _inputs(DTYPES[fmt], (1, 4, 2, 33, 47, 40, 24, True, None), 12)
+    o, lse = flash_attention(q, k, v, causal=causal, softcap=2.0)
+    got = flash_attention_backward(
+        q, k, v, o, lse, do, causal=causal, softcap=2.0, deterministic=True
+    )
+    digest = hashlib.sha256()
+    for x in got:
+        digest.update(x.numpy().tobytes())
+    assert digest.hexdigest()[:16] == TWO_KERNEL_DIGESTS[fmt]
+
+
+@pytest.mark.parametrize("shape", [GRID[0], GRID[2]], ids=_sid)
+def test_fused_path_agrees_with_the_two_kernels(shape):
+    """dK, dV come from the same expressions in the same order on both paths (bitwise under the
+    interpreter; a GPU compiles the fused program differently). dQ sums the same rounded terms
+    in another order, each within the flash-class bound, so the two are within twice it. The
+    mask-free split changes no bit of the fused path either, and past d = 128 (kv_apart) it
+    takes the dQ kernel: every bit that of the two-kernel path."""
+    q, k, v, do, causal, window = _inputs(torch.float16, shape, seed=4 + sum(shape[:7]))
+    win = None if window is None else tuple(-1 if w is None else w for w in window)
+    o, lse = flash_attention(q, k, v, causal=causal, window=window)
+    kw = {"causal": causal, "window": win, "scale": shape[5] ** -0.5, "allow_tf32": False}
+    fused = launch_backward(q, k, v, o, lse, do, config=SMALL, **kw)
+    two = launch_backward(q, k, v, o, lse, do, config=SMALL, deterministic=True, **kw)
+    arr = [x.cpu().numpy() for x in (q, k, v, do)]
+    bnd = gradient_bounds(*arr, arithmetic="flash", causal=causal, window=window)
+    for name, a, b in zip(("dq", "dk", "dv"), fused, two, strict=True):
+        a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+        assert not np.isnan(a64).any(), name
+        assert np.all(np.abs(a64 - b64) <= 2 * bnd[name].det), name
+        if name != "dq" and DEV == "cpu":
+            assert np.array_equal(a64, b64), name
+    if DEV == "cpu":  # the interpreter runs programs, hence atomic adds, in a fixed order
+        masked = launch_backward(q, k, v, o, lse, do, config=SMALL._replace(split=False), **kw)
+        assert all(torch.equal(a, b) for a, b in zip(fused, masked, strict=True))
+    apart = launch_backward(q, k, v, o, lse, do, config=SMALL._replace(kv_apart=True), **kw)
+    assert all(torch.equal(a, b) for a, b in zip(apart, two, strict=True))
+
+
+def test_deterministic_must_be_a_bool():
+    q, k, v, do, _, _ = _inputs(torch.float32, (1, 2, 1, 9, 12, 16, 16, True, None), 6)
+    o, lse = flash_attention(q, k, v, causal=True)
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="deterministic must be True"):
+            flash_attention_backward(q, k, v, o, lse, do, deterministic=bad)
+        with pytest.raises(ValueError, match="deterministic must be True"):
+            flash_attention_differentiable(q, k, v, deterministic=bad)
+
+
+@pytest.mark.parametrize("plant", ["unscaled", "last-row-block-dropped"])
+def test_a_planted_fused_dq_bug_fails_the_gradient_check(monkeypatch, plant):
+    """Meta-test: the oracle check of triton-atomic sees a broken fused dQ: its sum left
+    unscaled, or the adds of the last row block lost. dK, dV and the two-kernel path stay
+    correct, so only dQ of triton-atomic fails."""
+    from flashcheck.kernels import triton_flash_bwd as bwd
+
+    q, k, v, do, causal, _ = _inputs(torch.float16, GRID[0], seed=8)
+    scaled = bwd._scaled_dq
+
+    def planted(acc, sm_scale, dtype):
+        if plant == "unscaled":
+            return acc.to(dtype)
+        acc = acc.clone()
+        acc[:, :, -(acc.shape[2] % 32 or 32) :] = 0  # the last 32-row block's adds, lost
+        return scaled(acc, sm_scale, dtype)
+
+    monkeypatch.setattr(bwd, "_scaled_dq", planted)
+    res = check_gradients("triton-atomic", q, k, v, do=do, causal=causal, save="never", device=DEV)
+    assert res.verdicts["dq"].verdict in ("FAIL", "FAIL-HARD"), str(res)
+    assert res.verdicts["dk"].verdict == res.verdicts["dv"].verdict == "PASS"
+    ok = check_gradients("triton", q, k, v, do=do, causal=causal, save="never", device=DEV)
+    assert ok.passed, str(ok)

@@ -108,12 +108,14 @@ def test_rows_that_keep_no_key_have_o_zero_and_lse_sigma():
     assert torch.isfinite(lse).all()
 
 
+@pytest.mark.parametrize("kernel", ["triton", "triton-atomic"])
 @pytest.mark.parametrize("fmt", ["fp16", "fp32"])
 @pytest.mark.parametrize("which", list(OPTIONS))
-def test_gradients_pass_the_oracle_within_flash_bounds(fmt, which):
+def test_gradients_pass_the_oracle_within_flash_bounds(fmt, which, kernel):
+    # triton: the two-kernel backward; triton-atomic: the fused one (dQ by atomic adds).
     q, k, v = _inputs(DTYPES[fmt], seed=7 + len(which), nq=24, nk=33)
     res = flashcheck.check_gradients(
-        "triton", q, k, v, causal=True, save="never", **_opts(OPTIONS[which])
+        kernel, q, k, v, causal=True, save="never", **_opts(OPTIONS[which])
     )
     assert res.passed, res.reasons
     assert ("dsinks" in res.verdicts) == ("sinks" in OPTIONS[which])
@@ -122,14 +124,14 @@ def test_gradients_pass_the_oracle_within_flash_bounds(fmt, which):
 def test_autograd_differentiates_the_sinks():
     q, k, v = (x.requires_grad_(True) for x in _inputs(torch.float32, seed=11, nq=17, nk=21))
     sinks = torch.tensor(SINKS, device=DEV, requires_grad=True)
-    o = flash_attention_differentiable(q, k, v, causal=True, softcap=2.5, sinks=sinks)
+    # The two-kernel path on both sides: bitwise comparable on a GPU too.
+    kw = {"causal": True, "softcap": 2.5, "deterministic": True}
+    o = flash_attention_differentiable(q, k, v, sinks=sinks, **kw)
     do = torch.randn_like(o)
     o.backward(do)
     with torch.no_grad():
         o2, lse = flash_attention(q, k, v, causal=True, softcap=2.5, sinks=sinks)
-        want = flash_attention_backward(
-            q, k, v, o2, lse, do, causal=True, softcap=2.5, sinks=sinks.detach()
-        )
+        want = flash_attention_backward(q, k, v, o2, lse, do, sinks=sinks.detach(), **kw)
     for got, w in zip((q.grad, k.grad, v.grad, sinks.grad), want, strict=True):
         assert torch.equal(got, w)
     # dσ_h = −Σ_i exp(σ_h − LSE_i)·D_i, from the tensors

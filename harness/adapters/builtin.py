@@ -4,8 +4,10 @@ table of every built-in kernel.
 ``recurrence-fa2`` / ``recurrence-fa1``: the numpy online-softmax recurrence (flash arithmetic,
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
 precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and backward (IEEE
-fp32 or tf32 dots for fp32 inputs). The kernels of the ragged layouts are declared in
-:mod:`~flashcheck.harness.adapters.builtin_ragged`, the FP8 kernel in
+fp32 or tf32 dots for fp32 inputs), with the bitwise reproducible two-kernel backward;
+``triton-atomic``: the same forward with the backward's default, fused path (dQ by fp32 atomic
+adds, not bitwise reproducible on a GPU), run only when named. The kernels of the ragged
+layouts are declared in :mod:`~flashcheck.harness.adapters.builtin_ragged`, the FP8 kernel in
 :mod:`~flashcheck.harness.adapters.builtin_fp8`, and what each can run where in
 :mod:`~flashcheck.harness.adapters.availability`; :func:`project_kernels` holds them all.
 """
@@ -123,17 +125,26 @@ def _triton_tf32(q, k, v, *, causal, window, scale, mask=None, softcap=None, sin
 
 
 def _triton_backward(
-    q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False, softcap=None, sinks=None
-):
+    q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False, softcap=None, sinks=None,
+    deterministic=True,
+):  # fmt: skip
     """The Triton FA2 backward, after the Triton forward (for O and LSE); ``(dQ, dK, dV)``, and
-    ``dσ`` after them with sinks."""
+    ``dσ`` after them with sinks. Two-kernel (bitwise reproducible) unless ``deterministic`` is
+    False: campaign results are compared bit for bit across runs and machines."""
     from ...kernels.triton_flash import flash_attention
     from ...kernels.triton_flash_bwd import flash_attention_backward
 
     opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": allow_tf32}
     opts.update(softcap=softcap, sinks=_detached(sinks))
     o, lse = flash_attention(q, k, v, **opts)
-    return flash_attention_backward(q, k, v, o, lse, do, **opts)
+    return flash_attention_backward(q, k, v, o, lse, do, deterministic=deterministic, **opts)
+
+
+def _triton_atomic_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, softcap=None, sinks=None
+):
+    opts = {"causal": causal, "window": window, "scale": scale, "softcap": softcap}
+    return _triton_backward(q, k, v, do, sinks=sinks, deterministic=False, **opts)
 
 
 def _triton_tf32_backward(
@@ -264,5 +275,19 @@ def _triton_kernels() -> dict[str, Kernel]:
             backward_score_limit=BWD_FLASH_SCORES,
             deterministic=True,
             batch_invariant=True,
+        ),
+        # triton's forward; its gradients are the fused backward's, whose dQ sums by atomic
+        # adds in a run-dependent order on a GPU: neither bitwise property is promised.
+        "triton-atomic": Kernel(
+            "triton-atomic",
+            _triton,
+            "flash",
+            api="torch",
+            masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale", "softcap", "sinks"}),
+            check_available=triton_available,
+            backward=_triton_atomic_backward,
+            backward_arithmetic="flash",
+            backward_score_limit=BWD_FLASH_SCORES,
         ),
     }

@@ -30,6 +30,7 @@ from .softmax_options import SOFTMAX_OPTIONS
 __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
+    "NAMED_ONLY",
     "SUITE_KERNELS",
     "as_kernel",
     "builtin_kernels",
@@ -53,6 +54,10 @@ SUITE_KERNELS = (
     "naive-numpy",
     "naive-torch",
 )
+# Built-in kernels a campaign runs only when named: triton-atomic is triton's forward with the
+# fused backward (checked against the oracle by the tests); in every default campaign it would
+# repeat triton's forward work, and its gradients vary run to run on a GPU.
+NAMED_ONLY = frozenset({"triton-atomic"})
 
 
 def builtin_kernels() -> dict[str, Kernel]:

@@ -15,6 +15,9 @@ same
   path is a reference implementation, not the kernel users run), with a causal block mask.
 - ``naive``: what people write by hand: ``softmax(Q·Kᵀ·scale)`` materialized in the input
   dtype (softmax in fp32), then ``·V``.
+- ``triton-atomic``: the backward passes only: ``triton``'s forward with the backward's default,
+  fused path (dQ by fp32 atomic adds inside the dK/dV kernel), beside ``triton``, which times the
+  deterministic two-kernel backward.
 - ``triton+softcap``, ``triton+sinks``: the project's kernel with one softmax option on
   (:data:`BENCH_SOFTCAP`; :func:`bench_sinks`), timed beside plain ``triton`` on the same inputs
   so the option's cost is a ratio of one run (the ``options`` part).
@@ -63,6 +66,8 @@ class Provider:
     backward_arithmetic: str = "unknown"
     build_grad: Callable[[Any, Any, Any, bool], Callable[..., Any]] | None = None
     grad_module: str | None = None  # the module build_grad imports, checked before a run
+    # Another provider's forward with a backward of its own: not run in the forward pass.
+    backward_only: bool = False
     # The softmax options it computes (its outputs are checked against the oracle with them).
     softcap: float | None = None
     sinks: bool = False
@@ -133,11 +138,14 @@ def _triton(tf32: bool, softcap: float | None = None, sinks: bool = False):
     return build
 
 
-def _triton_grad(tf32: bool, softcap: float | None = None, sinks: bool = False):
+def _triton_grad(
+    tf32: bool, softcap: float | None = None, sinks: bool = False, deterministic: bool = True
+):
     def build(q, k, v, causal):
         from ...kernels.triton_flash_bwd import flash_attention_differentiable
 
         opts = _option_kwargs(q, k, softcap, sinks)
+        opts["deterministic"] = deterministic
 
         def fn(q, k, v):
             return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32, **opts)
@@ -230,6 +238,18 @@ PROVIDERS: dict[str, Provider] = {
         backward_arithmetic="flash",
         build_grad=_triton_grad(False),
         grad_module=_TRITON_BWD,
+    ),
+    "triton-atomic": Provider(
+        "triton-atomic",
+        _ALL,
+        256,
+        False,
+        "flash",
+        _triton(False),
+        backward_arithmetic="flash",
+        build_grad=_triton_grad(False, deterministic=False),
+        grad_module=_TRITON_BWD,
+        backward_only=True,
     ),
     "triton-tf32": Provider(
         "triton-tf32",

@@ -171,7 +171,17 @@ def plan(
         and (only_d is None or s.d in only_d)
         and (only_dt is None or s.dtype in only_dt)
     ]
-    return [(replace(s, pass_=ps), p) for ps in passes for s, p in out]
+    return [
+        (replace(s, pass_=ps), kept) for ps in passes for s, p in out if (kept := _for_pass(p, ps))
+    ]
+
+
+def _for_pass(names: tuple[str, ...], pass_: str) -> tuple[str, ...]:
+    """``names`` without the backward-only providers in the forward pass (their forward is
+    another provider's)."""
+    if pass_ != "fwd":
+        return names
+    return tuple(p for p in names if not PROVIDERS[p].backward_only)
 
 
 def _option_shapes(quick: bool, provs: tuple[str, ...]) -> list[tuple[Shape, tuple[str, ...]]]:

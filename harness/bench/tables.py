@@ -54,7 +54,9 @@ def providers(data: BenchResults, keys: list[str]) -> list[str]:
 
 def grid_table(data: BenchResults, keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
     provs = providers(data, keys)
+    fused = "triton-atomic" in provs  # the backward's fused path beside the deterministic one
     head = [name for name, _ in lead] + provs + ["triton / flash", "triton / cuDNN"]
+    head += ["triton-atomic / triton"] if fused else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in keys:
         m, row = data.meta[k], data.shapes[k]
@@ -63,6 +65,8 @@ def grid_table(data: BenchResults, keys: list[str], lead: list[tuple[str, Any]])
             fmt_ratio(ratio(row.get("triton"), row.get("sdpa-flash"))),
             fmt_ratio(ratio(row.get("triton"), row.get("sdpa-cudnn"))),
         ]
+        if fused:
+            cells.append(fmt_ratio(ratio(row.get("triton-atomic"), row.get("triton"))))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -24,10 +24,11 @@ def kernel_device(adapter: Kernel, device: str) -> str:
 
 
 def default_kernels() -> list[str]:
-    """Every built-in kernel of dense attention (the project's and the library adapters)."""
-    from ..adapters.registry import builtin_kernels
+    """Every built-in kernel of dense attention (the project's and the library adapters), but
+    those run only when named (``registry.NAMED_ONLY``)."""
+    from ..adapters.registry import NAMED_ONLY, builtin_kernels
 
-    return [name for name, k in builtin_kernels().items() if _dense(k)]
+    return [name for name, k in builtin_kernels().items() if _dense(k) and name not in NAMED_ONLY]
 
 
 def _dense(kernel: Kernel) -> bool:
