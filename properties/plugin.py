@@ -87,6 +87,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # The suite marks its oracle-heavy properties; registered here too, so that a project whose
     # pytest runs with --strict-markers can collect the suite by --pyargs.
     config.addinivalue_line("markers", "slow: the oracle-heavy properties (-m 'not slow' skips)")
+    config.addinivalue_line(
+        "markers",
+        "layouts(*names): the kernel layouts a property applies to (dense, varlen, paged, "
+        "combine); on a kernel of another layout it is skipped, saying why",
+    )
     specs = kernel_specs(config)
     profile = chosen_profile(config, kernels_given=bool(specs))
     palette = config.getoption("flashcheck_palette")

@@ -5,12 +5,19 @@ named and a replayable case file)."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_flashcheck
 from hypothesis import HealthCheck, given, settings
 
+import flashcheck.properties
 from flashcheck.harness.adapters.probe import resolved
 from flashcheck.harness.adapters.ragged_call import ragged_supports
 from flashcheck.harness.cases.ragged_variants import owned_slots
@@ -85,3 +92,65 @@ def test_ragged_cases_say_how_to_fix_a_wrong_call(user):
     with pytest.raises(ValueError, match="max_batch is a positive int"):
         ragged_cases(user.varlen_ok, max_batch=0)
     assert attention_cases is not None  # exported side by side
+
+
+def _suite(tmp_path, *args):
+    """`flashcheck test ARGS` from a folder holding user_layouts.py, as a user runs it."""
+    shutil.copy(USER / "user_layouts.py", tmp_path)
+    out = run_flashcheck(["test", *args], cwd=tmp_path)
+    return out.returncode, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_the_correct_ragged_kernels_pass_the_suite_through_the_plugin(tmp_path):
+    # The three layouts in one pytest run (the plugin, as a project's own pytest loads it).
+    shutil.copy(USER / "user_layouts.py", tmp_path)
+    suite = Path(flashcheck.properties.__file__).parent / "suite.ini"
+    kernels = [f"user_layouts:{k}" for k in ("varlen_ok", "paged_ok", "combine_ok")]
+    args = [sys.executable, "-m", "pytest", "--pyargs", "flashcheck.properties", "-c", str(suite)]
+    args += ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", "-v"]
+    args += [x for k in kernels for x in ("--flashcheck-kernel", k)]
+    args += ["--flashcheck-dtype", "fp16"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    ran = {
+        "varlen_ok": ("error_within_bounds_per_sequence", "sequence_independence", "batch_inv"),
+        "paged_ok": ("error_within_bounds_per_sequence", "page_independence", "batch_inv"),
+        "combine_ok": ("error_within_bounds_per_sequence",),
+    }
+    for kern, tests in ran.items():
+        for test in tests:
+            assert re.search(rf"test_ragged_{test}\w*\[user_layouts:{kern}-fp16\] PASSED", text)
+    # The dense properties are not applicable, and say so; none passes on a ragged kernel.
+    assert "is a varlen kernel: this property applies to dense (B, H, N, d) kernels" in text
+    assert "is a split-KV merge: this property applies to varlen kernels and paged" in text
+    assert not re.search(r"test_(structure|accuracy|gradients)\.py\S+ PASSED", text), text
+    assert "batch-invariant: yes, bitwise over" in text  # measured on varlen_ok and paged_ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kernel", "failed", "named"),
+    [
+        ("varlen_one_past", "accuracy", "one past the sequence's end"),
+        ("combine_nan_when_empty", "accuracy", "every split is empty (lse = −inf) give NaN"),
+        ("paged_whole_page", "page-independence", "it reads slots past cache_seqlens"),
+    ],
+)
+def test_a_ragged_bug_class_fails_the_suite_with_its_bug_named(tmp_path, kernel, failed, named):
+    # -x: the first failing property is enough (and the cheapest); the paged kernel's NaN
+    # fails accuracy too, but page independence is the property that names its bug.
+    only = ["-k", "page_independence"] if failed == "page-independence" else []
+    code, text = _suite(tmp_path, f"user_layouts:{kernel}", "--dtype", "fp32", "--", "-x", *only)
+    assert code == 1, text
+    assert named in text, text
+    found = re.search(rf"FAILED test_ragged_\w+: {failed}: .*\n\s+flashcheck replay (\w+)", text)
+    assert found, text
+    if failed == "page-independence":
+        # The saved case replays from its file alone: the property fails again, the same way.
+        again = run_flashcheck(["replay", found.group(1)], cwd=tmp_path)
+        out = again.stdout + again.stderr
+        assert again.returncode == 1, out
+        assert "property page-independence: FAIL" in out and "(same verdict)" in out, out
