@@ -5,6 +5,9 @@
   the oracle and its bounds as the dense case it is, and the worst sequence decides (a merge:
   against the merge oracle and its bounds). The failure names the bug class where the
   output's pattern points at one.
+- Gradients per sequence (varlen kernels with a backward): each sequence's dQ, dK, dV against
+  the gradient oracle and bounds as the dense gradient check judges them, and exact zeros for
+  a sequence with no query rows or no keys.
 - Sequence independence: a sequence's bits do not change when every other sequence's inputs
   are drawn again.
 - Page independence (paged): moving the pages in the pool, and 0 instead of NaN in the slots
@@ -13,6 +16,7 @@
   kernel and a failure only for a kernel declared ``batch_invariant=True``.
 
 The checks are the report campaign's (:mod:`flashcheck.harness.checks.ragged`,
+:mod:`~flashcheck.harness.checks.ragged_gradients`,
 :mod:`flashcheck.harness.checks.ragged_properties`), so a case the suite saves replays with
 ``flashcheck replay`` as a campaign's does. A draw a property finds nothing to compare on (a
 kernel that does not reproduce its own bits, a batch of one) is rejected, never a pass.
@@ -28,6 +32,10 @@ from flashcheck.harness.adapters.ragged_call import ragged_supports
 from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT
 from flashcheck.harness.checks.ragged import check_ragged_case, format_ragged_check
 from flashcheck.harness.checks.ragged_diagnosis import diagnose_ragged
+from flashcheck.harness.checks.ragged_gradients import (
+    check_varlen_gradients,
+    varlen_backward_supports,
+)
 from flashcheck.harness.checks.ragged_properties import RAGGED_PROPERTIES
 from flashcheck.harness.core.status import Status
 from flashcheck.properties.assertions import fail
@@ -76,6 +84,27 @@ def test_ragged_error_within_bounds_per_sequence(
         text = "\n" + "\n".join([*found, format_ragged_check(res)])
         summary = "; ".join([*found[:1], *res.reasons[:1]]) or str(res.verdict)
         fail(case, kern.name, dev, "accuracy", text, res.as_dict(), summary=summary)
+
+
+@pytest.mark.slow
+@pytest.mark.layouts("varlen")
+@_examples(8)
+@given(data=st.data())
+def test_ragged_gradients_within_bounds_per_sequence(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    if kern.backward is None:
+        pytest.skip(f"{kern.name} declares no backward (its contract)")
+    case = _draw(kern, dtype, dev, data)
+    assume(varlen_backward_supports(kern, case) is None)
+    res = run_or_fail(
+        kern, case, dev, "gradients", lambda: check_varlen_gradients(kern, case, device=dev)
+    )
+    if not res.passed:
+        summary = res.reasons[0] if res.reasons else str(res.verdict)
+        # No accuracy verdict to record: the replay runs the gradient check again.
+        fail(case, kern.name, dev, "gradients", f"\n{res}", None, summary=summary)
 
 
 def _property(name, kern, dtype, dev, data, *, measured: str | None = None):

@@ -1,7 +1,7 @@
 """The property suite on kernels of ragged layouts: the strategy ``ragged_cases`` draws inside a
-kernel's layout and contract, and `flashcheck test` run as a user runs it on the kernels of
-tests/user/user_layouts.py (the correct ones pass, each planted bug class fails with its bug
-named and a replayable case file)."""
+kernel's layout and contract, and `flashcheck test` (and the plugin) run as a user runs them on
+the kernels of tests/user/user_layouts.py and user_varlen_grads.py (the correct ones pass, each
+planted bug class fails with its bug named and a replayable case file)."""
 
 from __future__ import annotations
 
@@ -102,11 +102,14 @@ def _suite(tmp_path, *args):
 
 
 @pytest.mark.slow
-def test_the_correct_ragged_kernels_pass_the_suite_through_the_plugin(tmp_path):
-    # The three layouts in one pytest run (the plugin, as a project's own pytest loads it).
-    shutil.copy(USER / "user_layouts.py", tmp_path)
+def test_the_plugin_passes_the_correct_ragged_kernels_and_fails_a_backward_bug(tmp_path):
+    # Every layout in one pytest run (the plugin, as a project's own pytest loads it): the
+    # correct kernels pass, a varlen backward that sums one row past its sequence fails.
+    for name in ("user_layouts.py", "user_varlen_grads.py"):
+        shutil.copy(USER / name, tmp_path)
     suite = Path(flashcheck.properties.__file__).parent / "suite.ini"
     kernels = [f"user_layouts:{k}" for k in ("varlen_ok", "paged_ok", "combine_ok")]
+    kernels += [f"user_varlen_grads:{k}" for k in ("varlen_autograd", "varlen_bwd_neighbour_row")]
     args = [sys.executable, "-m", "pytest", "--pyargs", "flashcheck.properties", "-c", str(suite)]
     args += ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", "-v"]
     args += [x for k in kernels for x in ("--flashcheck-kernel", k)]
@@ -114,18 +117,24 @@ def test_the_correct_ragged_kernels_pass_the_suite_through_the_plugin(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
     out = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     text = out.stdout + out.stderr
-    assert out.returncode == 0, text
+    assert out.returncode == 1, text
+    acc, grads = "error_within_bounds_per_sequence", "gradients_within_bounds_per_sequence"
     ran = {
-        "varlen_ok": ("error_within_bounds_per_sequence", "sequence_independence", "batch_inv"),
-        "paged_ok": ("error_within_bounds_per_sequence", "page_independence", "batch_inv"),
-        "combine_ok": ("error_within_bounds_per_sequence",),
+        "user_layouts:varlen_ok": (acc, "sequence_independence", "batch_invariance"),
+        "user_layouts:paged_ok": (acc, "page_independence", "batch_invariance"),
+        "user_layouts:combine_ok": (acc,),
+        "user_varlen_grads:varlen_autograd": (acc, grads, "sequence_independence"),
     }
     for kern, tests in ran.items():
         for test in tests:
-            assert re.search(rf"test_ragged_{test}\w*\[user_layouts:{kern}-fp16\] PASSED", text)
+            assert re.search(rf"test_ragged_{test}\[{kern}-fp16\] PASSED", text), (test, text)
+    failed = re.findall(r"test_ragged_(\w+)\[([\w:]+)-fp16\] FAILED", text)
+    assert failed == [(grads, "user_varlen_grads:varlen_bwd_neighbour_row")], text
+    assert re.search(r"FAILED \w+: gradients: sequence \d .*dK\[.*\n\s+flashcheck replay", text)
     # The dense properties are not applicable, and say so; none passes on a ragged kernel.
     assert "is a varlen kernel: this property applies to dense (B, H, N, d) kernels" in text
     assert "is a split-KV merge: this property applies to varlen kernels and paged" in text
+    assert "declares no backward (its contract)" in text
     assert not re.search(r"test_(structure|accuracy|gradients)\.py\S+ PASSED", text), text
     assert "batch-invariant: yes, bitwise over" in text  # measured on varlen_ok and paged_ok
 
