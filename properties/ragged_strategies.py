@@ -90,7 +90,7 @@ def _options(draw: Any, kern: Any, *, window: bool) -> dict[str, Any]:
 @st.composite
 def _varlen(draw: Any, kern: Any, dtype: str, max_len: int, max_batch: int) -> RaggedCase:
     lens = ragged_lengths(max_len)
-    nq = draw(st.lists(lens, min_size=1, max_size=max_batch), label="lengths_q")
+    nq = draw(st.lists(lens, min_size=1, max_size=max_batch))
     nk = [draw(lens) for _ in nq] if kern.unequal_lengths else list(nq)
     d, dv = _dims(draw, kern)
     return varlen_case(
@@ -109,7 +109,7 @@ def _varlen(draw: Any, kern: Any, dtype: str, max_len: int, max_batch: int) -> R
 def _paged(draw: Any, kern: Any, dtype: str, max_len: int, max_batch: int) -> RaggedCase:
     # A pool of no pages is no cache: at least one sequence holds a key.
     caches = st.lists(ragged_lengths(2 * max_len), min_size=1, max_size=max_batch)
-    seqlens = draw(caches.filter(lambda lens: max(lens) > 0), label="cache_seqlens")
+    seqlens = draw(caches.filter(lambda lens: max(lens) > 0))
     d, dv = _dims(draw, kern)
     case = paged_case(
         seqlens,

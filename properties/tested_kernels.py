@@ -136,19 +136,27 @@ def kernel_layout_of(kernel: Any) -> str:
     return "combine" if kernel.op == "combine" else kernel.layout
 
 
-def layouts_of_test(item: Any) -> tuple[str, ...] | None:
-    """The kernel layouts a test applies to (``dense``, ``varlen``, ``paged``, ``combine``):
-    its ``layouts`` marker's arguments; ``None`` (every layout) for a test without one."""
-    mark = item.get_closest_marker("layouts")
-    return None if mark is None else tuple(mark.args)
-
-
 _LAYOUT_WORDS = {
     "dense": "dense (B, H, N, d) kernels",
     "varlen": "varlen kernels",
     "paged": "paged kernels",
     "combine": "split-KV merges",
 }
+
+
+def layouts_of_test(item: Any) -> tuple[str, ...] | None:
+    """The kernel layouts a test applies to (``dense``, ``varlen``, ``paged``, ``combine``):
+    its ``layouts`` marker's arguments; ``None`` (every layout) for a test without one."""
+    mark = item.get_closest_marker("layouts")
+    if mark is None:
+        return None
+    bad = [x for x in mark.args if x not in _LAYOUT_WORDS]
+    if bad or not mark.args:
+        raise pytest.UsageError(
+            f"{item.name}: @pytest.mark.layouts takes one or more of "
+            f"{', '.join(_LAYOUT_WORDS)}, got {mark.args!r}"
+        )
+    return tuple(mark.args)
 
 
 def _listed(words: list[str]) -> str:
@@ -162,7 +170,7 @@ def _other_layout(spec: str, kernel: Any, takes: tuple[str, ...]) -> str | None:
         return None
     what = "a split-KV merge" if layout == "combine" else f"a {layout} kernel"
     return (
-        f"{spec} is {what}: this property applies to "
+        f"{spec} is {what}: this test applies to "
         f"{_listed([_LAYOUT_WORDS.get(t, t) for t in takes])} only"
     )
 

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import flashcheck.properties
 from flashcheck.harness.adapters.probe import resolved
 from flashcheck.harness.adapters.ragged_call import ragged_supports
 from flashcheck.harness.cases.ragged_variants import owned_slots
+from flashcheck.properties.tested_kernels import layouts_of_test
 from flashcheck.strategies import attention_cases, ragged_cases
 
 USER = Path(__file__).parent / "user"
@@ -132,8 +134,8 @@ def test_the_plugin_passes_the_correct_ragged_kernels_and_fails_a_backward_bug(t
     assert failed == [(grads, "user_varlen_grads:varlen_bwd_neighbour_row")], text
     assert re.search(r"FAILED \w+: gradients: sequence \d .*dK\[.*\n\s+flashcheck replay", text)
     # The dense properties are not applicable, and say so; none passes on a ragged kernel.
-    assert "is a varlen kernel: this property applies to dense (B, H, N, d) kernels" in text
-    assert "is a split-KV merge: this property applies to varlen kernels and paged" in text
+    assert "is a varlen kernel: this test applies to dense (B, H, N, d) kernels" in text
+    assert "is a split-KV merge: this test applies to varlen kernels and paged" in text
     assert "declares no backward (its contract)" in text
     assert not re.search(r"test_(structure|accuracy|gradients)\.py\S+ PASSED", text), text
     assert "batch-invariant: yes, bitwise over" in text  # measured on varlen_ok and paged_ok
@@ -163,3 +165,15 @@ def test_a_ragged_bug_class_fails_the_suite_with_its_bug_named(tmp_path, kernel,
         out = again.stdout + again.stderr
         assert again.returncode == 1, out
         assert "property page-independence: FAIL" in out and "(same verdict)" in out, out
+
+
+def test_the_layouts_marker_names_known_layouts():
+    def item(*args):
+        mark = None if args == (None,) else pytest.mark.layouts(*args).mark
+        return SimpleNamespace(name="t", get_closest_marker=lambda name: mark)
+
+    assert layouts_of_test(item(None)) is None  # unmarked: every layout
+    assert layouts_of_test(item("varlen", "paged")) == ("varlen", "paged")
+    for bad in [(), ("ragged",)]:
+        with pytest.raises(pytest.UsageError, match="takes one or more of dense, varlen"):
+            layouts_of_test(item(*bad))
