@@ -12,6 +12,8 @@ import os
 from typing import Any, NoReturn
 
 from ..harness.cases.case import Case
+from ..harness.cases.ragged import RaggedCase
+from ..harness.cases.ragged_store import save_ragged_case
 from ..harness.cases.store import save_case
 from ..harness.checks.accuracy import CheckResult, check, format_check
 from .plugin import RUN_CONTEXT, final_example
@@ -40,25 +42,27 @@ class AttentionMismatch(AssertionError):
 
 
 def save_failure(
-    case: Case,
+    case: Case | RaggedCase,
     kernel: str,
     device: str,
     verdict: dict[str, Any] | None,
     prop: str,
     directory: str | os.PathLike | None = None,
 ) -> str | None:
-    """Save the case of a failing property (the final Hypothesis example only); its id."""
+    """Save the case of a failing property (the final Hypothesis example only), dense or
+    ragged (the file ``flashcheck replay`` reads for each); its id."""
     if not final_example():
         return None
     ctx = dict(RUN_CONTEXT)
     ctx["property"] = prop
-    return save_case(
+    save = save_ragged_case if isinstance(case, RaggedCase) else save_case
+    return save(
         case, kernel=kernel, device=device, verdict=verdict, context=ctx, directory=directory
     )
 
 
 def fail(
-    case: Case,
+    case: Case | RaggedCase,
     kernel: str,
     device: str,
     prop: str,

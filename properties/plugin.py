@@ -13,7 +13,9 @@ for it. What it adds:
   :class:`~flashcheck.harness.adapters.adapter.Kernel` whose contract is known, probed if it was
   not declared) and ``flashcheck_dtype``; a test that requests them runs once per kernel under
   test and dtype of its contract, and is skipped, with the reason, where one cannot run here.
-  ``flashcheck_device`` is the device the kernel runs on.
+  ``flashcheck_device`` is the device the kernel runs on. A test marked
+  ``@pytest.mark.layouts("varlen", "paged", ...)`` runs only on kernels of those layouts
+  (``dense``, ``varlen``, ``paged``, ``combine``); on another kernel it is skipped, saying why.
 - The header of a flashcheck run prints the Hypothesis profile and seed and each kernel's
   contract; :data:`RUN_CONTEXT` carries the seed and profile into saved case files.
 
@@ -87,6 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # The suite marks its oracle-heavy properties; registered here too, so that a project whose
     # pytest runs with --strict-markers can collect the suite by --pyargs.
     config.addinivalue_line("markers", "slow: the oracle-heavy properties (-m 'not slow' skips)")
+    config.addinivalue_line(
+        "markers",
+        "layouts(*names): the kernel layouts a property applies to (dense, varlen, paged, "
+        "combine); on a kernel of another layout it is skipped, saying why",
+    )
     specs = kernel_specs(config)
     profile = chosen_profile(config, kernels_given=bool(specs))
     palette = config.getoption("flashcheck_palette")

@@ -34,6 +34,7 @@ from ..harness.cases.families import (
     make_case,
 )
 from ..harness.cases.softmax_families import CAP_FACTORS, SINK_OFFSETS, with_softmax_options
+from .ragged_strategies import ragged_cases
 
 __all__ = [
     "FAMILIES",
@@ -43,6 +44,7 @@ __all__ = [
     "contract_limits",
     "lengths",
     "make_case",
+    "ragged_cases",
     "recipes",
 ]
 

@@ -25,6 +25,8 @@ _SUITE = Path(__file__).resolve().parent
 _FIRST = (
     ("test_batch_and_head_independence", 0),
     ("test_structure", 1),
+    ("test_ragged_error", 2),
+    ("test_ragged", 1),
     ("test_accuracy", 2),
     ("test_gradients", 3),
 )

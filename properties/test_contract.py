@@ -5,6 +5,10 @@ probe cannot be judged at all, which is a failure of the kernel, not a reason to
 the suite.
 """
 
+import pytest
+
+pytestmark = pytest.mark.layouts("dense", "varlen", "paged", "combine")
+
 
 def test_kernel_runs_on_some_input(flashcheck_kernel):
     kern = flashcheck_kernel

@@ -34,7 +34,8 @@ from flashcheck.properties.strategies import FAMILIES
 from flashcheck.properties.support import case_strategy, fewer, no_target_phase_in_ci, run_or_fail
 
 # Every example calls the gradient oracle (10-30 s per kernel and dtype under the ci profile).
-pytestmark = pytest.mark.slow
+# Dense (B, H, N, d) inputs: on a kernel of another layout each is skipped, saying why.
+pytestmark = [pytest.mark.slow, pytest.mark.layouts("dense")]
 
 FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 

@@ -16,7 +16,9 @@ __all__ = [
     "KERNELS",
     "PROBE_TIMEOUT",
     "kernel_device",
+    "kernel_layout_of",
     "kernel_specs",
+    "layouts_of_test",
     "palette_size",
     "parametrize_kernels",
     "preferred_device",
@@ -128,6 +130,51 @@ def _builtin_suite() -> tuple[str, ...]:
     return SUITE_KERNELS
 
 
+def kernel_layout_of(kernel: Any) -> str:
+    """The inputs a kernel takes: ``"dense"``, ``"varlen"``, ``"paged"`` or ``"combine"`` (a
+    split-KV merge)."""
+    return "combine" if kernel.op == "combine" else kernel.layout
+
+
+_LAYOUT_WORDS = {
+    "dense": "dense (B, H, N, d) kernels",
+    "varlen": "varlen kernels",
+    "paged": "paged kernels",
+    "combine": "split-KV merges",
+}
+
+
+def layouts_of_test(item: Any) -> tuple[str, ...] | None:
+    """The kernel layouts a test applies to (``dense``, ``varlen``, ``paged``, ``combine``):
+    its ``layouts`` marker's arguments; ``None`` (every layout) for a test without one."""
+    mark = item.get_closest_marker("layouts")
+    if mark is None:
+        return None
+    bad = [x for x in mark.args if x not in _LAYOUT_WORDS]
+    if bad or not mark.args:
+        raise pytest.UsageError(
+            f"{item.name}: @pytest.mark.layouts takes one or more of "
+            f"{', '.join(_LAYOUT_WORDS)}, got {mark.args!r}"
+        )
+    return tuple(mark.args)
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _other_layout(spec: str, kernel: Any, takes: tuple[str, ...]) -> str | None:
+    """Why a property for ``takes`` layouts does not apply to ``kernel``, or ``None``."""
+    layout = kernel_layout_of(kernel)
+    if layout in takes:
+        return None
+    what = "a split-KV merge" if layout == "combine" else f"a {layout} kernel"
+    return (
+        f"{spec} is {what}: this test applies to "
+        f"{_listed([_LAYOUT_WORDS.get(t, t) for t in takes])} only"
+    )
+
+
 def parametrize_kernels(metafunc: pytest.Metafunc) -> None:
     """Parametrize a test that requests ``flashcheck_kernel`` (and ``flashcheck_dtype``): one
     item per kernel under test (and dtype of its contract, narrowed by
@@ -137,8 +184,15 @@ def parametrize_kernels(metafunc: pytest.Metafunc) -> None:
     kernels = metafunc.config.stash.get(KERNELS, {})
     with_dtype = "flashcheck_dtype" in metafunc.fixturenames
     wanted = metafunc.config.getoption("flashcheck_dtypes")
+    takes = layouts_of_test(metafunc.definition)
     params = []
     for spec, kern in kernels.items():
+        why = None if takes is None else _other_layout(spec, kern, takes)
+        if why is not None:  # the property does not apply: one skipped item says why
+            skip = pytest.mark.skip(reason=why)
+            param = (spec, None) if with_dtype else (spec,)
+            params.append(pytest.param(*param, marks=skip, id=f"{spec}-n/a"))
+            continue
         if not with_dtype:
             params.append(pytest.param(spec, id=spec))
             continue

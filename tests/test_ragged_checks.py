@@ -255,7 +255,7 @@ def test_probing_a_ragged_kernel_finds_its_contract(user):
     assert paged.gqa and paged.masks == {"causal"} and paged.options == {"causal", "scale"}
 
 
-def test_dense_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_by_name(
+def test_dense_campaigns_leave_ragged_kernels_out_and_refuse_them_by_name(
     tmp_path, monkeypatch, capsys
 ):
     from flashcheck.harness.cli import main
@@ -270,8 +270,7 @@ def test_dense_campaigns_and_the_suite_leave_ragged_kernels_out_and_refuse_them_
     monkeypatch.chdir(tmp_path)
     assert main(["report", "--kernel", "recurrence-varlen", "--kernel", "naive-numpy"]) == 2
     assert "not both: run two reports" in capsys.readouterr().err
-    assert main(["test", "split-kv-combine"]) == 2
-    assert "split-kv-combine is a split-KV merge: the property suite" in capsys.readouterr().err
+    # (The property suite takes them: its ragged properties, tests/test_ragged_suite.py.)
 
 
 def test_a_ragged_case_refuses_what_its_layout_does_not_hold():

@@ -53,7 +53,8 @@ def replay_ragged(
     why = adapter.unavailable(case.dtype, dev)
     if why:
         raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
-    echo(f"case {record['id']} (saved by accuracy, on {recorded_dev}): {case.describe()}")
+    prop = (record.get("context") or {}).get("property") or "accuracy"
+    echo(f"case {record['id']} (saved by {prop}, on {recorded_dev}): {case.describe()}")
     res = check_ragged_case(adapter, case, device=dev)
     verdict = str(res.verdict)
     echo(format_ragged_check(res))
