@@ -11,20 +11,24 @@ fp32, so P is recomputed with exp2 from the forward's natural-log LSE):
             dV += (Pᵀ rounded to the input dtype)·dO       fp32 accumulator
             dPᵀ = v·dOᵀ,  dSᵀ = Pᵀ∘(dPᵀ − D)               fp32
             dK += (dSᵀ rounded to the input dtype)·q       fp32 accumulator
-            dQ += (dSᵀ rounded)ᵀ·k       fp32 atomic add (deterministic=False, the default)
+            dQ += (dSᵀ rounded)ᵀ·k       fp32 atomic add (deterministic=False only)
         dK *= scale;  after the kernel: dQ = (fp32 dQ · scale) rounded to the input dtype
-    dQ kernel (deterministic=True instead of the atomic add), one program per block of
+    dQ kernel (deterministic=True, the default, instead of the atomic add), one program per block of
     BLOCK_M query rows of one (batch, q head):
         for each live block of BLOCK_N keys: S, P, dP, dS as above (same expressions);
             dQ += (dS rounded to the input dtype)·k        fp32 accumulator
         dQ *= scale
 
 Two algorithms for dQ, the same arithmetic class and bound (an fp32 sum of the same rounded
-``dS·k`` terms, scaled and rounded once): the default, FlashAttention-2's one-kernel design,
-computes S and dP once per (key block, row block), 5 block products, and adds each key block's
-share of dQ into an fp32 buffer with atomic adds, whose order on a GPU depends on scheduling, so
-dQ is not bitwise reproducible run to run. ``deterministic=True`` runs the second kernel, which
-recomputes S and dP (7 block products in all) and sums dQ in a fixed order: bitwise reproducible.
+``dS·k`` terms, scaled and rounded once). ``deterministic=True``, the default, runs the second
+kernel, which recomputes S and dP (7 block products in all) and sums dQ in a fixed order: bitwise
+reproducible. ``deterministic=False`` is FlashAttention-2's one-kernel design: S and dP once per
+(key block, row block), 5 block products, each key block's share of dQ added into an fp32 buffer
+with atomic adds, whose order on a GPU depends on scheduling, so dQ is not bitwise reproducible
+run to run. Despite the fewer products it measured slower on an H100 (bf16, d = 64 and 128,
+N = 1K-16K: 0.65-0.85x the two-kernel path's speed): the atomic adds of one fp32 dQ tile per
+block pair cost about what the second kernel's products do, and they are not overlapped with
+the products here. Hence the default, unlike FlashAttention's.
 
 This is the arithmetic of ``kernels/recurrence.py``'s ``online_attention_backward`` with the flash
 policy (backward class "flash", docs/error-bounds.md §11): q and k enter the dots unscaled, the
@@ -530,7 +534,7 @@ def _scaled_dq(acc: torch.Tensor, sm_scale: float, dtype: torch.dtype) -> torch.
 
 def launch_backward(
     q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None, softcap=None,
-    sinks=None, deterministic=False,
+    sinks=None, deterministic=True,
 ):  # fmt: skip
     """Launch the backward on tensors :func:`flash_attention_backward` has already checked
     (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` and
@@ -607,7 +611,7 @@ def flash_attention_backward(
     allow_tf32: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
-    deterministic: bool = False,
+    deterministic: bool = True,
 ) -> tuple[Any, ...]:
     """FlashAttention-2 backward of ``O = softmax(scale·QKᵀ + mask)·V`` for the upstream ``dO``.
 
@@ -625,19 +629,20 @@ def flash_attention_backward(
     ``dS`` is multiplied by the slope ``1 − tanh²(s/c)`` (tanh recomputed); with sinks, the
     result gains ``dσ_h = −Σ_{b,i} exp(σ_h − LSE_i)·D_i`` (float32, ``(Hq,)``) after dV.
 
-    ``deterministic=False`` (the default, as in FlashAttention): dQ = scale·Σ_blocks dS·K is
+    ``deterministic=True`` (the default): a second kernel recomputes S and dP per row block and
+    sums dQ in a fixed order; repeated calls are bitwise identical. ``deterministic=False``
+    (FlashAttention's default, slower here: see the module docstring): dQ = scale·Σ_blocks dS·K is
     summed inside the dK/dV kernel with fp32 atomic adds, one per (key block, row block), then
     scaled and rounded once: S and dP are computed once per block pair (5 block products, not
     7), at the cost of an fp32 ``B·Hq·Nq·d`` buffer. On a GPU the adds land in a run-dependent
     order, so dQ's last bits may differ between identical calls; its error bound does not (an
     fp32 sum of the same terms). Past d = 128 dQ comes from the second kernel either way.
-    ``deterministic=True``: a second kernel recomputes S and dP per row block and sums dQ in a
-    fixed order; repeated calls are bitwise identical. dK, dV are bitwise reproducible on both.
+    dK, dV are bitwise reproducible on both.
     """
     if not isinstance(deterministic, bool):
         raise ValueError(
-            "deterministic must be True (bitwise reproducible dQ, a second kernel) or False "
-            f"(dQ by atomic adds, the default), got {deterministic!r}"
+            "deterministic must be True (bitwise reproducible dQ, a second kernel; the default) or "
+            f"False (dQ by atomic adds), got {deterministic!r}"
         )
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
     cap, sinks = check_options(q, softcap, sinks)
@@ -676,7 +681,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, causal, window, scale, allow_tf32, softcap=None, sinks=None,
-        deterministic=False,
+        deterministic=True,
     ):  # fmt: skip
         window, sc = check_inputs(q, k, v, window=window, scale=scale)
         cap, sinks = check_options(q, softcap, sinks)
@@ -705,15 +710,15 @@ def flash_attention_differentiable(
     allow_tf32: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
-    deterministic: bool = False,
+    deterministic: bool = True,
 ) -> Any:
     """``O`` of :func:`flashcheck.kernels.triton_flash.flash_attention` (same arguments), with
     gradients to ``q``, ``k``, ``v`` (and ``sinks``) through :func:`flash_attention_backward`
     (``deterministic`` as there)."""
     if not isinstance(deterministic, bool):
         raise ValueError(
-            "deterministic must be True (bitwise reproducible dQ) or False (dQ by atomic adds, "
-            f"the default), got {deterministic!r}"
+            "deterministic must be True (bitwise reproducible dQ, the default) or False (dQ by "
+            f"atomic adds), got {deterministic!r}"
         )
     return FlashAttentionFunction.apply(
         q, k, v, causal, window, scale, allow_tf32, softcap, sinks, deterministic
