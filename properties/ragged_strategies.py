@@ -21,9 +21,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..harness.adapters.probe import resolved
-from ..harness.adapters.ragged_call import kernel_layout
+from ..harness.adapters.ragged_call import head_dim_for, kernel_layout
 from ..harness.adapters.registry import as_kernel
-from ..harness.campaign.ragged_campaign import head_dim_for
 from ..harness.cases.case import DTYPES
 from ..harness.cases.ragged import RaggedCase
 from ..harness.cases.ragged_families import family_cases

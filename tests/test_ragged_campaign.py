@@ -82,7 +82,7 @@ def test_families_are_deterministic_and_hold_what_they_promise():
 
 
 def test_families_fit_a_kernel_without_gqa_or_with_other_head_dims(user):
-    from flashcheck.harness.campaign.ragged_campaign import head_dim_for
+    from flashcheck.harness.adapters.ragged_call import head_dim_for
 
     for layout in ("varlen", "paged"):
         for case in family_cases(layout, "fp16", seed=0, preset="cpu", d=64, gqa=False):

@@ -31,7 +31,14 @@ from .adapter import (
 from .kernel_call import ieee_quiet
 from .kernel_output import lse_to_f64
 
-__all__ = ["call_ragged", "kernel_layout", "ragged_output", "ragged_supports", "shapes"]
+__all__ = [
+    "call_ragged",
+    "head_dim_for",
+    "kernel_layout",
+    "ragged_output",
+    "ragged_supports",
+    "shapes",
+]
 
 
 def kernel_layout(kernel: Kernel) -> str:
@@ -169,3 +176,14 @@ def ragged_output(kernel: Kernel, case: RaggedCase, call: KernelCall) -> KernelO
     if case.layout == "combine" and lse64 is None:
         raise KernelOutputError(f"{kernel.name}: a merge returns (O, LSE), got O alone")
     return KernelOutput(o64, lse64, o_dtype)
+
+
+def head_dim_for(adapter: Kernel, want: int) -> int:
+    """``want`` if the kernel takes that head dim, else the closest one it takes (the
+    smallest above, else the largest): the families are drawn inside its contract."""
+    if adapter.head_dims is None:
+        return min(want, adapter.max_head_dim)
+    if want in adapter.head_dims:
+        return want
+    above = [d for d in adapter.head_dims if d > want]
+    return min(above) if above else max(adapter.head_dims)

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from ..adapters.adapter import Kernel
 from ..adapters.outcome import call_kernel
-from ..adapters.ragged_call import kernel_layout, ragged_supports
+from ..adapters.ragged_call import head_dim_for, kernel_layout, ragged_supports
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_families import family_cases, sizes_for
 from ..cases.ragged_store import save_ragged_case
@@ -47,18 +47,7 @@ from .executor import Executor
 from .ragged_pool import RaggedReferences
 from .ragged_records import RaggedResult
 
-__all__ = ["RaggedCampaign", "checks_of", "head_dim_for"]
-
-
-def head_dim_for(adapter: Kernel, want: int) -> int:
-    """``want`` if the kernel takes that head dim, else the closest one it takes (the
-    smallest above, else the largest): the families are drawn inside its contract."""
-    if adapter.head_dims is None:
-        return min(want, adapter.max_head_dim)
-    if want in adapter.head_dims:
-        return want
-    above = [d for d in adapter.head_dims if d > want]
-    return min(above) if above else max(adapter.head_dims)
+__all__ = ["RaggedCampaign", "checks_of"]
 
 
 def checks_of(layout: str, *, gradients: bool = False) -> tuple[str, ...]:
