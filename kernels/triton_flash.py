@@ -77,7 +77,7 @@ _LN2 = 0.6931471805599453
 # tanh(a)/a = P(a²) on 0 ≤ a < 1 (degree 6, P(0) = 1 exactly) and 2/(1 + e) = F(e) on
 # 0 ≤ e ≤ e^-2 (degree 4), so that tanh(a) = 1 − e·F(e) with e = exp(−2a) for a ≥ 1. Max
 # error over every fp32 argument in [2^-20, 10], against float64 tanh, with exp2 off by up to
-# ±2^-22.5 (ex2.approx.f32) and with or without fused multiply-adds: 2.67·2^-24 relative
+# ±2^-22.5 (ex2.approx.f32) and with or without fused multiply-adds: 2.74·2^-24 relative
 # below 1, 2.79·2^-24 above; within the 4·2^-24 the bounds assume for tanh
 # (docs/error-bounds.md, assumption A3). tests/test_tanh_fp32.py measures it.
 TANH_SMALL = (
