@@ -103,6 +103,10 @@ def test_model_matches_the_kernel_bit_for_bit():
     _kernel[(triton.cdiv(x.size, 4096),)](torch.from_numpy(x), y, x.size, BLOCK=4096)
     want = model(x, fused=False)
     assert np.array_equal(y.numpy().view(np.int32), want.view(np.int32))
+    # The comparison sees a one-ulp change of the linear coefficient of either polynomial.
+    for name, coeffs in (("small", TANH_SMALL), ("big", TANH_BIG)):
+        nudged = (coeffs[0], np.nextafter(F32(coeffs[1]), F32(0)), *coeffs[2:])
+        assert not np.array_equal(y.numpy(), model(x, fused=False, **{name: nudged}))
 
 
 @triton.jit
@@ -158,3 +162,19 @@ def test_ptx_count_classes_and_loops():
     assert "| x | 1 | 9.50 | 0.50 | 7.50 | 0.50 | 0 | 0 | 1 |" in table
     assert pc.classify("tanh.approx.f32") == "mufu"
     assert pc.classify("mul.rn.bf16x2") == "other"
+
+
+def test_the_speed_script_restores_the_old_tanh_and_nothing_else():
+    """benchmarks/gpu_softcap_speed.py times the forward with the tanh before the change: its
+    copy of the kernel module differs in that function only."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_softcap_speed.py"
+    spec = importlib.util.spec_from_file_location("gpu_softcap_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (path.parents[1] / "kernels" / "triton_flash.py").read_text()
+    old = mod.old_source(text)
+    assert "(1.0 - e) / (1.0 + e)" in old and "(1.0 - e) / (1.0 + e)" not in text
+    cut = text.index("@triton.jit\ndef tanh_fp32(")
+    assert old[:cut] == text[:cut]
+    tail = text.index("@triton.jit\ndef _option_logits(")
+    assert old.endswith(text[tail:])
