@@ -214,7 +214,12 @@ def _key_blocks(
                     keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
                 if win_right >= 0:
                     keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, MASKED, POS_SCALE)
+        if SOFTCAP or SINKS:
+            # qk_scale is 1 here (option_constants): a literal lets the compiler drop the exact
+            # product by 1, one instruction per score.
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, 1.0, MASKED, POS_SCALE)
+        else:
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, MASKED, POS_SCALE)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
     return acc, l_i, m_i
@@ -247,7 +252,10 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
+            if SOFTCAP or SINKS:  # as in _key_blocks
+                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, 1.0, False, POS_SCALE)
+            else:
+                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)

@@ -164,9 +164,9 @@ def test_ptx_count_classes_and_loops():
     assert pc.classify("mul.rn.bf16x2") == "other"
 
 
-def test_the_speed_script_restores_the_old_tanh_and_nothing_else():
-    """benchmarks/gpu_softcap_speed.py times the forward with the tanh before the change: its
-    copy of the kernel module differs in that function only."""
+def test_the_speed_script_restores_the_old_forward_and_nothing_else():
+    """benchmarks/gpu_softcap_speed.py times the forward as it was before the change: its copy
+    of the kernel module differs in tanh_fp32 and the options paths' scale only."""
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_softcap_speed.py"
     spec = importlib.util.spec_from_file_location("gpu_softcap_speed", path)
     mod = importlib.util.module_from_spec(spec)
@@ -177,4 +177,7 @@ def test_the_speed_script_restores_the_old_tanh_and_nothing_else():
     cut = text.index("@triton.jit\ndef tanh_fp32(")
     assert old[:cut] == text[:cut]
     tail = text.index("@triton.jit\ndef _option_logits(")
-    assert old.endswith(text[tail:])
+    new_tail = text[tail:]
+    for lit in mod.UNIT_SCALE:
+        new_tail = new_tail.replace(lit, lit.replace("1.0", "qk_scale"))
+    assert old.endswith(new_tail) and new_tail != text[tail:]
