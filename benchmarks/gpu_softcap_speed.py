@@ -50,8 +50,9 @@ COUNTS = {
 }
 
 
-# The options paths' softmax step took the runtime qk_scale (1) before the change, not a literal.
-UNIT_SCALE = ("keep, 1.0, MASKED", "None, 1.0, False")
+# The options paths' softmax step took the runtime qk_scale (1) before the change, not a literal:
+# (text, its count in kernels/triton_flash.py).
+UNIT_SCALE = ("step = 1.0", 4)
 
 
 def old_source(text: str) -> str:
@@ -60,11 +61,10 @@ def old_source(text: str) -> str:
     start = text.index("@triton.jit\ndef tanh_fp32(")
     end = text.index("@triton.jit\ndef _option_logits(")
     text = text[:start] + OLD_TANH + text[end:]
-    for lit in UNIT_SCALE:
-        if text.count(lit) != 1:
-            raise ValueError(f"kernels/triton_flash.py no longer has {lit!r} once: update")
-        text = text.replace(lit, lit.replace("1.0", "qk_scale"))
-    return text
+    lit, count = UNIT_SCALE
+    if text.count(lit) != count:
+        raise ValueError(f"kernels/triton_flash.py no longer has {lit!r} {count} times: update")
+    return text.replace(lit, lit.replace("1.0", "qk_scale"))
 
 
 def load_old(tmp: Path):

@@ -198,6 +198,13 @@ def _key_blocks(
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
     SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
+    # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
+    # exact product by 1 in the softmax step, one instruction per score.
+    step = qk_scale
+    if SOFTCAP:
+        step = 1.0
+    if SINKS:
+        step = 1.0
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
@@ -214,12 +221,7 @@ def _key_blocks(
                     keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
                 if win_right >= 0:
                     keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        if SOFTCAP or SINKS:
-            # qk_scale is 1 here (option_constants): a literal lets the compiler drop the exact
-            # product by 1, one instruction per score.
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, 1.0, MASKED, POS_SCALE)
-        else:
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, MASKED, POS_SCALE)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
     return acc, l_i, m_i
@@ -237,6 +239,11 @@ def _key_blocks_prefetched(
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
     Same expressions as :func:`_key_blocks`, so the same bits."""
+    step = qk_scale  # as in _key_blocks
+    if SOFTCAP:
+        step = 1.0
+    if SINKS:
+        step = 1.0
     if start_lo < start_hi:
         cols = start_lo + offs_n
         k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
@@ -252,10 +259,7 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            if SOFTCAP or SINKS:  # as in _key_blocks
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, 1.0, False, POS_SCALE)
-            else:
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
