@@ -53,6 +53,8 @@ import triton.language as tl
 
 __all__ = [
     "ARITHMETIC",
+    "TANH_BIG",
+    "TANH_SMALL",
     "LaunchConfig",
     "bf16_dot_supported",
     "check_inputs",
@@ -71,27 +73,43 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 
 
-# tanh(a)/a = P(a²) on 0 ≤ a < 1 (tanh_fp32): a degree-7 least-squares fit on Chebyshev nodes
-# (float64), the coefficients rounded to fp32 (1 exactly). Max error of tanh_fp32 over fp32
-# arguments, measured against float64 tanh: 1.71 ulp with a correctly rounded exp2 (the
-# interpreter's), 2.97·2^-24 relative with exp2 off by 2^-22.5 (ex2.approx.f32): within the
-# 4·2^-24 the bounds assume for tanh (docs/error-bounds.md, assumption A3).
+# tanh_fp32's two polynomials, float64 least-squares fits on Chebyshev nodes rounded to fp32:
+# tanh(a)/a = P(a²) on 0 ≤ a < 1 (degree 6, P(0) = 1 exactly) and 2/(1 + e) = F(e) on
+# 0 ≤ e ≤ e^-2 (degree 4), so that tanh(a) = 1 − e·F(e) with e = exp(−2a) for a ≥ 1. Max
+# error over every fp32 argument in [2^-20, 10], against float64 tanh, with exp2 off by up to
+# ±2^-22.5 (ex2.approx.f32) and with or without fused multiply-adds: 2.74·2^-24 relative
+# below 1, 2.79·2^-24 above; within the 4·2^-24 the bounds assume for tanh
+# (docs/error-bounds.md, assumption A3). tests/test_tanh_fp32.py measures it.
+TANH_SMALL = (
+    1.0, -0.33332955837249756, 0.13326013088226318, -0.0534815713763237, 0.020326776430010796,
+    -0.006230201572179794, 0.0010486197425052524,
+)  # fmt: skip
+TANH_BIG = (
+    1.9999998807907104, -1.9999514818191528, 1.9971126317977905, -1.938698649406433,
+    1.4474257230758667,
+)  # fmt: skip
 
 
 @triton.jit
 def tanh_fp32(x):
-    """tanh in fp32 without libdevice (which the interpreter lacks): ``a·P(a²)`` below
-    ``a = |x| = 1`` (no cancellation near 0), ``(1 − e)/(1 + e)`` with ``e = exp2(−2a·log2 e)
-    ≤ e^-2`` above (a negative argument: no overflow; e's error is damped by ``2e/(1+e)² <
-    0.21``). ±inf gives ±1, NaN stays NaN."""
+    """tanh in fp32 without libdevice (which the interpreter lacks), one MUFU operation per
+    argument: ``a·P(a²)`` below ``a = |x| = 1`` (no cancellation near 0) and ``1 − e·F(e)``
+    with ``e = exp2(−2a·log2 e) ≤ e^-2`` above (a negative argument: no overflow; e's error
+    reaches tanh damped by ``2e/(1+e)² < 0.21``; no division). Both are evaluated for every
+    argument, then one selected and given x's sign. ±inf gives ±1, NaN stays NaN. The
+    coefficients are :data:`TANH_SMALL` and :data:`TANH_BIG`."""
     a = tl.abs(x)
     z = a * a
-    p = 1.0 + z * (-0.33333295583724976 + z * (0.1333235204219818 + z * (
-        -0.05388044938445091 + z * (0.02148883230984211 + z * (-0.007949626073241234 + z * (
-            0.002304098568856716 + z * -0.0003592708962969482))))))  # fmt: skip
+    p = 1.0 + z * (-0.33332955837249756 + z * (0.13326013088226318 + z * (
+        -0.0534815713763237 + z * (0.020326776430010796 + z * (-0.006230201572179794 + z * (
+            0.0010486197425052524))))))  # fmt: skip
     e = tl.math.exp2(a * -2.885390081777927)
-    t = tl.where(a < 1.0, a * p, (1.0 - e) / (1.0 + e))
-    return tl.where(x < 0, -t, t)
+    f = 1.9999998807907104 + e * (-1.9999514818191528 + e * (
+        1.9971126317977905 + e * (-1.938698649406433 + e * 1.4474257230758667)))  # fmt: skip
+    t = tl.where(a < 1.0, a * p, 1.0 - e * f)
+    # x's sign bit onto t ≥ 0: one bitwise instruction where a compare and a select were.
+    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+    return (t.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -180,6 +198,13 @@ def _key_blocks(
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
     SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
+    # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
+    # exact product by 1 in the softmax step, one instruction per score.
+    step = qk_scale
+    if SOFTCAP:
+        step = 1.0
+    if SINKS:
+        step = 1.0
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
@@ -196,7 +221,7 @@ def _key_blocks(
                     keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
                 if win_right >= 0:
                     keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, qk_scale, MASKED, POS_SCALE)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
     return acc, l_i, m_i
@@ -214,6 +239,11 @@ def _key_blocks_prefetched(
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
     Same expressions as :func:`_key_blocks`, so the same bits."""
+    step = qk_scale  # as in _key_blocks
+    if SOFTCAP:
+        step = 1.0
+    if SINKS:
+        step = 1.0
     if start_lo < start_hi:
         cols = start_lo + offs_n
         k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
@@ -229,7 +259,7 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, qk_scale, False, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)

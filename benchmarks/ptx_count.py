@@ -1,0 +1,254 @@
+"""Count what the GPU executes per score in the Triton forward's key loops, on a machine
+without a GPU: compile ``kernels/triton_flash.py``'s ``_flash_fwd`` for an sm_90 target (the
+H100/H200 launch configuration :func:`launch_config` picks for bf16, d = 128), find the loops in
+the PTX and in the SASS (``cuobjdump`` on the cubin, when the bundled tools run here) and print,
+per loop, instructions per score by class: MUFU (ex2, rcp, ...), FP32 arithmetic, compares and
+selects, divisions (``div.rn.f32`` is IEEE; ``div.full.f32`` is the 2-ulp approximation).
+
+    python benchmarks/ptx_count.py                       # causal and not, with and without cap
+    python benchmarks/ptx_count.py --causal no --softcap yes --sass
+
+A score is one entry of the BLOCK_M × BLOCK_N tile; a thread holds
+BLOCK_M·BLOCK_N/(32·warps) of them, so a loop body's count divided by that is per score.
+Needs Triton ≥ 3.9 (ASTSource with attrs) and its bundled ptxas/cuobjdump for --sass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# PTX opcode prefixes (after a predicate) and the class they count in.
+_PTX_MUFU = ("ex2.", "rcp.approx", "rsqrt.", "sqrt.approx", "lg2.", "sin.", "cos.", "tanh.")
+_PTX_FP32 = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max", "copysign")
+_SASS_FP32 = ("FADD", "FMUL", "FFMA", "FMNMX", "FSWZADD")
+_MIN_LOOP = 3
+_SASS_CMPSEL = ("FSETP", "FSEL", "FCHK", "SEL", "ISETP", "PLOP3", "P2R", "R2P")
+
+
+@dataclass(frozen=True)
+class LoopCount:
+    """Instruction counts of one loop body (label to back-edge), by class."""
+
+    first_line: int
+    instructions: int
+    mufu: int
+    fp32: int
+    cmpsel: int
+    div_rn: int
+    div_full: int
+    mma: int
+
+
+def _opcode(line: str) -> str:
+    """The opcode of one PTX or SASS instruction line ('' for labels, directives, comments)."""
+    s = line.strip()
+    s = re.sub(r"^/\*[0-9a-f]+\*/\s*", "", s)  # SASS address (cuobjdump)
+    s = re.sub(r"^[0-9a-fA-F-]{2}:[-\d]:[-\d]:[-Y]:\d+\s+", "", s)  # control code (Triton)
+    if not s or s.startswith(("//", ".", "{", "}", "$", "/*")) or s.endswith(":"):
+        return ""
+    s = re.sub(r"^@!?U?P\w*\s+", "", s)  # SASS predicate
+    s = re.sub(r"^@!?%p\w*\s+", "", s)  # PTX predicate
+    return s.split()[0].rstrip(";") if s.split() else ""
+
+
+def classify(op: str) -> str:
+    """The class of one opcode: 'mufu', 'fp32', 'cmpsel', 'div_rn', 'div_full', 'mma' or
+    'other'. PTX opcodes are lower case (``fma.rn.f32``), SASS ones upper case (``FFMA``)."""
+    if op.startswith(("div.rn.f32", "div.rn.ftz.f32")):
+        return "div_rn"
+    if op.startswith(("div.full.f32", "div.full.ftz.f32", "div.approx")):
+        return "div_full"
+    if op.startswith(_PTX_MUFU) or op.startswith("MUFU"):
+        return "mufu"
+    if op.startswith(("wgmma", "mma", "HGMMA", "HMMA", "WARPGROUP.")):
+        sync = op.startswith(("wgmma.fence", "wgmma.commit", "wgmma.wait"))
+        return "other" if sync else "mma"
+    if op.split(".")[0] in _PTX_FP32 and ".f32" in op:
+        return "fp32"
+    if op.startswith(("setp.", "selp.")) and "f32" in op:
+        return "cmpsel"
+    if op.split(".")[0] in _SASS_FP32:
+        return "fp32"
+    if op.split(".")[0] in _SASS_CMPSEL:
+        return "cmpsel"
+    return "other"
+
+
+def _loops(lines: list[str], label_re: str, branch_re: str) -> list[tuple[int, int]]:
+    """(start, end) line spans of the innermost loops: a branch to a label above it."""
+    labels = {}
+    for i, line in enumerate(lines):
+        m = re.match(label_re, line.strip())
+        if m:
+            labels[m.group(1)] = i
+    spans = []
+    for i, line in enumerate(lines):
+        m = re.search(branch_re, line)
+        if m and labels.get(m.group(1), i + 1) < i:
+            spans.append((labels[m.group(1)], i))
+    # innermost: drop a span that contains another
+    return sorted(
+        s for s in spans if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)
+    )
+
+
+def count_loops(text: str, *, sass: bool) -> list[LoopCount]:
+    """Per innermost loop of a PTX (``sass=False``) or SASS listing, its counts by class."""
+    lines = text.splitlines()
+    if sass:
+        spans = _loops(lines, r"^\.?(L_x_\d+|LBB\d+):", r"\bBRA\s+`?\(?\.?(L_x_\d+|LBB\d+)")
+    else:
+        spans = _loops(lines, r"^(\$L__BB\d+_\d+):", r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+)")
+    out = []
+    for a, b in spans:
+        ops = [op for op in (_opcode(x) for x in lines[a : b + 1]) if op]
+        if len(ops) < _MIN_LOOP:  # the trap loop after EXIT, not a key loop
+            continue
+        classes = [classify(op) for op in ops]
+        out.append(
+            LoopCount(
+                first_line=a + 1,
+                instructions=len(ops),
+                mufu=classes.count("mufu"),
+                fp32=classes.count("fp32"),
+                cmpsel=classes.count("cmpsel"),
+                div_rn=classes.count("div_rn"),
+                div_full=classes.count("div_full"),
+                mma=classes.count("mma"),
+            )
+        )
+    return out
+
+
+def format_table(rows: list[tuple[str, LoopCount]], *, scores: int) -> str:
+    """A markdown table: one row per (label, loop), counts divided by ``scores`` per thread."""
+    head = (
+        "| case | loop at line | instr/score | MUFU/score | FP32/score | cmp+sel/score "
+        "| div.rn | div.full | MMA instr |"
+    )
+    out = [head, "|" + "---|" * 9]
+    for label, c in rows:
+        per = (c.instructions, c.mufu, c.fp32, c.cmpsel)
+        vals = " | ".join(f"{x / scores:.2f}" for x in per)
+        out.append(f"| {label} | {c.first_line} | {vals} | {c.div_rn} | {c.div_full} | {c.mma} |")
+    return "\n".join(out)
+
+
+def compile_forward(
+    *, causal: bool, softcap: bool, n: int, old_tanh: bool = False, sinks: bool = False
+) -> tuple[str, str, int]:
+    """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
+    configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
+    (benchmarks/gpu_softcap_speed.py's copy). Returns (PTX, SASS or '', scores per thread
+    per block)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels import triton_flash as tf
+
+    if old_tanh:
+        import tempfile
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from gpu_softcap_speed import load_old
+
+        tf = load_old(Path(tempfile.mkdtemp()))
+
+    d, h = 128, 16
+    table = tf._HOPPER_SHORT if n <= tf._SHORT else tf._HOPPER
+    cfg = tf._H100.get((128, causal, n <= tf._SHORT), table[(128, causal)])
+    fn = tf._flash_fwd
+    strides = {"q": (h * n * d, n * d, d, 1), "lse": (h * n, n, 1)}
+    ints = dict(
+        zip(
+            [f"s{x}{y}" for x in "qkvo" for y in "bhmd"],
+            strides["q"] * 4,
+            strict=True,
+        )
+    )
+    # the kernel's own stride names
+    names = fn.arg_names
+    values = {
+        "sqb": ints["sqb"], "sqh": ints["sqh"], "sqm": d, "sqd": 1,
+        "skb": ints["sqb"], "skh": ints["sqh"], "skn": d, "skd": 1,
+        "svb": ints["sqb"], "svh": ints["sqh"], "svn": d, "svd": 1,
+        "sob": ints["sqb"], "soh": ints["sqh"], "som": d, "sod": 1,
+        "slb": h * n, "slh": n, "slm": 1,
+        "H": h, "H_KV": h, "NQ": n, "NK": n, "D": d, "DV": d,
+        "win_left": -1, "win_right": -1,
+    }  # fmt: skip
+    const = {
+        "CAUSAL": causal, "WINDOW": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "BLOCK_D": 128, "BLOCK_DV": 128, "PRECISION": "ieee", "TMA": cfg.tma,
+        "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
+        "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
+        "SOFTCAP": softcap, "SINKS": sinks,
+    }  # fmt: skip
+    sig, attrs = {}, {}
+    for i, name in enumerate(names):
+        if name in const:
+            sig[name] = "constexpr"
+        elif name in ("Q", "K", "V", "Out"):
+            sig[name], attrs[(i,)] = "*bf16", [["tt.divisibility", 16]]
+        elif name in ("LSE", "Sinks"):
+            sig[name], attrs[(i,)] = "*fp32", [["tt.divisibility", 16]]
+        elif name in ("qk_scale", "c1", "c2"):
+            sig[name] = "fp32"
+        elif values[name] == 1:  # the JIT makes an argument equal to 1 a constant
+            sig[name], const[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if values[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
+    opts = {"num_warps": cfg.warps, "num_stages": cfg.stages}
+    if cfg.maxnreg is not None:
+        opts["maxnreg"] = cfg.maxnreg
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    sass = ""
+    try:
+        from triton.tools.disasm import get_sass
+
+        sass = get_sass(ck.asm["cubin"])
+    except Exception as exc:  # the SASS table is optional
+        print(f"(no SASS: {exc})", file=sys.stderr)
+    return ck.asm["ptx"], sass, cfg.block_m * cfg.block_n // (32 * cfg.warps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--causal", choices=["no", "yes", "both"], default="both")
+    ap.add_argument("--softcap", choices=["no", "yes", "both"], default="both")
+    ap.add_argument("--n", type=int, default=4096, help="keys (picks the launch config)")
+    ap.add_argument("--sass", action="store_true", help="count SASS loops too")
+    ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
+    ap.add_argument("--sinks", action="store_true", help="with attention sinks")
+    args = ap.parse_args(argv)
+    pick = {"no": [False], "yes": [True], "both": [False, True]}
+    for causal in pick[args.causal]:
+        rows_p, rows_s, scores = [], [], 1
+        for cap in pick[args.softcap]:
+            ptx, sass, scores = compile_forward(
+                causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks
+            )
+            label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
+            label += " sinks=yes" if args.sinks else ""
+            rows_p += [(label, c) for c in count_loops(ptx, sass=False)]
+            if args.sass and sass:
+                rows_s += [(label, c) for c in count_loops(sass, sass=True)]
+        print(f"\nPTX, N = {args.n}, {scores} scores per thread per key block")
+        print(format_table(rows_p, scores=scores))
+        if rows_s:
+            print(f"\nSASS, N = {args.n}")
+            print(format_table(rows_s, scores=scores))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
