@@ -3,6 +3,7 @@ of the passes, the providers' backwards, the gradient check of sampled rows and 
 backward sections of the report (from a synthetic results file)."""
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -106,7 +107,7 @@ def test_the_fused_backward_is_timed_in_the_backward_passes_beside_the_determini
 
 
 @pytest.mark.skipif(
-    __import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+    os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
     reason="runs the Triton backward on the CPU interpreter (TRITON_INTERPRET=1, tox sets it)",
 )
 def test_the_fused_and_deterministic_providers_differentiate_their_own_paths():

@@ -24,6 +24,7 @@ from flashcheck.kernels.triton_flash import TANH_BIG, TANH_SMALL, tanh_fp32  # n
 F32 = np.float32
 EX2_ERR = 2.0**-22.5  # ex2.approx.f32's relative error, as the bounds take it (RHO_EXP)
 LN2X2 = F32(-2.885390081777927)  # −2·log2 e, as the kernel rounds it
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _fma(a, b, c, fused):
@@ -94,7 +95,8 @@ def test_planted_tanh_fails(which):
 
 
 @pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="the interpreter's bits"
+    os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+    reason="compares the Triton interpreter's bits with the numpy model (TRITON_INTERPRET=1)",
 )
 def test_model_matches_the_kernel_bit_for_bit():
     """The interpreter runs tanh_fp32 with numpy's fp32 operations, unfused: the model's."""
@@ -114,6 +116,29 @@ def _kernel(X, Y, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(X + offs, mask=offs < N, other=0.0)
     tl.store(Y + offs, tanh_fp32(x), mask=offs < N)
+
+
+def test_tanh_is_within_the_bounds_assumption():
+    """Assumption A3 of docs/error-bounds.md: tanh within 4·2^-24 relative (2 fp32 ulps)."""
+    x = np.concatenate(
+        [
+            np.linspace(-12, 12, 40_001),
+            np.geomspace(1e-30, 1.0, 2_000),
+            np.linspace(0.95, 1.05, 2_001),  # the switch between the two formulas
+            [0.0, -0.0, np.inf, -np.inf, 1e-45, 88.0, -88.0],
+        ]
+    ).astype(np.float32)
+    xt = torch.from_numpy(x).to(DEV)
+    y = torch.empty_like(xt)
+    _kernel[(triton.cdiv(x.size, 1024),)](xt, y, x.size, BLOCK=1024)
+    got = y.cpu().numpy().astype(np.float64)
+    want = np.tanh(x.astype(np.float64))
+    rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
+    assert rel.max() <= RHO_TANH, (rel.max() / 2**-24, x[rel.argmax()])
+    assert np.all(np.sign(got) == np.sign(want))
+    nan = torch.full((4,), float("nan"), device=DEV)
+    _kernel[(1,)](nan, y, 4, BLOCK=16)
+    assert torch.isnan(y[:4]).all()
 
 
 def _ptx_count():

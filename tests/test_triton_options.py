@@ -13,15 +13,12 @@ triton = pytest.importorskip("triton", reason="triton is a tox dependency; bare 
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
     pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
 
-import triton.language as tl  # noqa: E402
 
 import flashcheck  # noqa: E402
-from flashcheck.harness.judging.roundoff import RHO_TANH  # noqa: E402
 from flashcheck.kernels.triton_flash import (  # noqa: E402
     flash_attention,
     launch,
     portable_config,
-    tanh_fp32,
 )
 from flashcheck.kernels.triton_flash_bwd import (  # noqa: E402
     flash_attention_backward,
@@ -31,36 +28,6 @@ from flashcheck.kernels.triton_flash_bwd import (  # noqa: E402
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 SINKS = [2.0, -1.5, 30.0, -30.0]  # among the scores, and far above and below them
-
-
-@triton.jit
-def _tanh_kernel(X, Y, N, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(X + offs, mask=offs < N, other=0.0)
-    tl.store(Y + offs, tanh_fp32(x), mask=offs < N)
-
-
-def test_tanh_is_within_the_bounds_assumption():
-    """Assumption A3 of docs/error-bounds.md: tanh within 4·2^-24 relative (2 fp32 ulps)."""
-    x = np.concatenate(
-        [
-            np.linspace(-12, 12, 40_001),
-            np.geomspace(1e-30, 1.0, 2_000),
-            np.linspace(0.95, 1.05, 2_001),  # the switch between the two formulas
-            [0.0, -0.0, np.inf, -np.inf, 1e-45, 88.0, -88.0],
-        ]
-    ).astype(np.float32)
-    xt = torch.from_numpy(x).to(DEV)
-    y = torch.empty_like(xt)
-    _tanh_kernel[(triton.cdiv(x.size, 1024),)](xt, y, x.size, BLOCK=1024)
-    got = y.cpu().numpy().astype(np.float64)
-    want = np.tanh(x.astype(np.float64))
-    rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
-    assert rel.max() <= RHO_TANH, (rel.max() / 2**-24, x[rel.argmax()])
-    assert np.all(np.sign(got) == np.sign(want))
-    nan = torch.full((4,), float("nan"), device=DEV)
-    _tanh_kernel[(1,)](nan, y, 4, BLOCK=16)
-    assert torch.isnan(y[:4]).all()
 
 
 def _inputs(dtype, seed, *, hq=4, hk=2, nq=40, nk=37, d=24):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..adapters.library import SDPA_BACKENDS as _SDPA
@@ -227,28 +227,24 @@ def _naive(q, k, v, causal):
     return fn
 
 
+_TRITON = Provider(
+    "triton",
+    _ALL,
+    256,
+    False,
+    "flash",
+    _triton(False),
+    backward_arithmetic="flash",
+    build_grad=_triton_grad(False),
+    grad_module=_TRITON_BWD,
+)
+
 PROVIDERS: dict[str, Provider] = {
-    "triton": Provider(
-        "triton",
-        _ALL,
-        256,
-        False,
-        "flash",
-        _triton(False),
-        backward_arithmetic="flash",
-        build_grad=_triton_grad(False),
-        grad_module=_TRITON_BWD,
-    ),
-    "triton-atomic": Provider(
-        "triton-atomic",
-        _ALL,
-        256,
-        False,
-        "flash",
-        _triton(False),
-        backward_arithmetic="flash",
+    "triton": _TRITON,
+    "triton-atomic": replace(
+        _TRITON,
+        name="triton-atomic",
         build_grad=_triton_grad(False, deterministic=False),
-        grad_module=_TRITON_BWD,
         backward_only=True,
     ),
     "triton-tf32": Provider(
