@@ -218,3 +218,11 @@ def test_the_kernel_contracts_layer_imports_nothing_above_it(folder, forbidden):
         if mod.startswith(forbidden)
     ]
     assert not found
+
+
+def test_reference_processes_yield_the_cores_to_the_kernel_workers():
+    # The kernel workers feed the GPUs; the reference processes run at a lower priority so a
+    # generation of references on every core does not delay a kernel call's host work.
+    with LocalExecutor(workers=1, kernels=False) as pool:
+        theirs = pool.submit(os.nice, 0).result()
+    assert theirs == min(os.nice(0) + 10, 19)

@@ -138,11 +138,25 @@ def _warm() -> None:  # pragma: no cover - runs in pool processes
     """Nothing: submitted once per pool process so that each starts (and imports) early."""
 
 
+# Added to the reference processes' nice value (Linux: 10 makes a process's share of a busy
+# core about a tenth of a default-priority one's).
+_REFERENCE_NICENESS = 10
+
+
 def _single_threaded(torch_too: bool = True) -> None:  # pragma: no cover - in pool processes
     import signal
 
     # Ctrl-C reaches the whole process group; the campaign handles it and shuts the pool down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Kernel calls are the campaign's critical path (an idle kernel worker idles its GPU);
+    # a reference only has to be ready when its kernel's result is compared. When a search
+    # generation fills every core with references, a kernel worker's host work (launches,
+    # compiles, copies) would wait for a time slice behind them; at a lower priority they
+    # yield it at once. Results do not depend on the order work runs in.
+    try:
+        os.nice(_REFERENCE_NICENESS)
+    except OSError:  # not allowed here (a container's policy): the default priority
+        pass
     if not torch_too:
         # Work that never imports torch: its import (a second of CPU per process) is saved; a
         # torch imported later still reads OMP_NUM_THREADS=1.
