@@ -18,7 +18,7 @@ from flashcheck.harness.adapters.outcome import Outcome
 from flashcheck.harness.adapters.probe import probe
 from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.adapters.worker import KernelRef, KernelWorker
-from flashcheck.harness.campaign.executor import LocalExecutor
+from flashcheck.harness.campaign.executor import LocalExecutor, worker_gpus
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.checks.registry import check_target
 from flashcheck.harness.checks.structural import StructuralResult
@@ -226,3 +226,12 @@ def test_reference_processes_yield_the_cores_to_the_kernel_workers():
     with LocalExecutor(workers=1, kernels=False) as pool:
         theirs = pool.submit(os.nice, 0).result()
     assert theirs == min(os.nice(0) + 10, 19)
+
+
+def test_kernel_workers_see_the_gpus_their_campaign_was_given():
+    # Started with CUDA_VISIBLE_DEVICES=2,3, the workers take GPUs 2 and 3, not 0 and 1.
+    assert worker_gpus(2, "2,3") == ["2", "3"]
+    assert worker_gpus(1, "1") == ["1"]
+    assert worker_gpus(2, None) == ["0", "1"] == worker_gpus(2, "")
+    assert worker_gpus(1, "GPU-8d1c2f3a, 1") == ["GPU-8d1c2f3a"]  # UUIDs as given
+    assert worker_gpus(2, "3,1,-1,0") == ["3", "1"]  # CUDA stops at the invalid entry

@@ -54,6 +54,7 @@ __all__ = [
     "Reference",
     "compute_gradient_reference",
     "compute_reference",
+    "worker_gpus",
 ]
 
 # Set for every worker process before it starts: one thread each, so that results do not
@@ -281,8 +282,9 @@ class LocalExecutor(Executor):
                 initargs=(kernels,),
             )
         self._all: list[KernelWorker] = []
+        visible = worker_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         for i in range(self.kernel_workers if isolate else min(1, self.kernel_workers)):
-            env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {}
+            env = {"CUDA_VISIBLE_DEVICES": visible[i % gpus]} if gpus else {}
             self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
         if isolate:
             # Started now, not at the first call: the workers' imports (torch in each) and the
@@ -442,6 +444,20 @@ class LocalExecutor(Executor):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def worker_gpus(gpus: int, visible: str | None) -> list[str]:
+    """What each kernel worker's ``CUDA_VISIBLE_DEVICES`` names, worker ``i`` taking entry
+    ``i % gpus``: the ``gpus`` devices this process sees, as its own ``CUDA_VISIBLE_DEVICES``
+    (``visible``) names them, or their indices where it is unset. An index is relative to the
+    parent's list: a campaign started with ``CUDA_VISIBLE_DEVICES=2,3`` and workers told ``0``
+    and ``1`` would run on the machine's GPUs 0 and 1."""
+    if not visible:
+        return [str(i) for i in range(gpus)]
+    # CUDA stops reading the list at its first invalid entry: the first ``gpus`` are the ones
+    # torch counted.
+    names = [x.strip() for x in visible.split(",") if x.strip()][:gpus]
+    return names if len(names) == gpus else [str(i) for i in range(gpus)]
 
 
 def _gpu_count() -> int:
