@@ -11,6 +11,8 @@
 # its own $OUT), then read the saved files together, here or anywhere:
 #   python3 benchmarks/campaign_speed.py --compare A/scaling-results/run0.jsonl B/...
 #   bash benchmarks/gpu_campaign_scaling.sh        (writes $OUT/campaign_scaling.md)
+# Runs one after the other see the machine drift (6-9 % between runs of one configuration on
+# 2 x H200); on a four-GPU machine, gpu_campaign_lanes.sh runs both configurations side by side.
 # Kernels: every built-in one that runs on this machine except flex (FlexAttention compiles
 # once per shape, about 3 s each, which alone would take one run past the device's
 # 10-minute command limit), plus one user kernel; fp16; the gpu preset.
