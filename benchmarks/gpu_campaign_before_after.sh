@@ -11,17 +11,18 @@
 # Campaign: the flags of gpu_campaign_phases.sh (gpu preset, fp16, one kernel worker, a
 # reference process per core, empty Triton and TorchInductor caches per run, rendering
 # included) on fewer kernels, so that both runs fit one device command of about 4 minutes.
-# The full list takes ~330 s per run, of which the triton kernel's calls and compiles ~225 s
-# and recurrence-fa1's pure-Python forward ~41 s; both are left out (KERNELS="..." to change
-# it). The rest, ~64 s of kernel work on one GPU in the last full runs (CPU recurrence and
-# numpy, torch, the four SDPA back-ends, a user kernel; no compiling kernel), runs the same
-# parts, search, case files and references: about 90 s per run. With triton, a run would take
-# ~250 s, more than the two runs' share of the command.
-# A smoke campaign first (cut after WARMUP_LIMIT=20 s, its results dropped; WARMUP=0 skips it)
+# The full list takes ~330-400 s per run, of which the triton kernel's calls and compiles
+# 225-265 s and recurrence-fa1's pure-Python forward 41-47 s; both are left out (KERNELS="..."
+# to change the list). The rest (CPU recurrence and numpy, torch, the four SDPA back-ends, a
+# user kernel; no compiling kernel) runs the same parts, search, case files and references:
+# 64-71 s of its kernel work in the last full one-GPU runs, ~20 s with no kernel busy, plus
+# rendering: about 95 s per run. With triton, a run would take ~250 s, more than the two runs'
+# share of the command.
+# A smoke campaign first (cut after WARMUP_LIMIT=15 s, its results dropped; WARMUP=0 skips it)
 # reads torch, CUDA and cuDNN from disk once: on a fresh machine the first campaign ran 55 %
 # slower than the next, which would count against "after", run first. Each run is cut (SIGINT:
-# its results so far are kept, without a timeline) after RUN_LIMIT seconds (default 120), so
-# the whole script stays under ~270 s: ~5 s set-up, <= 20 s warm-up, 2 x <= 120 s.
+# its results so far are kept, without a timeline) after RUN_LIMIT seconds (default 125), so
+# the whole script stays under ~270 s: ~5 s set-up, <= 15 s warm-up, 2 x <= 125 s.
 # PRESET=smoke KERNELS=naive-numpy WARMUP=0 (and a stub nvidia-smi on PATH) runs every step
 # on a CPU machine in seconds; FC, FCB, UK move the staged trees and the user kernel's folder.
 # Writes to $OUT: after.jsonl, before.jsonl (the results files, phase timelines included),
@@ -89,12 +90,12 @@ campaign() {  # campaign NAME PYTHONPATH LIMIT FLAGS...: a fresh process, empty 
 
 PYTHONPATH="$FC" python3 -m flashcheck.harness.cli env
 if [ "${WARMUP:-1}" = 1 ]; then
-    campaign warmup "$FC" "${WARMUP_LIMIT:-20}" --preset smoke --no-render
+    campaign warmup "$FC" "${WARMUP_LIMIT:-15}" --preset smoke --no-render
     rm -f "$OUT/warmup.jsonl"
 fi
 FLAGS=(--preset "${PRESET:-gpu}" --workers "$(nproc)" --profile-phases)
-campaign after "$FC" "${RUN_LIMIT:-120}" "${FLAGS[@]}"
-campaign before "$FCB" "${RUN_LIMIT:-120}" "${FLAGS[@]}"
+campaign after "$FC" "${RUN_LIMIT:-125}" "${FLAGS[@]}"
+campaign before "$FCB" "${RUN_LIMIT:-125}" "${FLAGS[@]}"
 cd "$ROOT"
 PYTHONPATH="$FC" python3 benchmarks/campaign_speed.py --compare "$OUT/after.jsonl" \
     "$OUT/before.jsonl" | tee "$OUT/compare.md"
