@@ -18,7 +18,8 @@ from flashcheck.harness.adapters.outcome import Outcome
 from flashcheck.harness.adapters.probe import probe
 from flashcheck.harness.adapters.registry import resolve
 from flashcheck.harness.adapters.worker import KernelRef, KernelWorker
-from flashcheck.harness.campaign.executor import LocalExecutor, worker_gpus
+from flashcheck.harness.campaign.executor import LocalExecutor
+from flashcheck.harness.campaign.processes import worker_gpus
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.checks.registry import check_target
 from flashcheck.harness.checks.structural import StructuralResult

@@ -45,30 +45,16 @@ from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..oracle.evaluate import OracleResult
 from .dispatch import Dispatcher
 from .phases import PhaseClock
+from .processes import SINGLE_THREAD, gpu_count, pool_process_setup, warm, worker_gpus
 
 __all__ = [
-    "SINGLE_THREAD",
     "Executor",
     "GradientReference",
     "LocalExecutor",
     "Reference",
     "compute_gradient_reference",
     "compute_reference",
-    "worker_gpus",
 ]
-
-# Set for every worker process before it starts: one thread each, so that results do not
-# depend on how many workers share the machine.
-SINGLE_THREAD = {
-    name: "1"
-    for name in (
-        "OMP_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-        "VECLIB_MAXIMUM_THREADS",
-    )
-}
 
 
 @dataclass
@@ -133,41 +119,6 @@ def compute_gradient_reference(recipe: Recipe) -> GradientReference:
     seconds = time.perf_counter() - t0
     every = problem_gradient_bounds(case.problem, case.grad_output(), arithmetic="unknown")
     return GradientReference(ref, naive, every, seconds, (began, time.time()))
-
-
-def _warm() -> None:  # pragma: no cover - runs in pool processes
-    """Nothing: submitted once per pool process so that each starts (and imports) early."""
-
-
-# Added to the reference processes' nice value (Linux: 10 makes a process's share of a busy
-# core about a tenth of a default-priority one's).
-_REFERENCE_NICENESS = 10
-
-
-def _single_threaded(torch_too: bool = True) -> None:  # pragma: no cover - in pool processes
-    import signal
-
-    # Ctrl-C reaches the whole process group; the campaign handles it and shuts the pool down.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Kernel calls are the campaign's critical path (an idle kernel worker idles its GPU);
-    # a reference only has to be ready when its kernel's result is compared. When a search
-    # generation fills every core with references, a kernel worker's host work (launches,
-    # compiles, copies) would wait for a time slice behind them; at a lower priority they
-    # yield it at once. Results do not depend on the order work runs in.
-    try:
-        os.nice(_REFERENCE_NICENESS)
-    except OSError:  # not allowed here (a container's policy): the default priority
-        pass
-    if not torch_too:
-        # Work that never imports torch: its import (a second of CPU per process) is saved; a
-        # torch imported later still reads OMP_NUM_THREADS=1.
-        return
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
 
 
 class Executor:
@@ -263,7 +214,7 @@ class LocalExecutor(Executor):
     ) -> None:
         cores = os.cpu_count() or 1
         self.workers = workers or cores
-        gpus = _gpu_count() if device == "cuda" and kernels else 0
+        gpus = gpu_count() if device == "cuda" and kernels else 0
         self.kernel_workers = kernel_workers or (gpus or cores)
         if self.workers < 1 or self.kernel_workers < 1:
             raise ValueError("workers and kernel workers must be >= 1")
@@ -278,7 +229,7 @@ class LocalExecutor(Executor):
             self._pool = cf.ProcessPoolExecutor(
                 self.workers,
                 mp_context=mp.get_context("spawn"),
-                initializer=_single_threaded,
+                initializer=pool_process_setup,
                 initargs=(kernels,),
             )
         self._all: list[KernelWorker] = []
@@ -292,7 +243,7 @@ class LocalExecutor(Executor):
             for w in self._all:
                 w.start()
             for _ in range(self.workers):  # (the pool starts a process per task, up to workers)
-                self._pool.submit(_warm)
+                self._pool.submit(warm)
         # The compile groups each worker has called (kernel_time's "first call"), per call kind.
         self._seen: list[set[tuple[str, str, int | None]]] = [set() for _ in self._all]
         # None with kernels=False (a references-only pool).
@@ -444,26 +395,3 @@ class LocalExecutor(Executor):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def worker_gpus(gpus: int, visible: str | None) -> list[str]:
-    """What each kernel worker's ``CUDA_VISIBLE_DEVICES`` names, worker ``i`` taking entry
-    ``i % gpus``: the ``gpus`` devices this process sees, as its own ``CUDA_VISIBLE_DEVICES``
-    (``visible``) names them, or their indices where it is unset. An index is relative to the
-    parent's list: a campaign started with ``CUDA_VISIBLE_DEVICES=2,3`` and workers told ``0``
-    and ``1`` would run on the machine's GPUs 0 and 1."""
-    if not visible:
-        return [str(i) for i in range(gpus)]
-    # CUDA stops reading the list at its first invalid entry: the first ``gpus`` are the ones
-    # torch counted.
-    names = [x.strip() for x in visible.split(",") if x.strip()][:gpus]
-    return names if len(names) == gpus else [str(i) for i in range(gpus)]
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0

@@ -31,11 +31,11 @@ from ..cases.families import Recipe
 from ..checks.registry import check_target
 from ..core.status import Status
 from .executor import (
-    SINGLE_THREAD,
     Executor,
     compute_gradient_reference,
     compute_reference,
 )
+from .processes import SINGLE_THREAD
 
 __all__ = ["KernelActor", "RayExecutor", "apply"]
 
