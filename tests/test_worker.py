@@ -236,3 +236,33 @@ def test_kernel_workers_see_the_gpus_their_campaign_was_given():
     assert worker_gpus(2, None) == ["0", "1"] == worker_gpus(2, "")
     assert worker_gpus(1, "GPU-8d1c2f3a, 1") == ["GPU-8d1c2f3a"]  # UUIDs as given
     assert worker_gpus(2, "3,1,-1,0") == ["3", "1"]  # CUDA stops at the invalid entry
+
+
+def _kernel_children() -> list:
+    import multiprocessing as mp
+
+    return [p for p in mp.active_children() if p.name == "flashcheck-kernel"]
+
+
+def test_a_standby_child_takes_over_after_a_crash_with_its_start_already_done():
+    # A GPU worker keeps a second child started, so a replacement (after a crash, a timeout or
+    # a CUDA error) does not put the imports on the campaign's critical path.
+    case = _case(b=1, h=1)
+    good = KernelRef.of(naive, f"{HERE}:naive")
+    with KernelWorker(timeout=120, standby=True) as worker:
+        assert worker.run(good, case, "cpu").ok
+        assert len(_kernel_children()) == 2  # the one that ran, and its standby
+        died = worker.run(KernelRef.of(resolve(f"{HERE}:crashes"), f"{HERE}:crashes"), case, "cpu")
+        assert died == Outcome.failed(Status.ERROR, "the kernel process died (exit code 3)")
+        needed = time.time()
+        assert worker.run(good, case, "cpu").ok
+        spawned, _ = worker.starts[-1]
+        assert len(worker.starts) == 2 and spawned < needed  # started before it was needed
+        assert len(_kernel_children()) == 2  # and a new standby behind it
+    assert _kernel_children() == []  # closing stops both
+
+
+def test_without_standby_a_worker_runs_one_child():
+    with KernelWorker(timeout=120) as worker:
+        assert worker.run(KernelRef.of(naive, f"{HERE}:naive"), _case(b=1, h=1), "cpu").ok
+        assert len(_kernel_children()) == 1

@@ -158,13 +158,23 @@ class KernelWorker:
     with a time limit, in a child process; every call answers an :class:`Outcome`."""
 
     def __init__(
-        self, *, timeout: float = 300.0, isolate: bool = True, env: dict[str, str] | None = None
+        self,
+        *,
+        timeout: float = 300.0,
+        isolate: bool = True,
+        env: dict[str, str] | None = None,
+        standby: bool = False,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self.isolate = isolate
         self.env = dict(env or {})  # extra environment of the child (e.g. the GPU it sees)
+        # A second child kept started once the first has answered a call, so that replacing a
+        # child (after a crash, a timeout or a CUDA error) waits for no imports: a GPU worker's
+        # restart took 3.5-4 s of the campaign's serial time each (benchmarks/RESULTS.md).
+        self.standby = standby and isolate
+        self._spare: tuple[Any, Any, float] | None = None  # (process, pipe, spawned)
         self._proc = None
         self._conn = None
         self._local: dict[str, Kernel] = {}
@@ -186,7 +196,15 @@ class KernelWorker:
             self._start()
 
     def _start(self) -> None:
-        self._spawned = time.time()
+        if self._spare is not None and self._spare[0].is_alive():
+            self._proc, self._conn, self._spawned = self._spare
+            self._spare = None
+            return
+        self._drop_spare()
+        self._proc, self._conn, self._spawned = self._spawn()
+
+    def _spawn(self) -> tuple[Any, Any, float]:
+        spawned = time.time()
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="flashcheck-kernel")
@@ -202,10 +220,22 @@ class KernelWorker:
                     else:
                         os.environ[k] = v
         child.close()
-        self._proc, self._conn = proc, parent
+        return proc, parent, spawned
+
+    def _keep_spare(self) -> None:
+        if self.standby and self._spare is None:
+            self._spare = self._spawn()
+
+    def _drop_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[0].kill()
+            spare[0].join()
+            spare[1].close()
 
     def close(self) -> None:
-        """Stop the child process (politely, then by force)."""
+        """Stop the child process (politely, then by force), and the standby child."""
+        self._drop_spare()
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
         fresh, self._spawned = self._spawned is not None, None
@@ -227,7 +257,9 @@ class KernelWorker:
         conn.close()
 
     def kill(self) -> None:
-        """Stop the child process now, its call unfinished (the run was interrupted)."""
+        """Stop the child process now, its call unfinished (the run was interrupted), and the
+        standby child."""
+        self._drop_spare()
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
         self._spawned = None
@@ -302,6 +334,7 @@ class KernelWorker:
             return self._died()
         if out.status is Status.ERROR and poisoned(out.message):
             self._kill()  # a fresh process and CUDA context for the next call
+        self._keep_spare()
         return out
 
     def run(self, ref: KernelRef, case: Case, device: str) -> Outcome:

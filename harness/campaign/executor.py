@@ -236,7 +236,9 @@ class LocalExecutor(Executor):
         visible = worker_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         for i in range(self.kernel_workers if isolate else min(1, self.kernel_workers)):
             env = {"CUDA_VISIBLE_DEVICES": visible[i % gpus]} if gpus else {}
-            self._all.append(KernelWorker(timeout=timeout, isolate=isolate, env=env))
+            # On a GPU, a restart after a CUDA error is the common case: a standby child hides it.
+            worker = KernelWorker(timeout=timeout, isolate=isolate, env=env, standby=bool(gpus))
+            self._all.append(worker)
         if isolate:
             # Started now, not at the first call: the workers' imports (torch in each) and the
             # pool's overlap the caller's set-up and probing instead of delaying the first case.
