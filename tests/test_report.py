@@ -1,6 +1,7 @@
 """The error report end to end: campaign, resume after a kill, third-party kernels (good, wrong,
 hanging, wrong shape), entry points, rendering and exit codes."""
 
+import json
 import os
 import signal
 import subprocess
@@ -423,11 +424,21 @@ def test_ray_executor_gives_the_same_results(user_dir):
     kernels = ["--kernel", "userkern:good", "--kernel", "naive-numpy"]
     local = _cli([*SMOKE, "--name", "loc", *kernels], cwd=user_dir)
     # A Ray instance started on this machine (loopback): tasks and actors, same campaign.
-    ray = _cli([*SMOKE, "--name", "ray", *kernels, "--executor", "ray"], cwd=user_dir)
+    ray = _cli(
+        [*SMOKE, "--name", "ray", *kernels, "--executor", "ray", "--profile-phases"],
+        cwd=user_dir,
+    )
     assert local.returncode == ray.returncode == 0, ray.stdout + ray.stderr
     a = _results(user_dir / "reports/loc/results.jsonl")
     b = _results(user_dir / "reports/ray/results.jsonl")
     assert a and _numbers(a) == _numbers(b)
+    # Its timeline has the actors' kernel calls and the tasks' references (it once had
+    # neither, and called the whole run serial).
+    lines = (user_dir / "reports/ray/results.jsonl").read_text().splitlines()
+    (phases,) = [r for r in map(json.loads, lines) if r.get("type") == "phases"]
+    assert {k["kernel"] for k in phases["kernels"]} == {"userkern:good", "naive-numpy"}
+    busy = {row["name"]: row["busy"] for row in phases["rows"]}
+    assert busy["kernel"] > 0 and busy["reference"] > 0 and phases["serial"] < phases["wall"]
 
 
 def test_a_kernel_error_keeps_the_exception_it_was_raised_from():

@@ -175,6 +175,41 @@ class Executor:
     ) -> cf.Future:
         raise NotImplementedError
 
+    def note_reference(self, fut: cf.Future) -> None:
+        """A finished reference's span on the timeline (a future's done callback)."""
+        clock = self.clock
+        if clock is not None and not fut.cancelled() and fut.exception() is None:
+            clock.add("reference", *fut.result().span)
+
+    def note_kernel_call(
+        self,
+        seen: set[tuple[str, str, int | None]],
+        worker: int,
+        fn: str,
+        kind: str,
+        affinity: int | None,
+        args: tuple[Any, ...],
+        begin: float,
+        end: float,
+        out: Any,
+    ) -> None:
+        """One kernel call ``fn(*args)`` of ``kind`` on ``worker``, from ``begin`` to ``end``, on
+        the timeline; ``seen``: the compile groups that worker has called since its process
+        started (updated here), which tells a group's first call."""
+        ref: KernelRef = args[1] if fn == "check" else args[0]
+        # A structural check calls the forward kernel: it shares the forward's compile groups.
+        # A probe's cases have shapes of their own: its calls are a group of their own.
+        compiled = {"backward": "backward", "probe": "probe"}.get(kind, "forward")
+        group = (ref.spec, compiled, affinity)
+        first = group not in seen
+        seen.add(group)
+        if self.clock is not None:
+            inside = out.span if isinstance(out, Outcome) else None
+            self.clock.add(
+                "kernel", begin, end, worker=worker, kernel=ref.spec, call=kind, first=first,
+                inside=inside,
+            )  # fmt: skip
+
     def runner(self, ref: KernelRef, device: str) -> Runner:
         """A probe runner (:func:`flashcheck.harness.adapters.probe.probe`) over this
         executor's isolated kernel calls, all on one worker (a probe times repeated calls)."""
@@ -254,7 +289,7 @@ class LocalExecutor(Executor):
     def reference(self, recipe: Recipe) -> cf.Future:
         fut = self.submit(compute_reference, recipe)
         if self.clock is not None:
-            fut.add_done_callback(self._note_reference)
+            fut.add_done_callback(self.note_reference)
         return fut
 
     def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
@@ -267,11 +302,6 @@ class LocalExecutor(Executor):
             fut.set_exception(err)
         return fut
 
-    def _note_reference(self, fut: cf.Future) -> None:
-        clock = self.clock
-        if clock is not None and not fut.cancelled() and fut.exception() is None:
-            clock.add("reference", *fut.result().span)
-
     def _on_worker(self, i: int, fn: str, tag: tuple[int | None, str], *args: Any) -> Outcome:
         # Called from worker i's own dispatch thread only: one call at a time per worker.
         worker = self._all[i]
@@ -283,31 +313,13 @@ class LocalExecutor(Executor):
         if started:  # a fresh process: nothing it compiled before is left
             self._seen[i].clear()
         affinity, kind = tag
-        ref: KernelRef = args[1] if fn == "check" else args[0]
-        # A structural check calls the forward kernel: it shares the forward's compile groups.
-        # A probe's cases have shapes of their own: its calls are a group of their own.
-        compiled = {"backward": "backward", "probe": "probe"}.get(kind, "forward")
-        group = (ref.spec, compiled, affinity)
-        first = group not in self._seen[i]
-        self._seen[i].add(group)
-        clock = self.clock
-        if clock is not None:
+        if self.clock is not None:
             # A call that (re)started its worker waited for the start first: that part is the
             # worker start's, not kernel work.
             for span in started:
-                clock.add("worker start", *span)
-            begin = max([t0, *(end for _, end in started)])
-            inside = out.span if isinstance(out, Outcome) else None
-            clock.add(
-                "kernel",
-                begin,
-                t1,
-                worker=i,
-                kernel=ref.spec,
-                call=kind,
-                first=first,
-                inside=inside,
-            )
+                self.clock.add("worker start", *span)
+        begin = max([t0, *(end for _, end in started)])
+        self.note_kernel_call(self._seen[i], i, fn, kind, affinity, args, begin, t1, out)
         return out
 
     def _submit(self, affinity: int | None, fn: str, *args: Any, kind: str = "") -> cf.Future:
@@ -333,7 +345,7 @@ class LocalExecutor(Executor):
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
         fut = self.submit(compute_gradient_reference, recipe)
         if self.clock is not None:
-            fut.add_done_callback(self._note_reference)
+            fut.add_done_callback(self.note_reference)
         return fut
 
     def backward(

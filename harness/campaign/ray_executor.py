@@ -22,9 +22,11 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import queue
+import time
 from typing import Any
 
 from ..adapters.outcome import Outcome
+from ..adapters.probe import Runner
 from ..adapters.worker import KernelRef, KernelWorker, poisoned
 from ..cases.case import Case
 from ..cases.families import Recipe
@@ -94,39 +96,62 @@ class RayExecutor(Executor):
         # that kernel actors never starve the reference tasks of CPUs.
         self._actor = ray.remote(num_gpus=1)(KernelActor) if gpus else ray.remote(KernelActor)
         self.timeout = float(timeout)
+        # (slot, actor): a replaced actor keeps its slot, the timeline's worker number.
         self._free: queue.Queue = queue.Queue()
-        for _ in range(self.kernel_workers):
-            self._free.put(self._actor.remote())
+        for slot in range(self.kernel_workers):
+            self._free.put((slot, self._actor.remote()))
+        # The compile groups each slot's actor has called (the timeline's first calls).
+        self._seen: list[set[tuple[str, str, int | None]]] = [
+            set() for _ in range(self.kernel_workers)
+        ]
         self._reference = ray.remote(num_cpus=1)(compute_reference)
         self._gradient_reference = ray.remote(num_cpus=1)(compute_gradient_reference)
         self._apply = ray.remote(num_cpus=1)(apply)
         self._threads = cf.ThreadPoolExecutor(max(1, self.kernel_workers), thread_name_prefix="ray")
 
     def reference(self, recipe: Recipe) -> cf.Future:
-        return self._reference.remote(recipe).future()
+        fut = self._reference.remote(recipe).future()
+        if self.clock is not None:
+            fut.add_done_callback(self.note_reference)
+        return fut
 
     def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
         return self._apply.remote(fn, *args, **kwargs).future()
 
-    def _on_actor(self, fn: str, *args: Any, calls: int = 1) -> Outcome:
+    def _on_actor(self, fn: str, *args: Any, calls: int = 1, kind: str = "") -> Outcome:
         from ray.exceptions import GetTimeoutError, RayActorError
 
         if not self.kernel_workers:
             raise ValueError("this executor was made with kernels=False: it runs no kernel calls")
-        actor = self._free.get()
+        slot, actor = self._free.get()
+        began = time.time()
         try:
             out = self._ray.get(actor.call.remote(fn, *args), timeout=self.timeout * calls)
         except GetTimeoutError:
             out = Outcome.failed(Status.TIMEOUT, f"no result within {self.timeout * calls:g} s")
         except RayActorError as err:
             out = Outcome.failed(Status.ERROR, f"the kernel process died ({type(err).__name__})")
+        # (The wait for the actor's result: its start, if new, is not told apart.)
+        self.note_kernel_call(
+            self._seen[slot], slot, fn, kind or fn, None, args, began, time.time(), out
+        )
         if out.status is Status.TIMEOUT or (
             out.status is Status.ERROR and (poisoned(out.message) or "process died" in out.message)
         ):
             self._ray.kill(actor)
             actor = self._actor.remote()
-        self._free.put(actor)
+            self._seen[slot].clear()  # a fresh process: nothing it compiled is left
+        self._free.put((slot, actor))
         return out
+
+    def runner(self, ref: KernelRef, device: str) -> Runner:
+        # The probe's calls, recorded as such on the timeline (as the local executor does).
+        def run(case: Case) -> Outcome:
+            return self._threads.submit(
+                self._on_actor, "run", ref, case, device, kind="probe"
+            ).result()
+
+        return run
 
     # ``affinity`` is ignored: any free actor runs a call (a compiling kernel compiles each key
     # once per actor).
@@ -136,7 +161,10 @@ class RayExecutor(Executor):
         return self._threads.submit(self._on_actor, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
-        return self._gradient_reference.remote(recipe).future()
+        fut = self._gradient_reference.remote(recipe).future()
+        if self.clock is not None:
+            fut.add_done_callback(self.note_reference)
+        return fut
 
     def backward(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
@@ -163,6 +191,6 @@ class RayExecutor(Executor):
     def close(self, *, interrupted: bool = False) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         while not self._free.empty():
-            self._ray.kill(self._free.get())
+            self._ray.kill(self._free.get()[1])
         if self._started:
             self._ray.shutdown()
