@@ -1,7 +1,8 @@
 """The forward's exponent as one fused multiply-add per score (``LaunchConfig.fma_exponent``)
 against the exact form, on one CUDA GPU.
 
-    python benchmarks/gpu_fma_exponent.py [--reps 20] [--json out.json]
+    bash benchmarks/gpu_fma_exponent.sh        (stages flashcheck from this tree, 175 s cap)
+    python benchmarks/gpu_fma_exponent.py [--reps 20] [--json out.json] [--dry-run]
 
 bf16 and fp16, d = 64 and 128, causal and not, N = 1K, 4K, 16K (``B·N = 16K`` tokens,
 ``H·d = 2048``, as benchmarks/tune_hopper.py): the default launch configuration of each shape
@@ -163,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         args.sizes = "64"
         _time = lambda fns, reps: [1.0] * len(fns)  # noqa: E731
 
-    sys.path.insert(0, str(ROOT))
-    from kernels import triton_flash as tf
+    from flashcheck.kernels import triton_flash as tf
 
     print(PREDICTION, flush=True)
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run)"

@@ -12,7 +12,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
 mkdir -p "$OUT"
 cd "$ROOT" || exit 1
-export PYTHONUNBUFFERED=1
+python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
+export PYTHONPATH=/tmp/fc${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 timeout -s INT -k 10 "${LIMIT:-175}" python3 benchmarks/gpu_fma_exponent.py \
     --json "$OUT/fma_exponent.json" "$@" 2>&1 | tee "$OUT/fma_exponent.log"
 exit "${PIPESTATUS[0]}"

@@ -13,6 +13,10 @@ scale·log2 e, one fp32 constant, so exp2 replaces exp and q is not rescaled):
 
 m is the running maximum of the unscaled scores (the minimum if c < 0), so the exponent of the
 largest score is exactly 0 whatever the compiler fuses (see ``_softmax_step``).
+``LaunchConfig.fma_exponent`` (off by default) computes the exponent as ``fma(s, c, −fl(m·c))``
+instead, one instruction per score, in key blocks where every row has |m·c| < 2^14, and
+rescales between blocks from the rounded reference (``_fma_exponents``; the bound argument is
+in docs/error-bounds.md §5.1).
 
 The key range of a row block is split into mask-free blocks (every row keeps every key) and
 the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
@@ -480,7 +484,7 @@ def bf16_dot_supported(torch: Any) -> bool:
 
 class LaunchConfig(NamedTuple):
     """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation,
-    register cap."""
+    register cap, the exponent's form."""
 
     block_m: int
     block_n: int
