@@ -30,12 +30,13 @@ DEVICE = "cuda"  # "cpu" under TRITON_INTERPRET=1 for a dry run of the checks (n
 REPLAYS = {"45ff678771b15e80": False, "a0b776c65a2e1719": False, "d758b16864aa8317": True}
 
 PREDICTION = (
-    "prediction: the fast form saves a subtraction per score (fma instead of sub + mul) and\n"
-    "adds per key block one reduction over the tile's rows (|m·c| < 2^14) and a per-row fma.\n"
-    "The exact form cost 6-7 % at d = 128 non-causal and 3-4 % causal (bf16, H200, against the\n"
-    "old unguarded fma); expect on/off = 0.93-0.97 (time) at d = 128 non-causal, 0.96-0.99\n"
-    "causal, smaller at d = 64 only if the softmax is as exposed there; N = 1K least (prologue\n"
-    "and epilogue weigh more). A ratio near 1.00 means the per-block reduction ate the gain."
+    "prediction: the fast form saves one instruction per score (an fma for a sub and a mul)\n"
+    "and adds per key block one reduction over the tile's rows (is every |m·c| < 2^14?) and an\n"
+    "fma per row. The exact form cost 6-7 % non-causal and 3-4 % causal at d = 128 (bf16, H200,\n"
+    "against the unguarded fma). Expect on/off time 0.94-0.98 at d = 128 non-causal, 0.96-0.99\n"
+    "causal, d = 64 alike or a little better, N = 1K the least; fp16 as bf16 within 2 %.\n"
+    "On/off near or above 1.00, or more registers/spills when on: the reduction or the branch\n"
+    "cost what the fma saved (or broke the loop's pipelining)."
 )
 
 
@@ -105,7 +106,11 @@ def _shape(tf, dt, d, causal, n, reps, *, tokens=16384, width=2048):
     rows = rows.to(DEVICE)
     ref = _reference(q, k, v, causal, rows)
     mant = 7 if dt == torch.bfloat16 else 10
-    outs = [f() for f in fns]
+    outs, regs = [], []
+    for f in fns:
+        outs.append(f())
+        kern = tf.last_compiled()  # registers and spills: did the branch cost the pipeline?
+        regs.append(f"{getattr(kern, 'n_regs', '?')}/{getattr(kern, 'n_spills', '?')}")
     checks = [_check(o, ref, rows, mant) for o in outs]
     diff = (outs[0][0].float() - outs[1][0].float()).abs().max().item()
     ok = all(u <= 4 and e <= 1e-4 for u, e in checks)
@@ -115,7 +120,7 @@ def _shape(tf, dt, d, causal, n, reps, *, tokens=16384, width=2048):
         "dtype": str(dt).split(".")[-1], "d": d, "causal": causal, "n": n,
         "config": f"{cfg.block_m}x{cfg.block_n} w{cfg.warps} s{cfg.stages}",
         "ms": ms, "tflops": [flops / t / 1e9 for t in ms], "checks": checks,
-        "off_on_max_diff": diff, "ok": ok,
+        "off_on_max_diff": diff, "ok": ok, "regs_spills": regs,
     }  # fmt: skip
 
 
@@ -186,16 +191,17 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"rows": rows_out, "replays": replays}, indent=1))
     print(
         "\n| dtype | d | causal | N | config | off TFLOP/s | on TFLOP/s | on/off time "
-        "| O ulps off, on | LSE err off, on | max abs(off − on) | check |"
+        "| O ulps off, on | LSE err off, on | max abs(off − on) | regs/spills off, on | check |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows_out:
         (uo, eo), (un, en) = r["checks"]
         print(
             f"| {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['n']} | "
             f"{r['config']} | {r['tflops'][0]:.0f} | {r['tflops'][1]:.0f} | "
             f"{r['ms'][1] / r['ms'][0]:.3f} | {uo:.2f}, {un:.2f} | {eo:.1e}, {en:.1e} | "
-            f"{r['off_on_max_diff']:.2e} | {'ok' if r['ok'] else 'FAILED'} |"
+            f"{r['off_on_max_diff']:.2e} | {', '.join(r['regs_spills'])} | "
+            f"{'ok' if r['ok'] else 'FAILED'} |"
         )
     print("\n| saved case (scores ~1e12), fast path on | verdict | reasons |\n|---|---|---|")
     for cid, verdict, why in replays:
