@@ -189,9 +189,11 @@ def _fma_exponents(s, m_new, m_old, r_old, c):
     ``r = 0``. The old accumulator, relative to ``R_old``, is brought to ``R_new`` by
     ``alpha = exp2(R_old − R_new) = exp2((m_old − m_new)·c + r_new − r_old)`` (one explicit
     fma, so the interpreter and the GPU agree). Same references for p, alpha and l, so the
-    residuals cancel in O = acc/l; and LSE's ``fl(m·c) + log2 l`` is exact in R either way
-    (R = fl(m·c) in a fast block; R = m·c with the exact form, as without this path).
-    The test is one reduction over the block's rows, a block-uniform branch."""
+    residuals cancel in O = acc/l. The epilogue's ``LSE = (fl(m·c) + log2 l)·ln 2`` needs no
+    change: after a fast block fl(m·c) is R itself; after an exact one it rounds R = m·c, as
+    without this path. The test is one reduction over the block's rows, a block-uniform
+    branch; a tile's forms run exact, fast, exact (m·c only grows), so it switches at most
+    twice (docs/error-bounds.md §5.1)."""
     mc = m_new * c
     if tl.max(tl.abs(mc), 0) < 16384.0:
         x = tl.fma(s, c, -mc[:, None])
