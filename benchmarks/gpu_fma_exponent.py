@@ -29,14 +29,19 @@ DEVICE = "cuda"  # "cpu" under TRITON_INTERPRET=1 for a dry run of the checks (n
 # contracted exponent; d758b16864aa8317 is a tf32 case.
 REPLAYS = {"45ff678771b15e80": False, "a0b776c65a2e1719": False, "d758b16864aa8317": True}
 
+# SASS of the mask-free key loop for sm_90 (benchmarks/ptx_count.py --sass [--fma], bf16,
+# d = 128, Triton 3.9, the H100 tiles): (scores per thread, instructions per thread per key
+# block off, on, and on's exact branch, which a fast block skips: 2 per score + 2).
+SASS = {"non-causal": (64, 759, 867, 130), "causal": (32, 449, 518, 66)}
 PREDICTION = (
     "prediction: the fast form saves one instruction per score (an fma for a sub and a mul)\n"
-    "and adds per key block one reduction over the tile's rows (is every |m·c| < 2^14?) and an\n"
-    "fma per row. The exact form cost 6-7 % non-causal and 3-4 % causal at d = 128 (bf16, H200,\n"
-    "against the unguarded fma). Expect on/off time 0.94-0.98 at d = 128 non-causal, 0.96-0.99\n"
-    "causal, d = 64 alike or a little better, N = 1K the least; fp16 as bf16 within 2 %.\n"
-    "On/off near or above 1.00, or more registers/spills when on: the reduction or the branch\n"
-    "cost what the fma saved (or broke the loop's pipelining)."
+    "and adds per key block a reduction over the tile's rows (is every |m·c| < 2^14?): shuffles,\n"
+    "a shared-memory round trip and one CTA barrier. SASS of the mask-free loop per score,\n"
+    "off -> on (executed): "
+    + "; ".join(f"{k} {a / n:.2f} -> {(b - x) / n:.2f}" for k, (n, a, b, x) in SASS.items())
+    + ".\nExpect on/off time 0.97-1.00 non-causal (d = 128; d = 64 alike), 0.99-1.03 causal:\n"
+    "the barrier may cost more than the ~3 % of instructions saved. The exact form cost 6-7 %\n"
+    "against the unguarded fma (H200), the most the fast form could win back."
 )
 
 
