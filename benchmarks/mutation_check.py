@@ -33,6 +33,8 @@ TRITON = "kernels/triton_flash.py"
 RECUR = "kernels/recurrence.py"
 ARITH = "kernels/arith.py"  # the recurrence's shared arithmetic and masks
 TRITON_TESTS = ["properties", "-k", "triton and not tf32", "tests/test_triton_flash.py"]
+# The forward's fused multiply-add exponent runs only where a test turns it on.
+FMA_TESTS = ["tests/test_triton_fma_exponent.py"]
 RECUR_TESTS = ["properties", "tests/test_recurrence.py", "-k", "recurrence and not fa1"]
 BUILTIN = "harness/adapters/builtin.py"
 # The backward's mutants are judged by the gradient properties of the suite on recurrence-fa2.
@@ -70,11 +72,23 @@ MUTANTS = {
         "exp2(t) instead of exp2(t - m) (exact in real arithmetic, overflows for large logits)",
         TRITON,
         [
-            ("- m_safe) * qk_scale\n    alpha", "* 0.0) * qk_scale\n    alpha"),
+            ("shift = (m_old - m_safe) * qk_scale", "shift = (m_old * 0.0) * qk_scale"),
             ("x = (s - m_safe[:, None]) * qk_scale", "x = s * qk_scale"),
             ("tl.where(has, m_i, 0.0) * qk_scale", "0.0 * qk_scale"),
         ],
         TRITON_TESTS,
+    ),
+    "fma-exponent-unguarded": (
+        "fast exponent fma(s, c, -fl(m*c)) in every key block, not only while |m*c| < 2^14",
+        TRITON,
+        [("if tl.max(tl.abs(mc), 0) < 16384.0:", 'if tl.max(tl.abs(mc), 0) < float("inf"):')],
+        FMA_TESTS,
+    ),
+    "fma-alpha-unrounded-reference": (
+        "fast exponent: alpha from (m_old - m_new)*c, ignoring the rounded reference's residual",
+        TRITON,
+        [("shift = tl.fma(m_old - m_new, c, r_new - r_old)", "shift = (m_old - m_new) * c")],
+        FMA_TESTS,
     ),
     "off-by-one-causal": (
         "causal mask j < i + off instead of j <= i + off",
