@@ -47,6 +47,13 @@ def no_gqa(q, k, v, *, causal=False, scale=None):
     return _zeros(q, v)
 
 
+def broadcast_heads(q, k, v, *, causal=False, scale=None):
+    # Heads left to broadcasting, as `q @ k.transpose(-1, -2)` does: one key head works,
+    # two key heads for four query heads do not.
+    np.broadcast_shapes(q.shape[:2], k.shape[:2])
+    return _zeros(q, v)
+
+
 def square_only(q, k, v, *, causal=False, scale=None):
     if q.shape[2] != k.shape[2]:
         raise ValueError("Nq must equal Nk")
@@ -95,6 +102,7 @@ def test_a_function_that_takes_everything_gets_the_whole_contract():
         (pow2_dims, "distinct_dv", True, None),
         (causal_only, "masks", frozenset({"causal"}), "no sliding window"),
         (no_gqa, "gqa", False, "Hq must equal Hk"),
+        (broadcast_heads, "gqa", False, "cannot be broadcast"),
         (square_only, "unequal_lengths", False, "Nq must equal Nk"),
         (one_slice, "batched", False, "one (batch, head) per call"),
         (blocks_of_32, "seq_multiple", 32, "multiples of 32"),

@@ -274,7 +274,12 @@ def _contract(p: _Prober, todo: frozenset[str], *, keyed: bool) -> dict[str, Any
             "Nq != Nk", nq=2 * s, nk=s, d=d0
         )
     if "gqa" in todo:
-        out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=s, nk=s, d=d0)
+        # Two key heads as well as one: a kernel that leaves the heads to broadcasting (a
+        # matmul over q's 2 heads and k's 1) passes with one key head and fails with 4 query
+        # heads over 2 key heads.
+        out["gqa"] = check("grouped-query heads", hq=2, hk=1, nq=s, nk=s, d=d0) and check(
+            "grouped-query heads", hq=4, hk=2, nq=s, nk=s, d=d0
+        )
     if "batched" in todo:
         out["batched"] = check("batch and heads > 1", b=2, hq=2, hk=2, nq=s, nk=s, d=d0)
     if "masks" in todo or "options" in todo:
