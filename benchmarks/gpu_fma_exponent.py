@@ -22,6 +22,8 @@ import math
 import sys
 from pathlib import Path
 
+from flashcheck.harness.bench.timing import time_interleaved
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "reports" / "samples" / "h200-triton" / "cases"
 DEVICE = "cuda"  # "cpu" under TRITON_INTERPRET=1 for a dry run of the checks (no timing)
@@ -74,26 +76,12 @@ def _check(out, ref, rows, mant):
     )
 
 
-def _time(fns, reps):
-    """Median milliseconds of each of ``fns``, interleaved, after two warm-up rounds."""
-    import torch
-
-    for _ in range(2):
-        for f in fns:
-            f()
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            f()
-            b.record()
-            b.synchronize()
-            times[i].append(a.elapsed_time(b))
-    return [sorted(t)[len(t) // 2] for t in times]
+def _untimed(fns, *, reps):
+    """The dry run's timer: it checks the script on the CPU, not the speed (no CUDA events)."""
+    return [1.0] * len(fns)
 
 
-def _shape(tf, dt, d, causal, n, reps, *, tokens=16384, width=2048):
+def _shape(tf, dt, d, causal, n, reps, timer, *, tokens=16384, width=2048):
     """Time and check one shape with the fast path off and on (``B = tokens/N``,
     ``H = width/d``): a row for the table."""
     import torch
@@ -119,7 +107,7 @@ def _shape(tf, dt, d, causal, n, reps, *, tokens=16384, width=2048):
     checks = [_check(o, ref, rows, mant) for o in outs]
     diff = (outs[0][0].float() - outs[1][0].float()).abs().max().item()
     ok = all(u <= 4 and e <= 1e-4 for u, e in checks)
-    ms = _time(fns, reps)
+    ms = timer(fns, reps=reps)
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     return {
         "dtype": str(dt).split(".")[-1], "d": d, "causal": causal, "n": n,
@@ -167,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    global DEVICE, _time
-    dtypes, size = (torch.bfloat16, torch.float16), {}
+    global DEVICE
+    dtypes, size, timer = (torch.bfloat16, torch.float16), {}, time_interleaved
     if args.dry_run:
         DEVICE, dtypes, size = "cpu", (torch.float16,), {"tokens": 64, "width": 128}
         args.sizes = "64"
-        _time = lambda fns, reps: [1.0] * len(fns)  # noqa: E731
+        timer = _untimed
 
     from flashcheck.kernels import triton_flash as tf
 
@@ -184,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in (64, 128):
             for causal in (False, True):
                 for n in (int(x) for x in args.sizes.split(",")):
-                    row = _shape(tf, dt, d, causal, n, args.reps, **size)
+                    row = _shape(tf, dt, d, causal, n, args.reps, timer, **size)
                     rows_out.append(row)
                     print(json.dumps(row), flush=True)
     # The interpreter has no tf32 and a broken bf16 dot: the dry run replays the fp32 case.

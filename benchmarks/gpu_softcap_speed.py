@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from flashcheck.harness.bench.timing import time_interleaved
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # tanh_fp32 before the change (a degree-7 polynomial below 1; above, an exp2 and the division
@@ -132,25 +134,6 @@ def _variants(new, old, q, k, v, *, causal, cap):
     ]
 
 
-def _time(fns, reps):
-    """Median milliseconds of each of ``fns``, interleaved, after two warm-up rounds."""
-    import torch
-
-    for _ in range(2):
-        for f in fns:
-            f()
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            f()
-            b.record()
-            b.synchronize()
-            times[i].append(a.elapsed_time(b))
-    return [sorted(t)[len(t) // 2] for t in times]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -181,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             checks = [_check(f(), q, k, v, args.cap, causal, rows) for f in fns[1:]]
             ok = all(u <= 4 and e <= 1e-4 for u, e in checks)
             failed += not ok
-            ms = _time(fns, args.reps)
+            ms = time_interleaved(fns, reps=args.reps)
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {
                 "causal": causal, "n": n, "ms": ms,

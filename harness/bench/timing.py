@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Timing", "copies_for_l2", "time_cuda"]
+__all__ = ["Timing", "copies_for_l2", "time_cuda", "time_interleaved"]
 
 # H100's L2 is 50 MiB; two of it so that no copy survives one rotation.
 ROTATE_BYTES = 100 * 2**20
@@ -88,3 +88,29 @@ def time_cuda(
         z.record()
     torch.cuda.synchronize()
     return Timing(tuple(a.elapsed_time(z) for a, z in events))
+
+
+def time_interleaved(
+    fns: Sequence[Callable[[], Any]], *, reps: int, warmup: int = 2
+) -> list[float]:
+    """Median milliseconds of each of ``fns`` (CUDA events), the calls interleaved round by
+    round (``fns[0], fns[1], ..., fns[0], ...``) after ``warmup`` rounds: variants of one
+    kernel compared this way see the same clocks and the same cache state, so their ratio holds
+    even where the absolute times drift."""
+    import torch
+
+    if not fns or reps < 1 or warmup < 0:
+        raise ValueError(f"need at least one function and reps >= 1, got {len(fns)}, {reps}")
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, f in enumerate(fns):
+            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            f()
+            z.record()
+            z.synchronize()
+            times[i].append(a.elapsed_time(z))
+    return [statistics.median(t) for t in times]
