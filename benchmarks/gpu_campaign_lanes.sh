@@ -15,10 +15,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
 mkdir -p "$OUT"
-python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
-mkdir -p /tmp/uk && cp "$ROOT/tests/user/user_kernels.py" /tmp/uk/ && cd /tmp/uk
-python3 -m flashcheck.harness.cli env
+source "$ROOT/benchmarks/gpu_campaign_common.sh"  # staging, versions, KERNELS
 nvidia-smi --query-gpu=index,name --format=csv,noheader
 nvidia-smi topo -m || true
 lscpu | grep -E "^(Model name|Socket|Core|Thread|NUMA node)" || true
@@ -31,11 +28,6 @@ fi
 HALF=$((CORES / 2))
 LANE_A="0-$((HALF - 1))"
 LANE_B="$HALF-$((CORES - 1))"
-KERNELS=()
-for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math sdpa-flash \
-         sdpa-efficient sdpa-cudnn user_kernels:textbook; do
-    KERNELS+=(--kernel "$k")
-done
 lane() {  # lane NAME CPUS GPUS RUNS REPEAT
     CUDA_VISIBLE_DEVICES=$3 taskset -c "$2" python3 "$ROOT/benchmarks/campaign_speed.py" \
         --cold-caches --profile-phases --preset gpu --dtype fp16 "${KERNELS[@]}" \

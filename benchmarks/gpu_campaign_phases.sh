@@ -11,18 +11,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
 mkdir -p "$OUT"
-python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
-mkdir -p /tmp/uk && cp "$ROOT/tests/user/user_kernels.py" /tmp/uk/ && cd /tmp/uk
-python3 -m flashcheck.harness.cli env
+source "$ROOT/benchmarks/gpu_campaign_common.sh"  # staging, versions, KERNELS
 nvidia-smi --query-gpu=name --format=csv,noheader
 CACHES=$(mktemp -d)
 export TRITON_CACHE_DIR="$CACHES/triton" TORCHINDUCTOR_CACHE_DIR="$CACHES/inductor"
-KERNELS=()
-for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math sdpa-flash \
-         sdpa-efficient sdpa-cudnn user_kernels:textbook; do
-    KERNELS+=(--kernel "$k")
-done
 RUN=$(mktemp -d)
 python3 -m flashcheck.harness.cli report --name phases --out "$RUN" --preset gpu --dtype fp16 \
     "${KERNELS[@]}" --kernel-workers "${KW:-1}" --fail-on never --profile-phases \

@@ -20,17 +20,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
 mkdir -p "$OUT"
-python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
-mkdir -p /tmp/uk && cp "$ROOT/tests/user/user_kernels.py" /tmp/uk/ && cd /tmp/uk
-python3 -m flashcheck.harness.cli env
+source "$ROOT/benchmarks/gpu_campaign_common.sh"  # staging, versions, KERNELS
 nvidia-smi --query-gpu=name --format=csv,noheader
 GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
 CORES=$(nproc)
-KERNELS=()
-for k in recurrence-fa2 recurrence-fa1 naive-numpy naive-torch triton sdpa-math sdpa-flash \
-         sdpa-efficient sdpa-cudnn user_kernels:textbook; do
-    KERNELS+=(--kernel "$k")
-done
 python3 "$ROOT/benchmarks/campaign_speed.py" --cold-caches --profile-phases --preset gpu --dtype fp16 \
     "${KERNELS[@]}" --save "$OUT/scaling-results" --repeat "${REPEAT:-1}" --runs ${RUNS:-"$CORES:1" "$CORES:$GPUS"} | tee "$OUT/campaign_scaling.md"

@@ -8,9 +8,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/flashcheck-out}
 mkdir -p "$OUT"
-python3 "$ROOT/benchmarks/source_tree.py" /tmp/fc >/dev/null
-export PYTHONPATH=/tmp/fc PYTHONUNBUFFERED=1
-mkdir -p /tmp/uk && cp "$ROOT/tests/user/user_kernels.py" /tmp/uk/ && cd /tmp/uk
-python3 -m flashcheck.harness.cli env
+source "$ROOT/benchmarks/gpu_campaign_common.sh"  # staging, versions, KERNELS
 python3 "$ROOT/benchmarks/campaign_speed.py" --runs 16:1 16:2 4:1 \
     --kernel user_kernels:textbook | tee "$OUT/campaign_speed.md"
