@@ -175,8 +175,13 @@ class Executor:
     ) -> cf.Future:
         raise NotImplementedError
 
-    def note_reference(self, fut: cf.Future) -> None:
-        """A finished reference's span on the timeline (a future's done callback)."""
+    def timed_reference(self, fut: cf.Future) -> cf.Future:
+        """``fut`` (a reference's), whose span goes on the timeline when it is done."""
+        if self.clock is not None:
+            fut.add_done_callback(self._note_reference)
+        return fut
+
+    def _note_reference(self, fut: cf.Future) -> None:
         clock = self.clock
         if clock is not None and not fut.cancelled() and fut.exception() is None:
             clock.add("reference", *fut.result().span)
@@ -287,10 +292,7 @@ class LocalExecutor(Executor):
         self._dispatch = Dispatcher(len(self._all), self._on_worker) if self._all else None
 
     def reference(self, recipe: Recipe) -> cf.Future:
-        fut = self.submit(compute_reference, recipe)
-        if self.clock is not None:
-            fut.add_done_callback(self.note_reference)
-        return fut
+        return self.timed_reference(self.submit(compute_reference, recipe))
 
     def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
         if self._pool is not None:
@@ -343,10 +345,7 @@ class LocalExecutor(Executor):
         return self._submit(affinity, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
-        fut = self.submit(compute_gradient_reference, recipe)
-        if self.clock is not None:
-            fut.add_done_callback(self.note_reference)
-        return fut
+        return self.timed_reference(self.submit(compute_gradient_reference, recipe))
 
     def backward(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None

@@ -110,10 +110,7 @@ class RayExecutor(Executor):
         self._threads = cf.ThreadPoolExecutor(max(1, self.kernel_workers), thread_name_prefix="ray")
 
     def reference(self, recipe: Recipe) -> cf.Future:
-        fut = self._reference.remote(recipe).future()
-        if self.clock is not None:
-            fut.add_done_callback(self.note_reference)
-        return fut
+        return self.timed_reference(self._reference.remote(recipe).future())
 
     def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future:
         return self._apply.remote(fn, *args, **kwargs).future()
@@ -161,10 +158,7 @@ class RayExecutor(Executor):
         return self._threads.submit(self._on_actor, "run", ref, case, device)
 
     def gradient_reference(self, recipe: Recipe) -> cf.Future:
-        fut = self._gradient_reference.remote(recipe).future()
-        if self.clock is not None:
-            fut.add_done_callback(self.note_reference)
-        return fut
+        return self.timed_reference(self._gradient_reference.remote(recipe).future())
 
     def backward(
         self, ref: KernelRef, case: Case, device: str, *, affinity: int | None = None
