@@ -17,6 +17,7 @@ printed first, the table last.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -67,9 +68,14 @@ def _check(out, ref, rows, mant):
     import torch
 
     o_ref, lse_ref, w = ref
-    o, lse = out[0][:, :, rows].double(), out[1][:, :, rows].double()
+    if not isinstance(out, tuple):  # a peer's O alone: no LSE to compare (reported as 0)
+        out = (out, None)
+    o = out[0][:, :, rows].double()
     mag = torch.maximum(o_ref.abs(), w).clamp_min(1e-30)
     ulp = torch.exp2(torch.floor(torch.log2(mag)) - mant)
+    if out[1] is None:
+        return ((o - o_ref).abs() / ulp).max().item(), 0.0
+    lse = out[1][:, :, rows].double()
     return (
         ((o - o_ref).abs() / ulp).max().item(),
         ((lse - lse_ref).abs() / lse_ref.abs().clamp_min(1)).max().item(),
@@ -81,9 +87,63 @@ def _untimed(fns, *, reps):
     return [1.0] * len(fns)
 
 
-def _shape(tf, dt, d, causal, n, reps, timer, *, tokens=16384, width=2048):
+# Experiments only (the ceilings a cheaper design could reach; wrong at huge logits), as
+# source patches of kernels/triton_flash.py: (text, replacement, fma_exponent flag).
+PATCHES = {
+    # The fast path without its per-block test: every block fast, whatever |m·c|.
+    "fma-unguarded": ("if tl.max(tl.abs(mc), 0) < 16384.0:", "if True:", True),
+    # The default path's exponent as one fma against fl(m·c), no residual state, no test:
+    # what a per-program test (decided once, before the key loop) could reach.
+    "fma-no-residual": (
+        "x = (s - m_safe[:, None]) * qk_scale",
+        "x = tl.fma(s, qk_scale, -(m_safe * qk_scale)[:, None])",
+        False,
+    ),
+}
+
+
+def load_patched(label: str, tmp: Path):
+    """The forward with :data:`PATCHES`' ``label`` applied, as its own module (so Triton
+    compiles and caches it apart): ``fn(q, k, v, causal) -> O`` at the default launch
+    configuration."""
+    old, new, fma = PATCHES[label]
+    src = (ROOT / "kernels" / "triton_flash.py").read_text()
+    assert src.count(old) == 1, f"{label}: the patched line moved; update PATCHES"
+    name = "triton_flash_" + label.replace("-", "_")
+    path = tmp / f"{name}.py"
+    path.write_text(src.replace(old, new))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+
+    def fn(q, k, v, causal):
+        cfg = mod.launch_config(q, k, v, causal=causal)._replace(fma_exponent=fma)
+        opts = {"window": None, "scale": q.shape[-1] ** -0.5, "allow_tf32": False}
+        return mod.launch(q, k, v, causal=causal, config=cfg, **opts)[0]
+
+    return fn
+
+
+def load_peer(spec_text: str):
+    """``PATH.py:FUNCTION``: a peer forward ``fn(q, k, v, *, causal) -> O`` to time beside
+    (its folder goes on sys.path, so it may import its neighbours)."""
+    path, _, name = spec_text.rpartition(":")
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, name)
+    return getattr(fn, "fn", fn)  # a flashcheck.kernel-decorated function: the bare one
+
+
+def _shape(tf, dt, d, causal, n, reps, timer, *, tokens=16384, width=2048, extra=()):
     """Time and check one shape with the fast path off and on (``B = tokens/N``,
-    ``H = width/d``): a row for the table."""
+    ``H = width/d``), then each of ``extra`` (``(label, fn(q, k, v, causal) -> O)``, timed in
+    the same interleaved rounds, checked the same way, LSE not compared): a row for the
+    table."""
     import torch
 
     b, h = max(1, tokens // n), max(1, width // d)
@@ -106,6 +166,13 @@ def _shape(tf, dt, d, causal, n, reps, timer, *, tokens=16384, width=2048):
         regs.append(f"{getattr(kern, 'n_regs', '?')}/{getattr(kern, 'n_spills', '?')}")
     checks = [_check(o, ref, rows, mant) for o in outs]
     diff = (outs[0][0].float() - outs[1][0].float()).abs().max().item()
+    labels = []
+    for label, peer in extra:
+        f = lambda peer=peer: peer(q, k, v, causal)  # noqa: E731
+        o = f()
+        checks.append(_check(o, ref, rows, mant))
+        fns.append(f)
+        labels.append(label)
     ok = all(u <= 4 and e <= 1e-4 for u, e in checks)
     ms = timer(fns, reps=reps)
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
@@ -113,7 +180,7 @@ def _shape(tf, dt, d, causal, n, reps, timer, *, tokens=16384, width=2048):
         "dtype": str(dt).split(".")[-1], "d": d, "causal": causal, "n": n,
         "config": f"{cfg.block_m}x{cfg.block_n} w{cfg.warps} s{cfg.stages}",
         "ms": ms, "tflops": [flops / t / 1e9 for t in ms], "checks": checks,
-        "off_on_max_diff": diff, "ok": ok, "regs_spills": regs,
+        "off_on_max_diff": diff, "ok": ok, "regs_spills": regs, "extra": labels,
     }  # fmt: skip
 
 
@@ -148,6 +215,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1024,4096,16384")
     ap.add_argument("--json", default="")
     ap.add_argument(
+        "--patched",
+        action="append",
+        default=[],
+        choices=list(PATCHES),
+        help="also time this experimental source patch (see PATCHES)",
+    )
+    ap.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="PATH.py:FUNCTION",
+        help="also time this forward fn(q, k, v, *, causal) -> O (fp16 shapes only)",
+    )
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument(
         "--dry-run",
         action="store_true",
         help="on CPU under TRITON_INTERPRET=1: fp16, tiny shapes, no timing (tests the script)",
@@ -156,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     global DEVICE
-    dtypes, size, timer = (torch.bfloat16, torch.float16), {}, time_interleaved
+    named = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    dtypes, size, timer = tuple(named[x] for x in args.dtypes.split(",")), {}, time_interleaved
     if args.dry_run:
         DEVICE, dtypes, size = "cpu", (torch.float16,), {"tokens": 64, "width": 128}
         args.sizes = "64"
@@ -167,12 +251,25 @@ def main(argv: list[str] | None = None) -> int:
     print(PREDICTION, flush=True)
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run)"
     print(f"device: {name}, torch {torch.__version__}", flush=True)
+    extra = []
+    if args.patched:
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp())
+        extra += [(label, load_patched(label, tmp)) for label in args.patched]
+    peers = []
+    for spec in args.peer:
+        fn = load_peer(spec)
+        peers.append(
+            (Path(spec.rpartition(":")[0]).stem, lambda q, k, v, c, fn=fn: fn(q, k, v, causal=c))
+        )
     rows_out = []
     for dt in dtypes:
-        for d in (64, 128):
+        for d in (int(x) for x in args.dims.split(",")):
             for causal in (False, True):
                 for n in (int(x) for x in args.sizes.split(",")):
-                    row = _shape(tf, dt, d, causal, n, args.reps, timer, **size)
+                    more = extra + (peers if dt == torch.float16 else [])
+                    row = _shape(tf, dt, d, causal, n, args.reps, timer, extra=more, **size)
                     rows_out.append(row)
                     print(json.dumps(row), flush=True)
     # The interpreter has no tf32 and a broken bf16 dot: the dry run replays the fp32 case.
@@ -188,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows_out:
-        (uo, eo), (un, en) = r["checks"]
+        (uo, eo), (un, en) = r["checks"][:2]
         print(
             f"| {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['n']} | "
             f"{r['config']} | {r['tflops'][0]:.0f} | {r['tflops'][1]:.0f} | "
@@ -196,6 +293,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['off_on_max_diff']:.2e} | {', '.join(r['regs_spills'])} | "
             f"{'ok' if r['ok'] else 'FAILED'} |"
         )
+    if any(r["extra"] for r in rows_out):
+        print("\n| dtype | d | causal | N | kernel | TFLOP/s | time / off | time / on | O ulps |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows_out:
+            for i, label in enumerate(r["extra"], start=2):
+                print(
+                    f"| {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['n']} | "
+                    f"{label} | {r['tflops'][i]:.0f} | {r['ms'][i] / r['ms'][0]:.3f} | "
+                    f"{r['ms'][i] / r['ms'][1]:.3f} | {r['checks'][i][0]:.2f} |"
+                )
     print("\n| saved case (scores ~1e12), fast path on | verdict | reasons |\n|---|---|---|")
     for cid, verdict, why in replays:
         print(f"| {cid} | {verdict} | {why or '-'} |")

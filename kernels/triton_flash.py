@@ -16,7 +16,9 @@ largest score is exactly 0 whatever the compiler fuses (see ``_softmax_step``).
 ``LaunchConfig.fma_exponent`` (off by default) computes the exponent as ``fma(s, c, −fl(m·c))``
 instead, one instruction per score, in key blocks where every row has |m·c| < 2^14, and
 rescales between blocks from the rounded reference (``_fma_exponents``; the bound argument is
-in docs/error-bounds.md §5.1).
+in docs/error-bounds.md §5.1). Measured on an H100 with Triton 3.6 it is 3–20 % slower, not
+faster: the per-block test over the tile's rows needs a CTA barrier, and at 256-row tiles the
+extra state spills registers (benchmarks/RESULTS.md); it is kept for re-measuring elsewhere.
 
 The key range of a row block is split into mask-free blocks (every row keeps every key) and
 the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
