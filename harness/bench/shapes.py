@@ -127,8 +127,7 @@ def plan(
     _check_plan(parts, providers, passes, dtypes, ns, head_dims)
     table = provider_table(kernels)
     user = tuple(k.name for k in kernels)
-    grid_provs = GRID_PROVIDERS + user
-    fp32_provs = FP32_PROVIDERS + tuple(k.name for k in kernels if "fp32" in k.dtypes)
+    grid_provs, fp32_provs = GRID_PROVIDERS + user, FP32_PROVIDERS + _fp32_kernels(kernels)
     only_n, only_d, only_dt = ns, head_dims, dtypes  # the names below are the grid's own
     ns = (1024, 4096) if quick else NS
     dims = (64, 128) if quick else HEAD_DIMS
@@ -184,6 +183,11 @@ def plan(
         for s, p in out
         if (kept := _for_pass(p, ps, table))
     ]
+
+
+def _fp32_kernels(kernels: tuple[Provider, ...]) -> tuple[str, ...]:
+    """The user kernels that run in the fp32 part: those that take fp32."""
+    return tuple(k.name for k in kernels if "fp32" in k.dtypes)
 
 
 def _for_pass(names: tuple[str, ...], pass_: str, table: dict[str, Provider]) -> tuple[str, ...]:

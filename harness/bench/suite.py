@@ -42,7 +42,7 @@ from ..core.resultlog import ResultLog
 from .benchrecords import CeilingsRecord, done_keys
 from .grad_check import ORACLE_MAX_N
 from .measure import run_shape
-from .providers import provider_table
+from .providers import Provider, provider_table
 from .shapes import FLOP_FACTOR, PARTS, PASSES, TOKENS, WIDTH, Shape, plan
 
 __all__ = [
@@ -91,22 +91,7 @@ def run_bench(opts: BenchOptions) -> int:
     from ..core.environment import environment_record
     from .ceilings import measure_ceilings
 
-    kernels = ()
-    if opts.kernels:
-        from .kernel_providers import kernel_providers
-
-        kernels = kernel_providers(opts.kernels)
-    items = plan(
-        parts=opts.parts,
-        quick=opts.quick,
-        providers=opts.providers,
-        passes=opts.passes,
-        ns=opts.ns,
-        head_dims=opts.head_dims,
-        dtypes=opts.dtypes,
-        kernels=kernels,
-    )
-    table = provider_table(kernels)
+    items, table = _selection(opts)
     stream = opts.stream if opts.stream is not None else sys.stderr
     if not torch.cuda.is_available():
         print(
@@ -164,6 +149,29 @@ def run_bench(opts: BenchOptions) -> int:
         print(f"bench report: {md}", file=stream)
         print(summary_text(path))
     return 0
+
+
+def _selection(
+    opts: BenchOptions,
+) -> tuple[list[tuple[Shape, tuple[str, ...]]], dict[str, Provider]]:
+    """The run's shapes with their providers, and its provider table (the built-ins and the
+    ``--kernel`` ones, resolved here: a bad spec raises before anything needs a GPU)."""
+    kernels = ()
+    if opts.kernels:
+        from .kernel_providers import kernel_providers
+
+        kernels = kernel_providers(opts.kernels)
+    items = plan(
+        parts=opts.parts,
+        quick=opts.quick,
+        providers=opts.providers,
+        passes=opts.passes,
+        ns=opts.ns,
+        head_dims=opts.head_dims,
+        dtypes=opts.dtypes,
+        kernels=kernels,
+    )
+    return items, provider_table(kernels)
 
 
 def bench_header(opts: BenchOptions, name: str) -> dict[str, Any]:
