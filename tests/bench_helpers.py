@@ -4,13 +4,13 @@ from flashcheck.harness.bench.suite import TOKENS, Shape
 from flashcheck.harness.core.resultlog import ResultLog
 
 
-def synthetic_results(path, *, complete=True, triton_verdict="PASS"):
-    """A results file as flashcheck bench writes it, with made-up speeds."""
-    header = {
-        "tool": "flashcheck bench",
-        "name": "fake",
-        "config": {"parts": ["grid", "memory"], "quick": True, "seed": 0, "providers": None},
-    }
+def synthetic_results(path, *, complete=True, triton_verdict="PASS", kernels=None):
+    """A results file as flashcheck bench writes it, with made-up speeds; ``kernels``: a
+    user's kernels' grid TFLOP/s by name (``--kernel``), as ``{name: (at 1024, at 4096)}``."""
+    config = {"parts": ["grid", "memory"], "quick": True, "seed": 0, "providers": None}
+    if kernels:
+        config["kernels"] = list(kernels)
+    header = {"tool": "flashcheck bench", "name": "fake", "config": config}
     with ResultLog.open(path, header, fresh=True) as log:
         log.append({"type": "session", "env": {"gpu": "Fake GPU", "torch": "x"}})
         log.append(
@@ -24,9 +24,10 @@ def synthetic_results(path, *, complete=True, triton_verdict="PASS"):
         )
         speeds = {"triton": 500.0, "sdpa-flash": 350.0, "sdpa-cudnn": 600.0}
         compiled = {"stages": 2, "registers": 128, "spills": 0, "shared_bytes": 98304}
-        for n in (1024, 4096):
+        for i, n in enumerate((1024, 4096)):
             shape = Shape("grid", "bf16", TOKENS // n, 16, n, 128, False)
-            for prov, tf in speeds.items():
+            mine = {name: tfs[i] for name, tfs in (kernels or {}).items()}
+            for prov, tf in {**speeds, **mine}.items():
                 verdict = triton_verdict if prov == "triton" else "PASS"
                 # The compiler's report, as on Hopper: short sequences take another tile.
                 tile = {"warps": 8 if n <= 2048 else 16, **compiled}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .benchrecords import BenchResults
-from .summary import ORDER, BenchSummary, backward_memory_line, bench_summary, shape_keys
+from .summary import BenchSummary, backward_memory_line, bench_summary, ordered, shape_keys
 from .tables import JUDGED, PEERS_INTRO, cell, grid_table, mib, peer_lines, providers
 
 __all__ = ["backward_sections"]
@@ -168,7 +168,7 @@ def _gradient_checks(data: BenchResults, summ: BenchSummary, label: str) -> list
         "| provider | PASS | FAIL | FAIL-HARD | max floored ulp dQ / dK / dV |",
         "|---|---|---|---|---|",
     ]
-    for p in [x for x in ORDER if x in summ.checks]:
+    for p in ordered(summ.checks, summ.vs_kernels):
         c = summ.checks[p]
         worst = {g: 0.0 for g in ("dq", "dk", "dv")}
         for row in data.shapes.values():

@@ -5,7 +5,8 @@
 - ``wallclock_vs_n``: milliseconds per call vs N at fixed batch and heads (log-log);
 - ``width``: TFLOP/s vs model width H·d at N = 4096.
 
-Only speeds whose output passed the oracle check are drawn.
+Only speeds whose output passed the oracle check are drawn. Every provider of the records is
+drawn, a user's kernels (``--kernel``) after the built-ins.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .benchrecords import BenchResults
-from .summary import ORDER, counts
+from .summary import ORDER, counts, ordered, user_providers
 
 __all__ = ["make_bench_figures"]
 
@@ -28,9 +29,18 @@ def _plt():
     return plt
 
 
-def _style(p: str) -> dict[str, Any]:
-    i = ORDER.index(p) if p in ORDER else len(ORDER)
+def _style(p: str, order: list[str]) -> dict[str, Any]:
+    if p not in ORDER:  # a user's kernel: dashed, with markers no built-in has
+        j = [x for x in order if x not in ORDER].index(p)
+        return {"marker": "XPd8"[j % 4], "linestyle": "--", "label": p, "linewidth": 2.0}
+    i = ORDER.index(p)  # a built-in keeps its marker from run to run
     return {"marker": "osD^v<>ph*x"[i % 11], "label": p, "linewidth": 2.6 if p == "triton" else 1.3}
+
+
+def _order(data: BenchResults) -> list[str]:
+    """Every provider of ``data``, in legend order (one marker each, the same in every
+    figure)."""
+    return ordered({p for row in data.shapes.values() for p in row}, user_providers(data))
 
 
 def _series(data, keys, prov, x, y):
@@ -54,7 +64,7 @@ def make_bench_figures(data: BenchResults, out: Path) -> list[str]:
 
 def _grid_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
     """Forward TFLOP/s vs N of the bf16 grid, per head dim and causality."""
-    meta = data.meta
+    meta, order = data.meta, _order(data)
     grid = [k for k, m in meta.items() if m.part == "grid" and m.dtype == "bf16"]
     if grid:
         dims = sorted({meta[k].d for k in grid})
@@ -64,10 +74,10 @@ def _grid_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
             for row, causal in enumerate((False, True)):
                 ax = axes[row][col]
                 ks = [k for k in grid if meta[k].d == d and meta[k].causal == causal]
-                for p in ORDER:
+                for p in order:
                     pts = _series(data, ks, p, lambda m: m.n, "tflops")
                     if pts:
-                        ax.plot(*zip(*pts, strict=True), **_style(p))
+                        ax.plot(*zip(*pts, strict=True), **_style(p, order))
                 ax.set_xscale("log", base=2)
                 ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}")
                 ax.set_xlabel("N")
@@ -82,7 +92,7 @@ def _grid_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
 
 def _memory_figures(plt, data: BenchResults, out: Path, made: list[str]) -> None:
     """Peak extra memory and wall-clock of one call vs N (the memory part)."""
-    meta = data.meta
+    meta, order = data.meta, _order(data)
     mem = [k for k, m in meta.items() if m.part == "memory"]
     if mem:
         for name, field, ylabel, title in (
@@ -90,13 +100,13 @@ def _memory_figures(plt, data: BenchResults, out: Path, made: list[str]) -> None
             ("wallclock_vs_n", "ms", "ms", "Wall-clock of one call"),
         ):
             fig, ax = plt.subplots(figsize=(6.4, 4.6))
-            for p in ORDER:
+            for p in order:
                 pts = _series(data, mem, p, lambda m: m.n, field)
                 if pts:
                     xs, ys = zip(*pts, strict=True)
                     if field == "peak_extra_bytes":
                         ys = [y / 2**20 for y in ys]
-                    ax.plot(xs, ys, **_style(p))
+                    ax.plot(xs, ys, **_style(p, order))
             if field == "peak_extra_bytes":
                 base = sorted(
                     (
@@ -123,17 +133,17 @@ def _memory_figures(plt, data: BenchResults, out: Path, made: list[str]) -> None
 
 def _width_figure(plt, data: BenchResults, out: Path, made: list[str]) -> None:
     """TFLOP/s vs model width (the width part)."""
-    meta = data.meta
+    meta, order = data.meta, _order(data)
     width = [k for k, m in meta.items() if m.part == "width"]
     if width:
         fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), squeeze=False)
         fig.suptitle("TFLOP/s vs model width H·d: bf16, N = 4096, d = 128, B = 4")
         for ax, causal in zip(axes[0], (False, True), strict=True):
             ks = [k for k in width if meta[k].causal == causal]
-            for p in ORDER:
+            for p in order:
                 pts = _series(data, ks, p, lambda m: m.h * m.d, "tflops")
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), **_style(p))
+                    ax.plot(*zip(*pts, strict=True), **_style(p, order))
             ax.set_xscale("log", base=2)
             ax.set_xlabel("H·d")
             ax.set_ylabel("TFLOP/s")

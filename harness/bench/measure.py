@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from .benchrecords import SpeedRecord
 from .check import judge_rows, reference, sample_rows, sampled_output
 from .grad_check import ORACLE_MAX_N, grad_reference, judge_grads, sampled_grads
-from .providers import PROVIDERS, bench_sinks
+from .providers import PROVIDERS, Provider, bench_sinks
 from .shapes import ITEMSIZE, Shape
 from .timing import copies_for_l2, time_cuda
 
@@ -66,13 +67,13 @@ def _triton_info() -> dict[str, Any]:
     }
 
 
-def _measure(shape: Shape, name: str, sets: list, rows, *, memory: bool) -> dict[str, Any]:
+def _measure(shape: Shape, prov: Provider, sets: list, rows, *, memory: bool) -> dict[str, Any]:
     """First call (compile), sampled output rows, optional peak memory, then the timing."""
     import torch
 
-    prov = PROVIDERS[name]
+    name = prov.name
     rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
-    why = prov.unsupported(shape.dtype, shape.d)
+    why = prov.unsupported(shape.dtype, shape.d, causal=shape.causal)
     if why:
         return {**rec, "status": "skipped", "reason": why}
     need = prov.score_bytes(shape.b, shape.h, shape.n, ITEMSIZE[shape.dtype])
@@ -95,7 +96,7 @@ def _measure(shape: Shape, name: str, sets: list, rows, *, memory: bool) -> dict
             rec["first_call_s"] = time.perf_counter() - t0
             rec["o_rows"] = sampled_output(o, rows)
             del o
-            if name.startswith("triton"):
+            if name.startswith("triton") and prov.kernel_spec is None:  # this project's kernel
                 rec["triton"] = _triton_info()
             if memory:
                 torch.cuda.synchronize()
@@ -124,15 +125,15 @@ def _measure(shape: Shape, name: str, sets: list, rows, *, memory: bool) -> dict
 
 
 def _measure_backward(
-    shape: Shape, name: str, sets: list, dos: list, rows, keys, *, memory: bool
+    shape: Shape, prov: Provider, sets: list, dos: list, rows, keys, *, memory: bool
 ) -> dict[str, Any]:
     """First forward + backward (compile), the sampled gradients, optional peak memory of the
     backward, then the timings of the pass (see the module docstring)."""
     import torch
 
-    prov = PROVIDERS[name]
+    name = prov.name
     rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
-    why = prov.unsupported(shape.dtype, shape.d, backward=True)
+    why = prov.unsupported(shape.dtype, shape.d, causal=shape.causal, backward=True)
     if why:
         return {**rec, "status": "skipped", "reason": why}
     # Materializing providers keep one graph only: their N × N traffic dwarfs any L2 anyway.
@@ -237,19 +238,33 @@ def _options(prov: Any, inputs: tuple) -> dict[str, Any]:
 
 
 def run_shape(
-    shape: Shape, providers: tuple[str, ...], *, seed: int, oracle_max_n: int = ORACLE_MAX_N
+    shape: Shape,
+    providers: tuple[str, ...],
+    *,
+    seed: int,
+    oracle_max_n: int = ORACLE_MAX_N,
+    table: Mapping[str, Provider] | None = None,
 ) -> list[SpeedRecord]:
     """Every provider on one shape, then the oracle check of each output (forward) or of each
-    provider's gradients (backward passes); one record each."""
+    provider's gradients (backward passes); one record each. ``table``: the providers by name
+    (default :data:`~flashcheck.harness.bench.providers.PROVIDERS`; a run with a user's kernels
+    passes :func:`~flashcheck.harness.bench.providers.provider_table`'s)."""
     import torch
+
+    table = PROVIDERS if table is None else table
+    missing = [p for p in providers if p not in table]
+    if missing:
+        raise ValueError(f"providers {missing} are not in the table: choose from {list(table)}")
 
     per_copy = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
     sets = _inputs(shape, seed, copies_for_l2(per_copy))
     rows = sample_rows(shape.n, seed=seed)
     if shape.pass_ != "fwd":
-        recs = _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n)
+        provs = [table[p] for p in providers]
+        recs = _run_backward_shape(shape, provs, sets, rows, seed, oracle_max_n)
         return [SpeedRecord.from_json(r) for r in recs]
-    recs = [_measure(shape, p, sets, rows, memory=shape.part == "memory") for p in providers]
+    memory = shape.part == "memory"
+    recs = [_measure(shape, table[p], sets, rows, memory=memory) for p in providers]
     if shape.part == "memory":
         for r in recs:
             r["out_bytes"] = shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
@@ -258,7 +273,7 @@ def run_shape(
     refs: dict[tuple, Any] = {}  # one oracle reference per set of softmax options
     for r in recs:
         if r["status"] == "ok":
-            prov = PROVIDERS[r["provider"]]
+            prov = table[r["provider"]]
             if prov.options not in refs:
                 refs[prov.options] = reference(
                     *sets[0], causal=shape.causal, rows=rows, **_options(prov, sets[0])
@@ -278,6 +293,7 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
     keys = sample_rows(shape.n, seed=seed + 1)
     memory = shape.part == "memory"
     recs = [_measure_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers]
+    by_name = {p.name: p for p in providers}
     if memory:
         for r in recs:
             r["grad_bytes"] = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
@@ -286,7 +302,7 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
     for r in recs:
         if r["status"] != "ok":
             continue
-        prov = PROVIDERS[r["provider"]]
+        prov = by_name[r["provider"]]
         if prov.options not in refs:
             try:
                 refs[prov.options] = grad_reference(

@@ -22,6 +22,10 @@ same
   (:data:`BENCH_SOFTCAP`; :func:`bench_sinks`), timed beside plain ``triton`` on the same inputs
   so the option's cost is a ratio of one run (the ``options`` part).
 
+A user's kernel (``flashcheck bench --kernel MODULE:FUNCTION``) becomes a provider of its own
+(:mod:`flashcheck.harness.bench.kernel_providers`); :func:`provider_table` is the table of one
+run, the built-ins and those.
+
 For the backward (``flashcheck bench --pass bwd``) :meth:`Provider.make_grad` gives a forward
 that torch autograd differentiates: the same callable for every provider but ``triton``, whose
 differentiable form is :func:`flashcheck.kernels.triton_flash_bwd.flash_attention_differentiable`
@@ -32,13 +36,20 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..adapters.library import SDPA_BACKENDS as _SDPA
 
-__all__ = ["BENCH_SOFTCAP", "PROVIDERS", "Provider", "bench_sinks", "provider_names"]
+__all__ = [
+    "BENCH_SOFTCAP",
+    "PROVIDERS",
+    "Provider",
+    "bench_sinks",
+    "provider_names",
+    "provider_table",
+]
 
 _HALF = ("fp16", "bf16")
 _ALL = ("fp16", "bf16", "fp32")
@@ -52,7 +63,9 @@ class Provider:
     benchmark skips shapes where that would not fit, instead of running out of memory.
     ``arithmetic`` is the class of the bounds its outputs are judged with
     (``"unknown"``: the loosest bound of the classes at or above the input format's precision,
-    as in the error report).
+    as in the error report). ``head_dims`` (``None``: any up to ``max_head_dim``),
+    ``takes_causal`` and ``has_backward`` narrow what it runs, for a user's kernel
+    (``kernel_spec``: the ``--kernel`` it came from; ``None`` for a built-in).
     """
 
     name: str
@@ -71,19 +84,33 @@ class Provider:
     # The softmax options it computes (its outputs are checked against the oracle with them).
     softcap: float | None = None
     sinks: bool = False
+    head_dims: tuple[int, ...] | None = None
+    takes_causal: bool = True
+    has_backward: bool = True
+    kernel_spec: str | None = None
 
     @property
     def options(self) -> tuple[float | None, bool]:
         """``(softcap, sinks)``: providers with equal options share one oracle reference."""
         return (self.softcap, self.sinks)
 
-    def unsupported(self, dtype: str, d: int, *, backward: bool = False) -> str | None:
+    def unsupported(
+        self, dtype: str, d: int, *, causal: bool = False, backward: bool = False
+    ) -> str | None:
+        """Why this provider does not run a ``dtype`` shape of head dim ``d`` (causal or not;
+        for a backward pass or not), or ``None`` where it does."""
+        if backward and not self.has_backward:
+            return "no backward declared"
         if backward and self.grad_module and importlib.util.find_spec(self.grad_module) is None:
             return f"unsupported: {self.name.split('-')[0].capitalize()} backward not available"
         if dtype not in self.dtypes:
             return f"{self.name} does not take {dtype} (it takes {', '.join(self.dtypes)})"
         if d > self.max_head_dim:
             return f"{self.name} takes head dims up to {self.max_head_dim}"
+        if self.head_dims is not None and d not in self.head_dims:
+            return f"{self.name} takes head dims {', '.join(map(str, self.head_dims))}"
+        if causal and not self.takes_causal:
+            return f"{self.name} takes no causal mask"
         return None
 
     def score_bytes(self, b: int, h: int, n: int, itemsize: int, *, backward: bool = False) -> int:
@@ -297,3 +324,21 @@ PROVIDERS: dict[str, Provider] = {
 
 def provider_names() -> list[str]:
     return list(PROVIDERS)
+
+
+def provider_table(extra: Iterable[Provider] = ()) -> dict[str, Provider]:
+    """The providers of one run by name: the built-ins (:data:`PROVIDERS`), then ``extra`` (a
+    user's kernels) in their order. ``ValueError`` for an extra whose name is taken."""
+    table = dict(PROVIDERS)
+    for p in extra:
+        if p.name in table:
+            which = "a built-in provider's" if p.name in PROVIDERS else "another --kernel's"
+            fix = (
+                f"pass --provider {p.name} for the built-in one, or " if p.name in PROVIDERS else ""
+            )
+            raise ValueError(
+                f"--kernel {p.kernel_spec or p.name}: its name {p.name!r} is {which}; {fix}"
+                "name the kernel by its package.module:function instead"
+            )
+        table[p.name] = p
+    return table

@@ -46,6 +46,7 @@ def _command(name: str, cfg: dict[str, Any]) -> str:
         cmd += "".join(f" --part {p}" for p in cfg["parts"])
     if cfg.get("providers"):
         cmd += "".join(f" --provider {p}" for p in cfg["providers"])
+    cmd += "".join(f" --kernel {k}" for k in cfg.get("kernels") or ())
     for opt, field in (("pass", "passes"), ("n", "ns"), ("d", "head_dims"), ("dtype", "dtypes")):
         cmd += "".join(f" --{opt} {x}" for x in cfg.get(field) or ())
     if cfg.get("passes") and cfg.get("oracle_max_n") is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .providers import PROVIDERS
+from .providers import PROVIDERS, Provider, provider_table
 
 __all__ = [
     "FLOP_FACTOR",
@@ -112,21 +112,29 @@ def plan(
     ns: tuple[int, ...] | None = None,
     head_dims: tuple[int, ...] | None = None,
     dtypes: tuple[str, ...] | None = None,
+    kernels: tuple[Provider, ...] = (),
 ) -> list[tuple[Shape, tuple[str, ...]]]:
     """The shapes of ``parts``, each with the providers that run on it, in run order: the
     goal shapes (bf16, d = 128) first, so an interrupted run has measured what matters most.
 
     Each shape appears once per pass of ``passes`` (in that order, pass by pass). ``ns``,
     ``head_dims``, ``dtypes`` keep only the shapes with those values (``None``: all).
+    ``providers`` selects among the built-ins (``None``: all); ``kernels`` (a user's, from
+    :func:`~flashcheck.harness.bench.kernel_providers.kernel_providers`) run beside them in
+    the grid, width and memory parts, and in the fp32 part where they take fp32. Shapes a
+    provider does not take stay in its list: the run records why it skipped them.
     """
     _check_plan(parts, providers, passes, dtypes, ns, head_dims)
+    table = provider_table(kernels)
+    user = tuple(k.name for k in kernels)
+    grid_provs, fp32_provs = GRID_PROVIDERS + user, FP32_PROVIDERS + _fp32_kernels(kernels)
     only_n, only_d, only_dt = ns, head_dims, dtypes  # the names below are the grid's own
     ns = (1024, 4096) if quick else NS
     dims = (64, 128) if quick else HEAD_DIMS
     dtypes = ("bf16",) if quick else ("bf16", "fp16")
 
     def keep(names: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(p for p in names if providers is None or p in providers)
+        return tuple(p for p in names if providers is None or p in providers or p in user)
 
     out: list[tuple[Shape, tuple[str, ...]]] = []
     if "grid" in parts:
@@ -136,21 +144,19 @@ def plan(
                 for causal in (False, True):
                     for n in ns:
                         shape = Shape("grid", dt, max(1, TOKENS // n), WIDTH // d, n, d, causal)
-                        out.append((shape, keep(GRID_PROVIDERS)))
+                        out.append((shape, keep(grid_provs)))
     if "width" in parts:
         for w in WIDTHS[:2] if quick else WIDTHS:
             for causal in (False, True):
                 out.append(
                     (
                         Shape("width", "bf16", TOKENS // 4096, w // 128, 4096, 128, causal),
-                        keep(GRID_PROVIDERS),
+                        keep(grid_provs),
                     )
                 )
     if "memory" in parts:
         for n in ns:
-            out.append(
-                (Shape("memory", "bf16", 1, MEMORY_HEADS, n, 128, False), keep(GRID_PROVIDERS))
-            )
+            out.append((Shape("memory", "bf16", 1, MEMORY_HEADS, n, 128, False), keep(grid_provs)))
     if "fp32" in parts:
         for d in (64, 128):
             for causal in (False, True):
@@ -158,7 +164,7 @@ def plan(
                     out.append(
                         (
                             Shape("fp32", "fp32", max(1, TOKENS // n), WIDTH // d, n, d, causal),
-                            keep(FP32_PROVIDERS),
+                            keep(fp32_provs),
                         )
                     )
     if "options" in parts:
@@ -172,16 +178,24 @@ def plan(
         and (only_dt is None or s.dtype in only_dt)
     ]
     return [
-        (replace(s, pass_=ps), kept) for ps in passes for s, p in out if (kept := _for_pass(p, ps))
+        (replace(s, pass_=ps), kept)
+        for ps in passes
+        for s, p in out
+        if (kept := _for_pass(p, ps, table))
     ]
 
 
-def _for_pass(names: tuple[str, ...], pass_: str) -> tuple[str, ...]:
+def _fp32_kernels(kernels: tuple[Provider, ...]) -> tuple[str, ...]:
+    """The user kernels that run in the fp32 part: those that take fp32."""
+    return tuple(k.name for k in kernels if "fp32" in k.dtypes)
+
+
+def _for_pass(names: tuple[str, ...], pass_: str, table: dict[str, Provider]) -> tuple[str, ...]:
     """``names`` without the backward-only providers in the forward pass (their forward is
     another provider's)."""
     if pass_ != "fwd":
         return names
-    return tuple(p for p in names if not PROVIDERS[p].backward_only)
+    return tuple(p for p in names if not table[p].backward_only)
 
 
 def _option_shapes(quick: bool, provs: tuple[str, ...]) -> list[tuple[Shape, tuple[str, ...]]]:

@@ -24,6 +24,10 @@ backward. The backward counts ``2.5×`` the forward's FLOPs (five GEMMs to the f
 forward + backward ``3.5×``. Gradients are checked by
 :mod:`flashcheck.harness.bench.grad_check` before their speed counts. A shape's key carries its
 pass (``…/bwd``), so records of different passes never meet in one ratio.
+
+A user's kernels (``--kernel MODULE:FUNCTION``, :mod:`flashcheck.harness.bench.kernel_providers`)
+run beside the built-ins; the results file's configuration names them, so a resume with other
+kernels is refused, and rendering needs only the records.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from ..core.resultlog import ResultLog
 from .benchrecords import CeilingsRecord, done_keys
 from .grad_check import ORACLE_MAX_N
 from .measure import run_shape
+from .providers import Provider, provider_table
 from .shapes import FLOP_FACTOR, PARTS, PASSES, TOKENS, WIDTH, Shape, plan
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "WIDTH",
     "BenchOptions",
     "Shape",
+    "bench_header",
     "plan",
     "run_bench",
 ]
@@ -61,6 +67,7 @@ class BenchOptions:
     out: str = "reports/bench"
     parts: tuple[str, ...] = PARTS
     providers: tuple[str, ...] | None = None
+    kernels: tuple[str, ...] = ()  # --kernel specs, run beside the built-ins
     passes: tuple[str, ...] = ("fwd",)
     ns: tuple[int, ...] | None = None
     head_dims: tuple[int, ...] | None = None
@@ -75,12 +82,16 @@ class BenchOptions:
 
 
 def run_bench(opts: BenchOptions) -> int:
-    """Run (or resume) the benchmark and render it; the exit status of ``flashcheck bench``."""
+    """Run (or resume) the benchmark and render it; the exit status of ``flashcheck bench``.
+
+    ``ValueError`` for a selection that cannot run, a ``--kernel`` spec included (checked
+    before the GPU is, so a bad spec is reported on any machine)."""
     import torch
 
     from ..core.environment import environment_record
     from .ceilings import measure_ceilings
 
+    items, table = _selection(opts)
     stream = opts.stream if opts.stream is not None else sys.stderr
     if not torch.cuda.is_available():
         print(
@@ -93,17 +104,7 @@ def run_bench(opts: BenchOptions) -> int:
     gpu = torch.cuda.get_device_name()
     name = opts.name or _gpu_slug(gpu)
     out_dir = Path(opts.out) / name
-    items = plan(
-        parts=opts.parts,
-        quick=opts.quick,
-        providers=opts.providers,
-        passes=opts.passes,
-        ns=opts.ns,
-        head_dims=opts.head_dims,
-        dtypes=opts.dtypes,
-    )
-    config = _config(opts)
-    header = {"tool": "flashcheck bench", "name": name, "config": config}
+    header = bench_header(opts, name)
     path = out_dir / "results.jsonl"
     with ResultLog.open(path, header, fresh=opts.fresh) as log:
         log.append({"type": "session", "env": environment_record("cuda")})
@@ -124,7 +125,10 @@ def run_bench(opts: BenchOptions) -> int:
         try:
             log.append(CeilingsRecord.from_json(measure_ceilings()).to_json())
             for shape, provs in todo:
-                for rec in run_shape(shape, provs, seed=opts.seed, oracle_max_n=opts.oracle_max_n):
+                recs = run_shape(
+                    shape, provs, seed=opts.seed, oracle_max_n=opts.oracle_max_n, table=table
+                )
+                for rec in recs:
                     log.append(rec.to_json())
                 log.append({"type": "shape-done", "key": shape.key})
                 prog.advance(cost[shape.key], shape.key)
@@ -147,6 +151,36 @@ def run_bench(opts: BenchOptions) -> int:
     return 0
 
 
+def _selection(
+    opts: BenchOptions,
+) -> tuple[list[tuple[Shape, tuple[str, ...]]], dict[str, Provider]]:
+    """The run's shapes with their providers, and its provider table (the built-ins and the
+    ``--kernel`` ones, resolved here: a bad spec raises before anything needs a GPU)."""
+    kernels = ()
+    if opts.kernels:
+        from .kernel_providers import kernel_providers
+
+        kernels = kernel_providers(opts.kernels)
+    items = plan(
+        parts=opts.parts,
+        quick=opts.quick,
+        providers=opts.providers,
+        passes=opts.passes,
+        ns=opts.ns,
+        head_dims=opts.head_dims,
+        dtypes=opts.dtypes,
+        kernels=kernels,
+    )
+    return items, provider_table(kernels)
+
+
+def bench_header(opts: BenchOptions, name: str) -> dict[str, Any]:
+    """The header record of the results file of run ``name``: its ``config`` identifies the
+    run (parts, providers, ``--kernel`` specs, passes, shape filters, seed), and resuming a
+    file whose header holds another config is refused."""
+    return {"tool": "flashcheck bench", "name": name, "config": _config(opts)}
+
+
 def _config(opts: BenchOptions) -> dict[str, Any]:
     """What identifies the run in its results file: resuming with another one is refused."""
     config: dict[str, Any] = {
@@ -155,6 +189,8 @@ def _config(opts: BenchOptions) -> dict[str, Any]:
         "seed": opts.seed,
         "providers": None if opts.providers is None else list(opts.providers),
     }
+    if opts.kernels:  # (absent without, so results files from before --kernel still resume)
+        config["kernels"] = list(dict.fromkeys(opts.kernels))
     # Only what differs from a forward run of the whole grid, so results files written before
     # these options existed still resume.
     if opts.passes != ("fwd",):

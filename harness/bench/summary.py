@@ -8,7 +8,8 @@ this.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,32 @@ __all__ = [
     "load_results",
     "memory_line",
     "only_pass",
+    "ordered",
     "passes_in",
     "ratio",
     "shape_keys",
+    "user_providers",
 ]
 
 ORDER = tuple(PROVIDERS)  # column and legend order
 PASS_ORDER = ("fwd", "bwd", "fwd+bwd")
+
+
+def ordered(names: Iterable[str], user: Iterable[str] = ()) -> list[str]:
+    """``names`` in column and legend order: the built-ins in :data:`ORDER`, then the others
+    (a user's kernels) in the order of ``user``, then any left sorted by name."""
+    seen, user = set(names), list(user)
+    rest = [p for p in user if p in seen and p not in ORDER]
+    rest += sorted(seen - set(ORDER) - set(rest))
+    return [p for p in ORDER if p in seen] + rest
+
+
+def user_providers(data: BenchResults) -> list[str]:
+    """The providers of ``data`` that are not built in (a user's ``--kernel``), in the order
+    the run's configuration names them; read from the records, so no kernel is imported."""
+    seen = {p for row in data.shapes.values() for p in row}
+    named = data.header.get("config", {}).get("kernels") or ()
+    return [p for p in ordered(seen, named) if p not in ORDER]
 
 
 def counts(rec: SpeedRecord | None) -> bool:
@@ -88,6 +108,8 @@ class BenchSummary:
     checks: dict[str, dict[str, int]]
     failures: list[tuple[str, str, str, list[str]]]
     triton_unscored: list[str]
+    # Per user kernel: (triton / kernel, key) where both scored, lowest first.
+    vs_kernels: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,8 +123,11 @@ def bench_summary(data: BenchResults) -> BenchSummary:
     N ≥ 4096 shapes (the long sequences at the head dim cuDNN is tuned for), in dtype, N and
     causality order; ``checks``: per provider, how many outputs got each oracle verdict;
     ``failures``: each output whose check was not PASS; ``triton_unscored``: the shapes where
-    Triton's speed does not count (error, skip or failed check)."""
+    Triton's speed does not count (error, skip or failed check); ``vs_kernels``: per user
+    kernel (:func:`user_providers`), ``(triton / kernel, key)`` as ``vs_flash``."""
     vs_flash, vs_cudnn = [], []
+    users = user_providers(data)
+    vs_kernels: dict[str, list[tuple[float, str]]] = {u: [] for u in users}
     for key, provs in data.shapes.items():
         m = data.meta[key]
         if m.part not in ("grid", "width"):
@@ -110,6 +135,9 @@ def bench_summary(data: BenchResults) -> BenchSummary:
         r = ratio(provs.get("triton"), provs.get("sdpa-flash"))
         if r is not None:
             vs_flash.append((r, key))
+        for u in users:
+            if (r := ratio(provs.get("triton"), provs.get(u))) is not None:
+                vs_kernels[u].append((r, key))
         if m.part == "grid" and m.d == 128 and m.n >= 4096:
             g = ratio(provs.get("triton"), provs.get("sdpa-cudnn"))
             if g is not None:
@@ -133,6 +161,7 @@ def bench_summary(data: BenchResults) -> BenchSummary:
         checks={p: dict(v) for p, v in checks.items()},
         failures=failures,
         triton_unscored=triton_unscored,
+        vs_kernels={u: sorted(v) for u, v in vs_kernels.items()},
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.status import Status
 from .benchrecords import BenchResults, SpeedRecord
-from .summary import ORDER, BenchSummary, memory_line, ratio, shape_keys
+from .summary import BenchSummary, memory_line, ordered, ratio, shape_keys, user_providers
 
 # The oracle check's verdicts, in the order the tallies list them.
 JUDGED = tuple(s for s in Status if s.judged)
@@ -22,6 +22,7 @@ __all__ = [
     "fmt_ratio",
     "forward_sections",
     "grid_table",
+    "kernel_line",
     "mib",
     "peer_lines",
     "providers",
@@ -48,14 +49,18 @@ def fmt_ratio(x: float | None) -> str:
 
 
 def providers(data: BenchResults, keys: list[str]) -> list[str]:
-    seen = {p for k in keys for p in data.shapes[k]}
-    return [p for p in ORDER if p in seen] + sorted(seen - set(ORDER))
+    """The providers with a record at ``keys``, built-ins first, then a user's kernels."""
+    return ordered({p for k in keys for p in data.shapes[k]}, user_providers(data))
 
 
 def grid_table(data: BenchResults, keys: list[str], lead: list[tuple[str, Any]]) -> list[str]:
+    """One row per shape of ``keys``: the ``lead`` columns, each provider's TFLOP/s, and
+    triton's over SDPA flash's, cuDNN's and each user kernel's."""
     provs = providers(data, keys)
+    users = [p for p in user_providers(data) if p in provs]
     fused = "triton-atomic" in provs  # the backward's fused path beside the deterministic one
     head = [name for name, _ in lead] + provs + ["triton / flash", "triton / cuDNN"]
+    head += [f"triton / {u}" for u in users]
     head += ["triton-atomic / triton"] if fused else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in keys:
@@ -65,6 +70,7 @@ def grid_table(data: BenchResults, keys: list[str], lead: list[tuple[str, Any]])
             fmt_ratio(ratio(row.get("triton"), row.get("sdpa-flash"))),
             fmt_ratio(ratio(row.get("triton"), row.get("sdpa-cudnn"))),
         ]
+        cells += [fmt_ratio(ratio(row.get("triton"), row.get(u))) for u in users]
         if fused:
             cells.append(fmt_ratio(ratio(row.get("triton-atomic"), row.get("triton"))))
         lines.append("| " + " | ".join(cells) + " |")
@@ -78,7 +84,8 @@ def mib(x: float | None) -> str:
 def peer_lines(summ: BenchSummary, memory: str | None) -> list[str]:
     """The Triton kernel beside its peers, from :func:`~flashcheck.harness.bench.summary.
     bench_summary`: its TFLOP/s over SDPA flash's (lowest, median, highest) and over cuDNN's
-    at d = 128, N ≥ 4096, the ``memory`` line if any, and the shapes where it did not score."""
+    at d = 128, N ≥ 4096, over each user kernel's, the ``memory`` line if any, and the shapes
+    where it did not score."""
     L = []
     vf = summ.vs_flash
     if vf:
@@ -94,6 +101,7 @@ def peer_lines(summ: BenchSummary, memory: str | None) -> list[str]:
             + ", ".join(f"{short_key(k)} {r:.2f}×" for r, k in summ.vs_cudnn)
             + "."
         )
+    L += [kernel_line(name, rs) for name, rs in summ.vs_kernels.items()]
     if memory:
         L.append(memory)
     if summ.triton_unscored:
@@ -102,6 +110,28 @@ def peer_lines(summ: BenchSummary, memory: str | None) -> list[str]:
             + ", ".join(f"`{k}`" for k in summ.triton_unscored)
         )
     return L
+
+
+def kernel_line(name: str, ratios: list[tuple[float, str]]) -> str:
+    """Triton beside a user's kernel: ``ratios`` is ``(triton / kernel, key)`` lowest first,
+    at the grid and width shapes where both scored; lowest, median, highest, and the shapes
+    where Triton is behind (below 1×)."""
+    if not ratios:
+        return (
+            f"- **Triton / {name}**: no grid or width shape where both ran and passed their check."
+        )
+    (lo, lo_key), (hi, hi_key) = ratios[0], ratios[-1]
+    med = statistics.median(r for r, _ in ratios)
+    behind = [(r, k) for r, k in ratios if r < 1]
+    where = (
+        "Triton is behind it at " + ", ".join(f"`{k}` {r:.2f}×" for r, k in behind)
+        if behind
+        else "Triton is not behind it at any"
+    )
+    return (
+        f"- **Triton / {name}** at {len(ratios)} grid and width shapes: lowest **{lo:.2f}×** "
+        f"at `{lo_key}`, median {med:.2f}×, highest {hi:.2f}× at `{hi_key}`; {where}."
+    )
 
 
 PEERS_INTRO = (
@@ -249,7 +279,7 @@ def _correctness(summ: BenchSummary) -> list[str]:
         "| provider | " + " | ".join(JUDGED) + " |",
         "|---|---|---|---|",
     ]
-    for p in [x for x in ORDER if x in summ.checks]:
+    for p in ordered(summ.checks, summ.vs_kernels):
         c = summ.checks[p]
         L.append(f"| {p} | " + " | ".join(str(c.get(s, 0)) for s in JUDGED) + " |")
     for key, p, v, reasons in summ.failures:

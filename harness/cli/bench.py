@@ -49,6 +49,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         out=args.out,
         parts=tuple(dict.fromkeys(args.part or PARTS)),
         providers=tuple(dict.fromkeys(args.provider)) if args.provider else None,
+        kernels=tuple(dict.fromkeys(args.kernel or ())),
         quick=args.quick,
         fresh=args.fresh,
         render=not args.no_render,
@@ -73,6 +74,13 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     from ..bench.decode_report import render_decode
 
     name = args.name or "decode"
+    if args.kernel:
+        print(
+            "flashcheck bench: error: --kernel races a dense attention kernel in the forward "
+            "benchmark; the paged decode benchmark (--decode) takes --decode-provider only",
+            file=sys.stderr,
+        )
+        return 2
     if args.render_only:
         results = Path(args.out) / name / "results.jsonl"
         try:
@@ -100,7 +108,8 @@ def add_bench(sub) -> None:
         "cuDNN, efficient and math backends, compiled FlexAttention and naive attention, side "
         "by side on the same inputs (grid: N 1K-32K, d 64/128/256, fp16/bf16, causal and not, "
         "B*N = 16384, H*d = 2048); a model-width sweep; peak memory and wall-clock vs N; fp32 "
-        "with IEEE and tf32 dots. --pass bwd times the backward (fwd+bwd: both) with "
+        "with IEEE and tf32 dots. --kernel races your own kernel beside them. --pass bwd "
+        "times the backward (fwd+bwd: both) with "
         "backward FLOPs 2.5x (3.5x) the forward's. Every output (every gradient) is checked "
         "against the mpmath oracle on sampled rows (and keys); a wrong output does not score. "
         "Writes reports/bench/<gpu>/results.jsonl "
@@ -160,6 +169,15 @@ def _add_selection(b: argparse.ArgumentParser) -> None:
         action="append",
         choices=list(PROVIDERS),
         help="run only this provider; repeat for several (default: all)",
+    )
+    b.add_argument(
+        "--kernel",
+        action="append",
+        metavar="MODULE:FUNCTION",
+        help="race your kernel beside the providers: package.module:function (a "
+        "flashcheck.kernel(...) or a plain fn(q, k, v, *, causal=...) -> O or (O, LSE)), an "
+        "entry point of group flashcheck.kernels or a built-in kernel name (as 'flashcheck "
+        "report --kernel'); repeat for several. With --provider, only those run beside it",
     )
     b.add_argument(
         "--pass",
