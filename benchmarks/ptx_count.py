@@ -145,11 +145,10 @@ def compile_forward(
     n: int,
     old_tanh: bool = False,
     sinks: bool = False,
-    fma: bool = False,
 ) -> tuple[str, str, int]:
     """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
     configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
-    (benchmarks/gpu_softcap_speed.py's copy); ``fma``: ``LaunchConfig.fma_exponent``. Returns
+    (benchmarks/gpu_softcap_speed.py's copy). Returns
     (PTX, SASS or '', scores per thread per block)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -194,7 +193,7 @@ def compile_forward(
         "BLOCK_D": 128, "BLOCK_DV": 128, "PRECISION": "ieee", "TMA": cfg.tma,
         "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
-        "SOFTCAP": softcap, "SINKS": sinks, "FMA": fma and not softcap and not sinks,
+        "SOFTCAP": softcap, "SINKS": sinks,
     }  # fmt: skip
     sig, attrs = {}, {}
     for i, name in enumerate(names):
@@ -235,7 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sass", action="store_true", help="count SASS loops too")
     ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
-    ap.add_argument("--fma", action="store_true", help="with LaunchConfig.fma_exponent")
     args = ap.parse_args(argv)
     pick = {"no": [False], "yes": [True], "both": [False, True]}
     for causal in pick[args.causal]:
@@ -243,11 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
-                fma=args.fma,
             )  # fmt: skip
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
             label += " sinks=yes" if args.sinks else ""
-            label += " fma=yes" if args.fma else ""
             rows_p += [(label, c) for c in count_loops(ptx, sass=False)]
             if args.sass and sass:
                 rows_s += [(label, c) for c in count_loops(sass, sass=True)]

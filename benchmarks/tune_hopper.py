@@ -39,6 +39,12 @@ CANDIDATES = {
         ("128x64 w4 s3 acc pre", C(128, 64, 4, 3, acc_in_dot=True, prefetch=True)),
         ("256x64 w8 s3 acc", C(256, 64, 8, 3)),
         ("256x64 w8 s2 acc", C(256, 64, 8, 2)),
+        # What the Triton tutorial's autotuner picked on an H100 (fp16, benchmarks/RESULTS.md):
+        # one warpgroup per CTA, so two or three CTAs share an SM.
+        ("64x64 w4 s2", C(64, 64, 4, 2)),
+        ("64x64 w4 s3", C(64, 64, 4, 3)),
+        ("128x64 w4 s2", C(128, 64, 4, 2)),
+        ("128x64 w4 s4", C(128, 64, 4, 4)),
     ],
     128: [
         ("128x64 w8 s3", C(128, 64, 8, 3)),
@@ -75,6 +81,14 @@ CANDIDATES = {
         ("64x64 w4 s3", C(64, 64, 4, 3)),
         ("64x128 w4 s2", C(64, 128, 4, 2)),
         ("64x64 w4 s2 tma", C(64, 64, 4, 2, tma=True)),
+        # The Triton tutorial's autotuner's H100 picks (fp16): one warpgroup per CTA.
+        ("128x64 w4 s2", C(128, 64, 4, 2)),
+        ("128x64 w4 s3", C(128, 64, 4, 3)),
+        # The same through TMA (as the tutorial loads): no per-thread load addresses, which
+        # spilled registers above.
+        ("128x64 w4 s2 tma", C(128, 64, 4, 2, tma=True)),
+        ("128x64 w4 s3 tma", C(128, 64, 4, 3, tma=True)),
+        ("64x64 w4 s3 tma", C(64, 64, 4, 3, tma=True)),
     ],
     256: [
         ("128x64 w8 s2 tma", C(128, 64, 8, 2, tma=True)),

@@ -13,12 +13,6 @@ scale·log2 e, one fp32 constant, so exp2 replaces exp and q is not rescaled):
 
 m is the running maximum of the unscaled scores (the minimum if c < 0), so the exponent of the
 largest score is exactly 0 whatever the compiler fuses (see ``_softmax_step``).
-``LaunchConfig.fma_exponent`` (off by default) computes the exponent as ``fma(s, c, −fl(m·c))``
-instead, one instruction per score, in key blocks where every row has |m·c| < 2^14, and
-rescales between blocks from the rounded reference (``_fma_exponents``; the bound argument is
-in docs/error-bounds.md §5.1). Measured on an H100 with Triton 3.6 it is 3–20 % slower, not
-faster: the per-block test over the tile's rows needs a CTA barrier, and at 256-row tiles the
-extra state spills registers (benchmarks/RESULTS.md); it is kept for re-measuring elsewhere.
 
 The key range of a row block is split into mask-free blocks (every row keeps every key) and
 the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
@@ -39,7 +33,11 @@ Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16
 128-row blocks, a workaround for wrong results and faults measured on H100 with Triton 3.6); no
 warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4 warps and
 gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
-not overlap as in FlashAttention-3 / cuDNN. Under ``TRITON_INTERPRET=1`` the interpreter's
+not overlap as in FlashAttention-3 / cuDNN. The exact exponent costs one instruction per score
+over a fused multiply-add: on an H100 the Triton tutorial's forward, which fuses it (and
+overflows near 1e12), is 20–35 % faster at causal N = 1K and up to ~10 % on most other shapes
+(benchmarks/RESULTS.md).
+Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.
 
@@ -133,18 +131,17 @@ def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
 
 @triton.jit
 def _softmax_step(
-    s, m_i, l_i, r_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
-    FMA: tl.constexpr,
+    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr
 ):  # fmt: skip
     """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
-    the rescale factor ``alpha`` of the old accumulator, the new running extreme and sum, and
-    the new reference residual ``r`` (0 unless ``FMA``; see :func:`_fma_exponents`).
+    the rescale factor ``alpha`` of the old accumulator, and the new running extreme and sum.
 
     ``m_i`` is the running extreme of the unscaled scores (the maximum for c > 0, the minimum
     for c ≤ 0), so the exponent ``(s − m)·c`` is exactly 0 at that score: a subtraction then a
     product, which no compiler contracts. The contracted ``fma(s, c, −round(m·c))`` leaves half
     an ulp of m·c there, which at |m·c| ~ 1e12 is ~2^14: exp2 of it overflowed (measured on an
-    H200, benchmarks/RESULTS.md). ``FMA`` takes that one-instruction form where it is safe."""
+    H200, benchmarks/RESULTS.md). (One fma per score while |m·c| < 2^14, the exact form beyond,
+    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)"""
     if POS_SCALE:
         if MASKED:
             m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
@@ -163,11 +160,8 @@ def _softmax_step(
         first = m_i == float("inf")
     # (±inf is kept out of the shift's product even where discarded: c may be 0.)
     m_old = tl.where(first, m_safe, m_i)
-    if FMA:
-        x, shift, r_i = _fma_exponents(s, m_safe, m_old, r_i, qk_scale)
-    else:
-        x = (s - m_safe[:, None]) * qk_scale
-        shift = (m_old - m_safe) * qk_scale
+    x = (s - m_safe[:, None]) * qk_scale
+    shift = (m_old - m_safe) * qk_scale
     if MASKED:
         x = tl.where(keep, x, float("-inf"))
     # Before the first kept key, acc and l are 0 and m is ±inf: alpha = 0 (never ±inf·0 = NaN);
@@ -175,36 +169,7 @@ def _softmax_step(
     alpha = tl.where(first, 0.0, tl.math.exp2(shift))
     p = tl.math.exp2(x)
     l_i = l_i * alpha + tl.sum(p, 1)
-    return p, alpha, m_new, l_i, r_i
-
-
-@triton.jit
-def _fma_exponents(s, m_new, m_old, r_old, c):
-    """The exponents of a key block and the rescale shift with one fused multiply-add per
-    score where that is safe: returns ``(x, shift, r_new)``.
-
-    The p's of a block are ``exp2(x)`` relative to a reference exponent ``R``; ``r = m·c − R``
-    is its residual. While every row of the block has ``|mc| < 2^14`` (``mc = fl(m·c)``, one
-    rounding), ``x = fma(s, c, −mc)`` and ``R = mc``: at the row's extreme score x is the
-    product's own rounding error ``r = fma(m, c, −mc)``, exact and at most half an ulp of mc,
-    ``|r| ≤ 2^-11``. Otherwise (and for a NaN row) the exact form ``x = (s − m)·c``, ``R = m·c``,
-    ``r = 0``. The old accumulator, relative to ``R_old``, is brought to ``R_new`` by
-    ``alpha = exp2(R_old − R_new) = exp2((m_old − m_new)·c + r_new − r_old)`` (one explicit
-    fma, so the interpreter and the GPU agree). Same references for p, alpha and l, so the
-    residuals cancel in O = acc/l. The epilogue's ``LSE = (fl(m·c) + log2 l)·ln 2`` needs no
-    change: after a fast block fl(m·c) is R itself; after an exact one it rounds R = m·c, as
-    without this path. The test is one reduction over the block's rows, a block-uniform
-    branch; a tile's forms run exact, fast, exact (m·c only grows), so it switches at most
-    twice (docs/error-bounds.md §5.1)."""
-    mc = m_new * c
-    if tl.max(tl.abs(mc), 0) < 16384.0:
-        x = tl.fma(s, c, -mc[:, None])
-        r_new = tl.fma(m_new, c, -mc)
-    else:
-        x = (s - m_new[:, None]) * c
-        r_new = tl.zeros_like(mc)
-    shift = tl.fma(m_old - m_new, c, r_new - r_old)
-    return x, shift, r_new
+    return p, alpha, m_new, l_i
 
 
 @triton.jit
@@ -231,13 +196,13 @@ def _accumulate(acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.conste
 
 @triton.jit
 def _key_blocks(
-    acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base,
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
     # exact product by 1 in the softmax step, one instruction per score.
@@ -253,31 +218,45 @@ def _key_blocks(
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s = _option_logits(s, c1, c2, SOFTCAP, SINKS)
         keep = None
-        if MASKED:
+        if MASKED and not (CAUSAL or WINDOW):
+            # Only the key tail: a condition per column.
             keep = (cols[None, :] < NK) & (rows[:, None] >= 0)
+        elif MASKED:
+            # Each row keeps the columns [first, last]: bounds per row, then one comparison
+            # per score (two with a left window).
+            last = tl.zeros_like(rows) + (NK - 1)
             if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + off)
+                last = tl.minimum(last, rows + off)
             if WINDOW:
-                if win_left >= 0:
-                    keep = keep & (cols[None, :] >= rows[:, None] + off - win_left)
                 if win_right >= 0:
-                    keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
-        p, alpha, m_i, l_i, r_i = _softmax_step(
-            s, m_i, l_i, r_i, keep, step, MASKED, POS_SCALE, FMA
-        )
+                    last = tl.minimum(last, rows + off + win_right)
+            keep = cols[None, :] <= last[:, None]
+            if WINDOW:
+                first = tl.zeros_like(rows)
+                if win_left >= 0:
+                    first = rows + off - win_left
+                keep = keep & (cols[None, :] >= first[:, None])
+        if MASKED and POS_SCALE and (CAUSAL or WINDOW):
+            # Dropped scores become −inf before the step, and (−inf − m)·c = −inf for c > 0:
+            # one select per score serves the maximum and the exponent (the same bits as the
+            # step's two). Not for the key tail alone: at 256-row tiles that spilled registers.
+            s = tl.where(keep, s, float("-inf"))
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
+        else:
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
-    return acc, l_i, m_i, r_i
+    return acc, l_i, m_i
 
 
 @triton.jit
 def _key_blocks_prefetched(
-    acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base,
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
     TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
@@ -302,14 +281,12 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i, r_i = _softmax_step(
-                s, m_i, l_i, r_i, None, step, False, POS_SCALE, FMA
-            )
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
             s = s_next
-    return acc, l_i, m_i, r_i
+    return acc, l_i, m_i
 
 
 @triton.jit
@@ -328,7 +305,7 @@ def _flash_fwd(
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
 
@@ -386,7 +363,6 @@ def _flash_fwd(
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
         l_i = l_i + 1.0
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-    r_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # the reference's residual (_fma_exponents)
     off = NK - NQ
     # Live key range of this row block: [lo, hi). Blocks outside it are skipped entirely.
     lo = 0
@@ -413,30 +389,30 @@ def _flash_fwd(
     if not SPLIT:
         full_lo = hi
         full_hi = hi
-    acc, l_i, m_i, r_i = _key_blocks(
-        acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS, FMA,
+        SOFTCAP, SINKS,
     )  # fmt: skip
     if PREFETCH:
-        acc, l_i, m_i, r_i = _key_blocks_prefetched(
-            acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
+        acc, l_i, m_i = _key_blocks_prefetched(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
-            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS, FMA,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS,
         )  # fmt: skip
     else:
-        acc, l_i, m_i, r_i = _key_blocks(
-            acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+        acc, l_i, m_i = _key_blocks(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
             c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-            ACC_IN_DOT, SOFTCAP, SINKS, FMA,
+            ACC_IN_DOT, SOFTCAP, SINKS,
         )  # fmt: skip
-    acc, l_i, m_i, r_i = _key_blocks(
-        acc, l_i, m_i, r_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS, FMA,
+        SOFTCAP, SINKS,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
@@ -488,7 +464,7 @@ def bf16_dot_supported(torch: Any) -> bool:
 
 class LaunchConfig(NamedTuple):
     """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation,
-    register cap, the exponent's form."""
+    register cap."""
 
     block_m: int
     block_n: int
@@ -503,10 +479,6 @@ class LaunchConfig(NamedTuple):
     # Register cap per thread (PTX .maxnreg), so that two CTAs fit on one SM and the warp
     # scheduler can overlap one CTA's softmax with the other's products. None: the compiler's.
     maxnreg: int | None = None
-    # The exponent as one fused multiply-add per score while every row of the key block has
-    # |m·c| < 2^14, else the exact form (_fma_exponents). Ignored with a soft-cap or sinks:
-    # their scores are already in exp2 units (c = 1), where both forms are one subtraction.
-    fma_exponent: bool = False
 
 
 def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
@@ -682,7 +654,6 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=N
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
         SOFTCAP=bool(softcap), SINKS=sinks is not None,
-        FMA=cfg.fma_exponent and not softcap and sinks is None,
         num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
