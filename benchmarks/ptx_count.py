@@ -199,6 +199,9 @@ def compile_forward(
     for i, name in enumerate(names):
         if name in const:
             sig[name] = "constexpr"
+        elif name in ("Q", "K", "V", "Out") and cfg.tma:  # host-built 4-D descriptors
+            rows = cfg.block_m if name in ("Q", "Out") else cfg.block_n
+            sig[name] = f"tensordesc<bf16[1, 1, {rows}, 128]>"
         elif name in ("Q", "K", "V", "Out"):
             sig[name], attrs[(i,)] = "*bf16", [["tt.divisibility", 16]]
         elif name in ("LSE", "Sinks"):

@@ -45,6 +45,10 @@ CANDIDATES = {
         ("64x64 w4 s3", C(64, 64, 4, 3)),
         ("128x64 w4 s2", C(128, 64, 4, 2)),
         ("128x64 w4 s4", C(128, 64, 4, 4)),
+        # Through host-built TMA descriptors (the loads need no per-thread address).
+        ("128x64 w8 s3 tma", C(128, 64, 8, 3, tma=True)),
+        ("128x64 w4 s3 tma", C(128, 64, 4, 3, tma=True)),
+        ("64x64 w4 s3 tma", C(64, 64, 4, 3, tma=True)),
     ],
     128: [
         ("128x64 w8 s3", C(128, 64, 8, 3)),
@@ -89,6 +93,8 @@ CANDIDATES = {
         ("128x64 w4 s2 tma", C(128, 64, 4, 2, tma=True)),
         ("128x64 w4 s3 tma", C(128, 64, 4, 3, tma=True)),
         ("64x64 w4 s3 tma", C(64, 64, 4, 3, tma=True)),
+        ("128x64 w8 s3 tma", C(128, 64, 8, 3, tma=True)),
+        ("256x64 w8 s3 tma", C(256, 64, 8, 3, tma=True)),
     ],
     256: [
         ("128x64 w8 s2 tma", C(128, 64, 8, 2, tma=True)),

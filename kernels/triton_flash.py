@@ -18,10 +18,9 @@ The key range of a row block is split into mask-free blocks (every row keeps eve
 the blocks on the causal diagonal, the window edges and the ragged key tail; only the latter
 build a mask. Both paths evaluate the same expressions, so the split changes no bit (tested).
 Causal row blocks are scheduled longest first. On Hopper, large head dims load through TMA
-tensor descriptors (device-side, so Triton's allocator is set to a torch-backed one unless the
-caller set their own); launch configurations per head dim are in ``_HOPPER`` (and
-``_HOPPER_SHORT`` for short key sequences, ``_H100`` where an H100 differs from the H200),
-chosen by ``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
+tensor descriptors (4-D, built on the host); launch configurations per head dim are in
+``_HOPPER`` (and ``_HOPPER_SHORT`` for short key sequences, ``_H100`` where an H100 differs
+from the H200), chosen by ``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
 
 Arithmetic class "flash" (docs/error-bounds.md): low-precision inputs, fp32 scores, softmax and
 accumulators, P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
@@ -35,8 +34,7 @@ warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4
 gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
 not overlap as in FlashAttention-3 / cuDNN. The exact exponent costs one instruction per score
 over a fused multiply-add: on an H100 the Triton tutorial's forward, which fuses it (and
-overflows near 1e12), is 20–35 % faster at causal N = 1K and up to ~10 % on most other shapes
-(benchmarks/RESULTS.md).
+overflows near 1e12), is 1–15 % faster, most on causal shapes (benchmarks/RESULTS.md).
 Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.
@@ -174,10 +172,13 @@ def _softmax_step(
 
 @triton.jit
 def _load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.constexpr):
-    """Rows ``start .. start + BLOCK`` of K or V (width ``W``), zeros past ``N`` and ``W``."""
+    """Rows ``start .. start + BLOCK`` of K or V (width ``W``), zeros past ``N`` and ``W``.
+    ``base``: the (batch, head) slice's pointer, or with ``TMA`` its (batch, head) coordinates
+    in the 4-D descriptor ``desc``."""
     if TMA:
-        # Rows past N and columns past W come back as zeros (padding_option="zero").
-        x = desc.load([start, 0])
+        # Rows past N and columns past W come back as zeros (the descriptor's zero padding).
+        x = desc.load([base[0], base[1], start, 0])
+        x = tl.reshape(x, [x.shape[2], x.shape[3]])
     else:
         ptrs = base + cols[:, None] * s_row + offs[None, :] * s_col
         x = tl.load(ptrs, mask=(cols[:, None] < N) & (offs[None, :] < W), other=0.0)
@@ -327,25 +328,19 @@ def _flash_fwd(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
     if TMA:
-        q_desc = tl.make_tensor_descriptor(
-            Q + b * sqb + h * sqh, shape=[NQ, D], strides=[sqm, 1], block_shape=[BLOCK_M, BLOCK_D]
-        )
-        k_desc = tl.make_tensor_descriptor(
-            k_base, shape=[NK, D], strides=[skn, 1], block_shape=[BLOCK_N, BLOCK_D]
-        )
-        v_desc = tl.make_tensor_descriptor(
-            v_base, shape=[NK, DV], strides=[svn, 1], block_shape=[BLOCK_N, BLOCK_DV]
-        )
-        o_base = Out + b * sob + h * soh
-        o_desc = tl.make_tensor_descriptor(
-            o_base, shape=[NQ, DV], strides=[som, 1], block_shape=[BLOCK_M, BLOCK_DV]
-        )
-        q = q_desc.load([m0, 0])
+        # Q, K, V and Out are 4-D descriptors (batch, head, row, column) built on the host
+        # (launch): nothing to create per program, and the loads need no per-thread address.
+        k_base = (b, hk)
+        v_base = (b, hk)
+        k_desc = K
+        v_desc = V
+        o_desc = Out
+        q = Q.load([b, h, m0, 0])
+        q = tl.reshape(q, [BLOCK_M, BLOCK_D])
     else:
-        q_desc = None
+        k_base = K + b * skb + hk * skh
+        v_base = V + b * svb + hk * svh
         k_desc = None
         v_desc = None
         o_desc = None
@@ -425,7 +420,7 @@ def _flash_fwd(
         float("-inf"),
     )
     if TMA:
-        o_desc.store([m0, 0], out.to(Out.dtype.element_ty))
+        o_desc.store([b, h, m0, 0], tl.reshape(out.to(o_desc.dtype), [1, 1, BLOCK_M, BLOCK_DV]))
     else:
         o_ptrs = Out + b * sob + h * soh + rows[:, None] * som + offs_dv[None, :] * sod
         tl.store(
@@ -504,7 +499,7 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (64, False): LaunchConfig(128, 64, 8, 3),
     (64, True): LaunchConfig(128, 64, 4, 3),
     (128, False): LaunchConfig(256, 64, 16, 3),
-    (128, True): LaunchConfig(128, 64, 8, 3),
+    (128, True): LaunchConfig(128, 128, 8, 3, tma=True),
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
 }
@@ -514,8 +509,19 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
 # level non-causal at 2K-16K; 2-7 % behind causal at N >= 4K; benchmarks/RESULTS.md).
 _SHORT = 2048
 _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
+    (64, True): LaunchConfig(64, 64, 4, 3, tma=True),
     (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
-    (128, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
+}
+# Causal entries through TMA (host-built descriptors, 2026-11-26: 64 × 64 tiles, one warpgroup
+# a CTA, up to _SHORT keys, +9-13 % at N = 1K; 128 × 128 beyond, +5-7 %; benchmarks/RESULTS.md)
+# and what replaces each where the tensors' strides or addresses rule TMA out: the entries they
+# replaced, not the same tiles through pointers (64 × 64 / 4 warps through pointers made an
+# illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys).
+_WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (64, True, True): LaunchConfig(128, 64, 4, 3),
+    (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True, False): LaunchConfig(128, 64, 8, 3),
 }
 
 
@@ -555,6 +561,7 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return portable_config(d, dv, q.element_size())
     short = k.shape[2] <= _SHORT
+    bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
     key = (q.device.index, d, dv, q.element_size(), bool(causal), short)
     hop = _HOPPER_PICK.get(key)
     if hop is None:
@@ -563,7 +570,6 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
         if torch.cuda.get_device_capability(q.device)[0] != 9:
             hop = portable_config(d, dv, q.element_size())
         else:
-            bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
             table = _HOPPER_SHORT if short and (bucket, bool(causal)) in _HOPPER_SHORT else _HOPPER
             hop = table[(bucket, bool(causal))]
             if "H100" in torch.cuda.get_device_name(q.device):
@@ -571,7 +577,8 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
-        hop = hop._replace(tma=False, warp_specialize=False)
+        fallback = _WITHOUT_TMA.get((bucket, bool(causal), short))
+        hop = fallback or hop._replace(tma=False, warp_specialize=False)
     return hop
 
 
@@ -584,22 +591,12 @@ def last_compiled() -> Any:
     return _LAST_COMPILED.get("kernel")
 
 
-def _alloc_scratch(size: int, alignment: int, stream: int | None) -> Any:
-    import torch
+def _descriptor(t: Any, rows: int, cols: int) -> Any:
+    """A TMA descriptor of the 4-D tensor ``t`` with ``rows × cols`` blocks of one (batch,
+    head) slice; reads past its rows and columns give zeros."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need global scratch memory from Triton's allocator; set a
-    torch-backed one unless the caller installed their own."""
-    try:
-        from triton.runtime._allocation import NullAllocator, _allocator
-    except ImportError:  # layout of a future Triton: set ours
-        triton.set_allocator(_alloc_scratch)
-        return
-    if isinstance(_allocator.get(), NullAllocator):
-        triton.set_allocator(_alloc_scratch)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols])
 
 
 def option_constants(scale: float, softcap: float | None, sinks: Any) -> tuple[float, float, float]:
@@ -635,8 +632,14 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=N
         # memory access at 4 warps (tests/test_triton_flash.py, d=40, dv=24, causal); a
         # 64-wide tile is correct in both (benchmarks/RESULTS.md). Pad dv to 64 there.
         block_dv = max(block_dv, 64)
+    tensors = (q, k, v, o)
     if cfg.tma:
-        _ensure_allocator()
+        tensors = (
+            _descriptor(q, cfg.block_m, block_d),
+            _descriptor(k, cfg.block_n, block_d),
+            _descriptor(v, cfg.block_n, block_dv),
+            _descriptor(o, cfg.block_m, block_dv),
+        )
     left, right = (-1, -1) if window is None else window
     n_m = triton.cdiv(nq, cfg.block_m)
     grid = (n_m, bsz * hq)
@@ -644,7 +647,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=N
     extra = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
     qk_scale, c1, c2 = option_constants(float(scale), softcap, sinks)
     compiled = _flash_fwd[grid](
-        q, k, v, o, lse, lse if sinks is None else sinks,
+        *tensors, lse, lse if sinks is None else sinks,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
         hq, hk, nq, nk, d, dv,
         qk_scale, left, right, c1, c2,
