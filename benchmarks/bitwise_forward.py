@@ -9,9 +9,10 @@ configurations. On the CPU (interpreter): 240 small configurations: fp16 and fp3
 lengths (Nq ≠ Nk, tails that are not a multiple of the tile); causal, sliding windows (left,
 right, both) and neither; a positive and a negative scale; no option, a soft-cap, sinks; one
 query row NaN. On a GPU (``--device cuda``, the compiled kernels with the GPU's own launch
-tables): fp16 and bf16, d = 64 and 128, Nq = 1000 and 2048 against Nk = 2048, the same masks,
-positive scale, no option. Prints the configurations whose O or LSE differ in any bit, and
-exits 1 if any does. For changes meant to move no bit (a cheaper mask, a refactor).
+tables): fp16 and bf16, d = 64 and 128 (or ``--dims``), Nq = 1000 and 2048 against Nk = 2048,
+the same masks, positive scale, no option. Prints the configurations whose O or LSE differ in
+any bit, and exits 1 if any does. For changes meant to move no bit (a cheaper mask, a
+refactor).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--against", help="git revision to compare with")
     which.add_argument("--against-file", type=Path, help="a copy of the other triton_flash.py")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--dims", default="64,128", help="with --device cuda: the head dims")
     args = ap.parse_args(argv)
     import numpy as np
     import torch
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     dev = args.device
     if dev == "cuda":
-        shapes = [(nq, 2048, d) for nq in (1000, 2048) for d in (64, 128)]
+        shapes = [(nq, 2048, int(d)) for nq in (1000, 2048) for d in args.dims.split(",")]
         dtypes, scales = (torch.float16, torch.bfloat16), (None,)
         options = [(None, None)]
     else:
