@@ -229,6 +229,48 @@ def compile_forward(
     return ck.asm["ptx"], sass, cfg.block_m * cfg.block_n // (32 * cfg.warps)
 
 
+def compile_peer(path: Path, *, causal: bool, n: int) -> tuple[str, int, str]:
+    """Compile the Triton tutorial's forward from ``path`` (a file defining the tutorial's
+    autotuned ``_attn_fwd`` with host tensor descriptors, fp16, as benchmarks/RESULTS.md
+    describes) for sm_90 at the tile of this kernel's table entry for ``causal`` and ``n``
+    keys (d = 128): (SASS, scores per thread per key block, the tile)."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.tools.disasm import get_sass
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels import triton_flash as tf
+
+    table = tf._HOPPER_SHORT if n <= tf._SHORT else tf._HOPPER
+    cfg = tf._H100.get((128, causal, n <= tf._SHORT), table[(128, causal)])
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a: (9, 0)  # its config filter asks; no GPU here
+    spec = importlib.util.spec_from_file_location("tutorial_forward", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    bm, bn, d = cfg.block_m, cfg.block_n, 128
+    sig = {
+        "sm_scale": "fp32", "M": "*fp32", "Z": "i32", "H": "i32", "N_CTX": "i32",
+        "desc_q": f"tensordesc<fp16[{bm}, {d}]>", "desc_o": f"tensordesc<fp16[{bm}, {d}]>",
+        "desc_k": f"tensordesc<fp16[{bn}, {d}]>", "desc_v": f"tensordesc<fp16[{bn}, {d}]>",
+    }  # fmt: skip
+    const = {
+        "HEAD_DIM": d, "BLOCK_M": bm, "BLOCK_N": bn, "FP8_OUTPUT": False,
+        "STAGE": 3 if causal else 1, "warp_specialize": False,
+    }  # fmt: skip
+    sig.update({k: "constexpr" for k in const})
+    fn = mod._attn_fwd.fn  # the jit function under its autotuner
+    src = ASTSource(fn=fn, signature=sig, constexprs=const)
+    opts = {"num_warps": cfg.warps, "num_stages": cfg.stages}
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    tile = f"{bm}x{bn} w{cfg.warps} s{cfg.stages}"
+    return get_sass(ck.asm["cubin"]), bm * bn // (32 * cfg.warps), tile
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--causal", choices=["no", "yes", "both"], default="both")
@@ -237,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sass", action="store_true", help="count SASS loops too")
     ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
+    ap.add_argument(
+        "--peer",
+        type=Path,
+        help="also count the Triton tutorial's forward in this file, at the same tile (SASS)",
+    )
     args = ap.parse_args(argv)
     pick = {"no": [False], "yes": [True], "both": [False, True]}
     for causal in pick[args.causal]:
@@ -255,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         if rows_s:
             print(f"\nSASS, N = {args.n}")
             print(format_table(rows_s, scores=scores))
+        if args.peer is not None:
+            sass, per, tile = compile_peer(args.peer, causal=causal, n=args.n)
+            rows = [(f"tutorial {tile} causal={causal}", c) for c in count_loops(sass, sass=True)]
+            print(f"\nSASS of the tutorial's forward, N = {args.n}, the same tile")
+            print(format_table(rows, scores=per))
     return 0
 
 

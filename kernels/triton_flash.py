@@ -556,7 +556,8 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
     an H100 has one of its own), else
     :func:`portable_config`. What depends only on the device, head dims, dtype, causality and
     whether the keys are short is cached, so a call costs a dictionary lookup; the TMA
-    alignment check, which depends on the tensors' addresses, runs per call where needed."""
+    alignment check, which depends on the tensors' addresses, runs per call where needed, and
+    where it fails ``_WITHOUT_TMA``'s entry (or the same tiles through pointers) is used."""
     d, dv = q.shape[3], v.shape[3]
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return portable_config(d, dv, q.element_size())
