@@ -4,6 +4,7 @@
 test; ``--flashcheck-dtype`` and ``--flashcheck-device`` narrow what runs;
 ``--flashcheck-nan-inputs`` sets the NaN policy of kernels that declare none;
 ``--flashcheck-budget`` runs the properties that find bugs first within a time budget;
+``--flashcheck-timeout`` limits each call of a kernel under test;
 ``--flashcheck-palette`` sets the compile keys per dtype of kernels that compile per shape;
 ``--flashcheck-profile`` (ini ``flashcheck_profile``) picks the Hypothesis profile.
 """
@@ -14,7 +15,9 @@ import pytest
 
 from .profiles import PROFILES
 
-__all__ = ["add_options"]
+__all__ = ["DEFAULT_TIMEOUT", "add_options"]
+
+DEFAULT_TIMEOUT = 300.0  # seconds per kernel call, as `flashcheck report --timeout`
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -56,6 +59,15 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="a time budget: the properties that find bugs first run first; those not started "
         "when it is spent are skipped with that reason",
+    )
+    group.addoption(
+        "--flashcheck-timeout",
+        dest="flashcheck_timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds one call of a kernel under test may take before it is stopped and its "
+        f"property fails with TIMEOUT, the case saved (default {DEFAULT_TIMEOUT:g})",
     )
     group.addoption(
         "--flashcheck-palette",

@@ -16,6 +16,9 @@ for it. What it adds:
   ``flashcheck_device`` is the device the kernel runs on. A test marked
   ``@pytest.mark.layouts("varlen", "paged", ...)`` runs only on kernels of those layouts
   (``dense``, ``varlen``, ``paged``, ``combine``); on another kernel it is skipped, saying why.
+- ``--flashcheck-timeout SECONDS`` (default 300): in a run with kernels under test, each kernel
+  call is stopped past it and its property fails with ``TIMEOUT``, the case saved
+  (:mod:`~flashcheck.properties.timeouts`).
 - The header of a flashcheck run prints the Hypothesis profile and seed and each kernel's
   contract; :data:`RUN_CONTEXT` carries the seed and profile into saved case files.
 
@@ -39,6 +42,7 @@ in :mod:`~flashcheck.properties.run_output`. Their public names are importable f
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -77,6 +81,10 @@ __all__ = [
     "palette_size",
     "profile_name",
 ]
+
+
+# The run's limit on kernel calls, lifted when pytest ends.
+_LIMIT = pytest.StashKey[contextlib.ExitStack]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -133,6 +141,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("flashcheck_dtypes"),
         config.getoption("flashcheck_nan_inputs"),
     )
+    if specs:  # every kernel call of the run, stopped at --flashcheck-timeout (.timeouts)
+        from ..harness.adapters.call_limit import limit_calls
+        from .timeouts import session_limit
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(limit_calls(session_limit(config)))
+        config.stash[_LIMIT] = stack
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _LIMIT in config.stash:
+        config.stash[_LIMIT].close()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

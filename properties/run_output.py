@@ -6,6 +6,7 @@ the closing summary of what was measured without being gated, and the session fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "header_lines",
     "mark_session",
     "note_measurement",
+    "say_live",
     "use_terminal_of",
     "write_measurements",
 ]
@@ -57,14 +59,28 @@ def compile_notice(kernel: Any, key: tuple[Any, ...]) -> None:
     if not key or (kernel.name, key) in _SEEN_KEYS:
         return
     _SEEN_KEYS.add((kernel.name, key))
-    reporter = _TERMINAL[0].pluginmanager.get_plugin("terminalreporter") if _TERMINAL else None
-    if reporter is not None:
-        about = f" (about {kernel.compile_seconds:.0f} s)" if kernel.compile_seconds else ""
-        from ..harness.adapters.palette import PALETTE_DIMS
+    about = f" (about {kernel.compile_seconds:.0f} s)" if kernel.compile_seconds else ""
+    from ..harness.adapters.palette import PALETTE_DIMS
 
-        names = ("dtype", *(x for x in PALETTE_DIMS if x in kernel.compile_keys))
-        dims = ", ".join(f"{k}={v}" for k, v in zip(names, key, strict=False))
-        reporter.write_line(f"  compiling {kernel.name} for {dims}{about} ...")
+    names = ("dtype", *(x for x in PALETTE_DIMS if x in kernel.compile_keys))
+    dims = ", ".join(f"{k}={v}" for k, v in zip(names, key, strict=False))
+    say_live(f"  compiling {kernel.name} for {dims}{about} ...")
+
+
+def say_live(text: str) -> None:
+    """Write ``text`` as a line on the terminal now, from inside a test too (pytest captures a
+    test's output and shows it, if at all, after the test: a notice of a long wait must not
+    wait with it). Without a pytest terminal: stdout."""
+    config = _TERMINAL[0] if _TERMINAL else None
+    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
+    if reporter is None:
+        print(text, flush=True)
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with live:
+        reporter.write_line(text)
+        reporter.flush()
 
 
 def note_measurement(kernel: str, dtype: str, what: str, finding: str | None) -> None:

@@ -82,10 +82,12 @@ def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -
 
 def run_or_fail(kernel: Any, case: Any, device: str, prop: str, call: Any) -> Any:
     """``call()``, or a saved case and a failure naming what the kernel did: raised inside its
-    contract, or returned something that is not an attention output."""
+    contract, returned something that is not an attention output, or did not return within
+    the run's time limit (:mod:`.timeouts`)."""
     __tracebackhide__ = True
     from ..harness.adapters.adapter import KernelOutputError
     from .assertions import fail
+    from .timeouts import run_limited
 
     if kernel.compile_keys and hasattr(case, "shape"):  # (a ragged case has no one shape)
         from types import SimpleNamespace
@@ -96,7 +98,7 @@ def run_or_fail(kernel: Any, case: Any, device: str, prop: str, call: Any) -> An
         shape = SimpleNamespace(dtype=case.dtype, nq=nq, nk=nk, d=d, dv=dv, causal=case.causal)
         compile_notice(kernel, compile_key(kernel, shape))
     try:
-        return call()
+        return run_limited(kernel, case, device, prop, call)
     except KernelOutputError as err:
         fail(
             case,

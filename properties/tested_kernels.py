@@ -86,6 +86,7 @@ def resolve_all(
     from dataclasses import replace
     from functools import partial
 
+    from ..harness.adapters.call_limit import CallLimit, limit_calls
     from ..harness.adapters.fp8_contract import suite_refusal
     from ..harness.adapters.probe import resolved
     from ..harness.adapters.registry import resolve
@@ -116,7 +117,9 @@ def resolve_all(
             if kern.pending:  # seconds to minutes for a kernel that compiles per shape
                 print(f"flashcheck: probing the contract of {spec} on {dev} ...", flush=True)
             t0 = time.monotonic()
-            out[spec] = resolved(kern, dev, runner)
+            # (a kernel of a ragged layout is probed in this process: under the same limit)
+            with limit_calls(CallLimit(PROBE_TIMEOUT)):
+                out[spec] = resolved(kern, dev, runner)
             if kern.pending:
                 keys = out[spec].compile_keys
                 what = f"; it compiles per {', '.join(keys)}" if keys else ""

@@ -335,13 +335,15 @@ BUG_CLASSES = {
     "paged_lse_heads_by_modulo": "with the wrong head mapping for grouped-query heads",
     "varlen_empty_writes": "consistent with a zero-length sequence writing into its neighbour",
     "paged_splits_by_batch": "declared batch-invariant, but sequence",
+    # a hang on long sequences: stopped by --timeout, recorded, and the campaign goes on
+    "varlen_hangs_on_long": "accuracy TIMEOUT: user_layouts:varlen_hangs_on_long fp16 (1 case)",
 }
 
 
 @pytest.mark.slow
 def test_each_ragged_bug_class_exits_1_from_the_command_line_with_its_bug_named(tmp_path):
     shutil.copy(USER / "user_layouts.py", tmp_path / "user_layouts.py")
-    args = ["report", "--dtype", "fp16", "--name", "bugs"]
+    args = ["report", "--dtype", "fp16", "--name", "bugs", "--timeout", "5"]
     for name in BUG_CLASSES:
         args += ["--kernel", f"user_layouts:{name}"]
     out = run_flashcheck(args, tmp_path, 300)

@@ -77,6 +77,11 @@ def test_a_kernel_that_compiles_10_s_per_shape_is_caught_by_report_and_test(tmp_
     assert test_s <= 300, f"test took {test_s:.0f} s\n{test_text}"
     assert "test_batch_and_head_independence[user_compile:jit_batch_bug-fp16] FAILED" in test_text
     assert "compiling user_compile:jit_batch_bug for dtype=fp16" in test_text, test_text
+    # said as it happens, not after the test in its captured output
+    lines = test_text.splitlines()
+    said = min(i for i, x in enumerate(lines) if "compiling user_compile:jit_batch_bug" in x)
+    failed = "test_batch_and_head_independence[user_compile:jit_batch_bug-fp16] FAILED"
+    assert said < min(i for i, x in enumerate(lines) if failed in x), test_text
     assert "were not started, each skipped with that reason" in test_text
 
 

@@ -90,3 +90,20 @@ def test_fp8_kernel_without_descale_keywords_is_a_usage_error(user_dir):
     out, text = _report("no_descales", user_dir)
     assert out.returncode == 2, text
     assert "takes no descale_k, descale_q, descale_v keyword" in text
+
+
+def test_a_hanging_fp8_kernel_is_stopped_and_the_report_goes_on(user_dir):
+    args = ["report", "--kernel", "user_fp8:hangs_when_long", "--preset", "smoke"]
+    out = _flashcheck([*args, "--timeout", "2"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "TIMEOUT user_fp8:hangs_when_long e4m3 fp8_uniform_long" in text
+    report = (user_dir / "reports/user_fp8-hangs_when_long/error-report.md").read_text()
+    # Table 3's sequence hangs too: its row says so, and the table goes on
+    assert "| user_fp8:hangs_when_long | e4m3 | – | – | KernelHung: " in report
+    assert "| flash-fp8-numpy | e4m3 | 0." in report
+    saved = sorted((user_dir / "reports/user_fp8-hangs_when_long/cases").glob("*.json"))
+    rep = _flashcheck(
+        ["replay", saved[0].stem, "--dir", str(saved[0].parent), "--timeout", "2"], user_dir
+    )
+    assert rep.returncode == 1 and "replayed: TIMEOUT (same verdict)" in rep.stdout, rep.stdout

@@ -93,6 +93,21 @@ def test_a_kernel_that_kills_the_test_process_is_named(user_dir):
     assert "flashcheck report --kernel user_kernels:kills_its_process" in out.stderr
 
 
+def test_a_kernel_that_hangs_fails_its_property_with_timeout_and_the_run_goes_on(user_dir):
+    args = ["test", "user_kernels:hangs_on_nan", "--dtype", "fp16", "--timeout", "3"]
+    out, secs = _flashcheck([*args, "-k", "nan_inputs or repeated_runs"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert secs < 60, f"took {secs:.0f} s"
+    assert "FAILED test_nan_inputs_propagate_and_stay_contained: nan-rule: TIMEOUT: " in text
+    assert "user_kernels:hangs_on_nan did not return within 3 s" in text
+    assert "test_repeated_runs_agree[user_kernels:hangs_on_nan-fp16] PASSED" in text
+    (cid,) = [x.split()[-1] for x in text.splitlines() if x.strip().startswith("flashcheck replay")]
+    rep, _ = _flashcheck(["replay", cid, "--timeout", "3"], user_dir, timeout=60)
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    assert "recorded verdict: TIMEOUT; replayed: TIMEOUT (same verdict)" in rep.stdout
+
+
 def test_a_failing_run_reads_like_a_report(user_dir):
     """One bug: each failure is its reason, its case and its replay command (no traceback into
     the suite, no Hypothesis search notes), and the run ends with a summary per dtype."""

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..cases.case import Case
+from .call_limit import kernel_call
 from .kernel_call import Before, KernelCall, ieee_quiet, named_arrays, notify_before
 from .kernel_output import (
     NO_TENSOR,
@@ -279,7 +280,7 @@ class Kernel:
             do = case.grad_output_as("numpy")
             args = named_arrays(case.q, case.k, case.v, opts, do=do)
             notify_before(before, args)
-            with ieee_quiet():
+            with ieee_quiet(), kernel_call(self.name, case):
                 res = self.backward(case.q, case.k, case.v, do, **opts)
             return KernelCall(args, res)
         import torch
@@ -291,7 +292,7 @@ class Kernel:
         # A function backward gets detached views: the same storage as q, k, v.
         args = named_arrays(q.detach(), k.detach(), v.detach(), opts, do=do_t)
         notify_before(before, args)
-        with torch.enable_grad(), ieee_quiet():
+        with torch.enable_grad(), ieee_quiet(), kernel_call(self.name, case):
             if callable(self.backward):
                 res = self.backward(args["q"], args["k"], args["v"], do_t, **opts)
             else:
@@ -338,7 +339,7 @@ class Kernel:
             notify_before(before, named_arrays(q, k, v, opts))
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
             # (the NaN-rule and bound properties look at them), not warnings to raise.
-            with ieee_quiet():
+            with ieee_quiet(), kernel_call(self.name, case):
                 res = self.fn(q, k, v, **opts)
         else:
             import torch
@@ -348,7 +349,8 @@ class Kernel:
             if "mask" in opts:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
             notify_before(before, named_arrays(q, k, v, opts))
-            with torch.no_grad(), ieee_quiet():  # the Triton interpreter runs numpy
+            # (the Triton interpreter runs numpy: IEEE quiet there too)
+            with torch.no_grad(), ieee_quiet(), kernel_call(self.name, case):
                 res = self.fn(q, k, v, **opts)
         return KernelCall(named_arrays(q, k, v, opts), res)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core.status import Status
 from .adapter import KernelOutputError, KernelUnsupported
+from .call_limit import KernelHung
 
 __all__ = ["Outcome", "call_kernel", "describe", "with_causes"]
 
@@ -91,10 +92,13 @@ def describe(err: BaseException) -> str:
 
 def call_kernel(call: Callable[..., Any], *args: Any) -> Outcome:
     """``call(*args)`` as an :class:`Outcome`: what it returned, or the status of what it
-    raised (a wrong output is ``BAD-OUTPUT``, a declined input ``SKIP``, anything else
-    ``ERROR`` with :func:`describe`'s message)."""
+    raised (a wrong output is ``BAD-OUTPUT``, a declined input ``SKIP``, a call stopped by its
+    time limit (:mod:`.call_limit`) ``TIMEOUT``, anything else ``ERROR`` with
+    :func:`describe`'s message)."""
     try:
         return Outcome.returned(call(*args))
+    except KernelHung as err:
+        return Outcome.failed(Status.TIMEOUT, str(err))
     except KernelOutputError as err:
         return Outcome.failed(Status.BAD_OUTPUT, str(err))
     except KernelUnsupported as err:

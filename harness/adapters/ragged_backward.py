@@ -24,6 +24,7 @@ import numpy as np
 from ..cases.ragged import RaggedCase, torch_tensor
 from ..core.semantics import as_exact_array
 from .adapter import Kernel, KernelCall, KernelGradients, KernelOutputError
+from .call_limit import kernel_call
 from .ragged_call import kernel_layout
 
 __all__ = ["call_varlen_backward", "ieee_quiet", "varlen_gradients"]
@@ -65,12 +66,12 @@ def call_varlen_backward(
     lead += [case.batch.max_seqlen_q, case.batch.max_seqlen_k]
     opts = _options(kernel, case)
     if callable(kernel.backward):
-        with ieee_quiet():
+        with ieee_quiet(), kernel_call(kernel.name, case):
             return KernelCall(args, kernel.backward(*lead, args["do"], **opts))
     import torch
 
     wrt = [args[n].requires_grad_(True) for n in ("q", "k", "v")]
-    with torch.enable_grad(), ieee_quiet():
+    with torch.enable_grad(), ieee_quiet(), kernel_call(kernel.name, case):
         out = kernel.fn(*lead, **opts)
         o = out[0] if isinstance(out, tuple | list) else out
         if not getattr(o, "requires_grad", False):

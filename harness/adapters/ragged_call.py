@@ -28,6 +28,7 @@ from .adapter import (
     KernelOutputError,
     score_magnitude,
 )
+from .call_limit import kernel_call
 from .kernel_call import ieee_quiet
 from .kernel_output import lse_to_f64
 
@@ -114,6 +115,7 @@ def call_ragged(kernel: Kernel, case: RaggedCase, device: str = "cpu") -> Kernel
             import torch
 
             stack.enter_context(torch.no_grad())
+        stack.enter_context(kernel_call(kernel.name, case))
         if case.layout == "combine":
             res = kernel.fn(args["out_partial"], args["lse_partial"])
         elif case.layout == "varlen":

@@ -7,7 +7,9 @@ three splits with an empty one for the merge. A varlen or paged kernel is probed
 dtypes, head dims (16, 32, 64, 128), ``dv != d``, grouped-query heads and each of causal,
 window and an explicit scale its signature takes; a merge for the formats of its partials. A
 call that raises or declines marks that class unsupported, with its message; a call that
-returns the wrong shape counts as running (it is judged, as BAD-OUTPUT, where it happens).
+returns the wrong shape counts as running (it is judged, as BAD-OUTPUT, where it happens); so
+does one stopped by its time limit (:mod:`.call_limit`), except on the first input, where it
+means that the kernel cannot run at all.
 Whether the kernel returns LSE is not part of the contract: the checks judge it when it does.
 """
 
@@ -42,12 +44,14 @@ class _RaggedProber:
         self.kernel, self.device = kernel, device
         self.layout = kernel_layout(kernel)
         self.notes: list[tuple[str, str]] = []
+        self.hung = ""  # why the last call was stopped by its time limit ('' if it was not)
 
     def runs(self, what: str, dtype: str, **shape: Any) -> bool:
         case = _case(self.layout, dtype, **shape)
         out = call_kernel(
             lambda: ragged_output(self.kernel, case, call_ragged(self.kernel, case, self.device))
         )
+        self.hung = out.message if out.status is Status.TIMEOUT else ""
         if out.ok or out.status in (Status.BAD_OUTPUT, Status.TIMEOUT):
             return True
         why = out.message.strip().replace("\n", " ")
@@ -65,8 +69,10 @@ def probe_ragged(kernel: Kernel, device: str) -> Kernel:
     base = next(
         ((dt, d) for d in dims[:2] for dt in candidates if p.runs(f"{dt} d={d}", dt, d=d)), None
     )
-    if base is None:
-        why = p.notes[0][1] if p.notes else "no probe input ran"
+    if base is None or p.hung:
+        # A hang on the first input that runs is not a contract: the kernel cannot run at all
+        # (as for dense kernels); a hang later keeps its class, judged where it happens.
+        why = f"it hung: {p.hung}" if p.hung else p.notes[0][1] if p.notes else "no probe input ran"
         return replace(
             kernel, dtypes=(), pending=frozenset(), unsupported=(("every probe input", why),)
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..adapters.adapter import Kernel
+from ..adapters.call_limit import CallLimit, KernelHung, limit_calls
 from ..adapters.fp8_contract import check_signature, fp8_kernels
 from ..adapters.registry import resolve
 from ..cases.case import Case
@@ -31,7 +32,7 @@ from ..checks.accuracy import check_case
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog
 from ..core.status import Status
-from .fp8_table import MAX_ROWS, TABLE3_PAPER, table3_rows
+from .fp8_table import MAX_ROWS, TABLE3_PAPER, Table3Row, table3_rows
 from .report import ReportOptions, default_name
 
 __all__ = ["Fp8Result", "fp8_run", "run_fp8_report"]
@@ -99,6 +100,9 @@ def _judge(adapter: Kernel, case: Case, device: str, case_dir: Path, spec: str) 
     except Exception as err:  # a kernel that raises on an input inside its contract
         status, util, reasons = Status.ERROR, None, (f"{type(err).__name__}: {err}",)
         verdict = {"verdict": str(status), "reasons": list(reasons)}
+    except KernelHung as err:  # stopped by the time limit (--timeout)
+        status, util, reasons = Status.TIMEOUT, None, (str(err),)
+        verdict = {"verdict": str(status), "reasons": list(reasons)}
     else:
         v = res.verdict
         status, util, reasons = v.verdict, v.det_util, tuple(v.reasons)
@@ -109,13 +113,18 @@ def _judge(adapter: Kernel, case: Case, device: str, case_dir: Path, spec: str) 
         reasons = (f"FAIL-HARD: the kernel modified its input(s) {', '.join(changed)}", *reasons)
         verdict = {"verdict": str(status), "reasons": list(reasons)}
     cid = None
-    if status.failed or status == Status.ERROR:
-        ctx = {"property": "accuracy", "campaign": "fp8"}
-        pristine = make_fp8_case(Fp8Recipe(**rec))  # the inputs as drawn, whatever the kernel did
-        cid = save_case(
-            pristine, kernel=spec, device=device, verdict=verdict, context=ctx, directory=case_dir
-        )
+    if status.failed:
+        cid = _save(spec, rec, device, verdict, case_dir)
     return Fp8Result(*head, str(status), util, reasons, cid)
+
+
+def _save(spec: str, rec: dict, device: str, verdict: dict, case_dir: Path) -> str | None:
+    """Save the case of ``rec`` as drawn (whatever the kernel did to its inputs)."""
+    ctx = {"property": "accuracy", "campaign": "fp8"}
+    pristine = make_fp8_case(Fp8Recipe(**rec))
+    return save_case(
+        pristine, kernel=spec, device=device, verdict=verdict, context=ctx, directory=case_dir
+    )
 
 
 def _inputs(case: Case) -> dict[str, np.ndarray]:
@@ -159,8 +168,14 @@ def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
         },
     }
     # Each case is written as it is judged: an interrupted run keeps them, and the same
-    # command resumes after the last one.
-    with ResultLog.open(folder / "results.jsonl", header, fresh=opts.fresh) as log:
+    # command resumes after the last one. The kernels run in this process, each call under
+    # --timeout (none with --no-isolate); a call the limit cannot stop is recorded by `stuck`
+    # before the process ends, so that the resumed run does not call it again.
+    current: list[tuple[str, Fp8Recipe]] = []
+    with (
+        ResultLog.open(folder / "results.jsonl", header, fresh=opts.fresh) as log,
+        limit_calls(_limit(opts, log, current, device, case_dir)),
+    ):
         done = {_key(r): r for r in _logged(log)}
         prog = Progress(len(work), done_cost=sum(_wkey(w) in done for w in work), label="report ")
         for spec, adapter, recipe in work:
@@ -168,22 +183,44 @@ def run_fp8_report(opts: ReportOptions, *, echo=print) -> int:
                 continue
             note = f"{spec} {recipe.fmt} {recipe.family}/{recipe.seed}"
             prog.advance(0, note)
+            current[:] = [(spec, recipe)]
             r = _judge(adapter, make_fp8_case(recipe), device, case_dir, spec)
+            current.clear()
             log.append({"type": RESULT_TYPE, **asdict(r)})
             done[_key(r)] = r
             prog.advance(1, note)
-            if Status(r.status).failed or r.status == Status.ERROR:
+            if Status(r.status).failed:
                 why = "; ".join([*r.reasons[:1], *(x for x in r.reasons if "consistent" in x)])
                 echo(f"{r.status} {spec} {r.dtype} {r.family} seed={r.seed}: {why}")
                 echo(f"  replay: flashcheck replay {r.case_id} --dir {case_dir}")
         prog.finish()
     results = [done[_wkey(w)] for w in work]
     n = _SIZES[preset][2]
-    table = table3_rows(adapters, n=n, device=device, seed=opts.seed)
+    with limit_calls(CallLimit(opts.timeout) if opts.isolate else None):
+        table = table3_rows(adapters, n=n, device=device, seed=opts.seed)
     (folder / "error-report.md").write_text(_render(results, table, n, preset))
-    failed = [r for r in results if Status(r.status).failed or r.status == Status.ERROR]
+    failed = [r for r in results if Status(r.status).failed]
     echo(f"FP8 campaign: {len(results)} cases, {len(failed)} failed; report: {folder}")
     return 1 if failed else 0
+
+
+def _limit(opts: ReportOptions, log: ResultLog, current: list, device: str, case_dir: Path):
+    """The campaign's limit on kernel calls (``None`` with ``--no-isolate``); its ``on_stuck``
+    writes the case in ``current`` as ``TIMEOUT`` and saves it."""
+    if not opts.isolate:
+        return None
+
+    def stuck(what: str, _case: object) -> None:
+        if not current:
+            return
+        spec, recipe = current[0]
+        why = f"{what} did not return, and could not be interrupted: the campaign stopped here"
+        rec = asdict(recipe)
+        cid = _save(spec, rec, device, {"verdict": str(Status.TIMEOUT), "reasons": [why]}, case_dir)
+        head = (spec, recipe.fmt, recipe.family, recipe.seed, recipe.causal)
+        log.append({"type": RESULT_TYPE, **asdict(Fp8Result(*head, "TIMEOUT", None, (why,), cid))})
+
+    return CallLimit(opts.timeout, on_stuck=stuck)
 
 
 RESULT_TYPE = "fp8-result"
@@ -236,10 +273,16 @@ def _render(results: list[Fp8Result], table: list, n: int, preset: str) -> str:
         "unquantized (fp32) inputs, as the paper measures (input quantization included); "
         "*vs own inputs* against the exact attention of the inputs the kernel was given.",
         "",
-        "| kernel | inputs | RMSE vs exact | RMSE vs own inputs |",
-        "|---|---|---|---|",
+        "| kernel | inputs | RMSE vs exact | RMSE vs own inputs | note |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {k} | {d} | {a:.3g} | {b:.3g} |" for k, d, a, b in table]
+    lines += [_table3_line(r) for r in table]
     lines += ["", "The paper's figures (N = 4096, d = 128):", ""]
     lines += [f"- {what}: {val:.2g}" for what, val in TABLE3_PAPER]
     return "\n".join(lines) + "\n"
+
+
+def _table3_line(r: Table3Row) -> str:
+    if r.vs_exact is None or r.vs_own is None:
+        return f"| {r.kernel} | {r.dtype} | – | – | {r.error.replace('|', '/')[:160]} |"
+    return f"| {r.kernel} | {r.dtype} | {r.vs_exact:.3g} | {r.vs_own:.3g} | |"

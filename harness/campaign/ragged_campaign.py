@@ -12,7 +12,11 @@ appended to the results file as it is produced; a case with a failure is saved a
 the campaign's seed). Results already on file are not recomputed: an interrupted campaign
 resumes.
 
-The kernels run in this process, one call at a time: a kernel that hangs is not stopped.
+The kernels run in this process, one call at a time, each under the time limit of
+:mod:`~flashcheck.harness.adapters.call_limit` where the caller set one (``flashcheck report``:
+``--timeout``): a call stopped by it is recorded as ``TIMEOUT`` and the campaign goes on; one
+that cannot be stopped (stuck outside Python) ends the process after
+:meth:`RaggedCampaign.stuck` has recorded it, so that the resumed run does not call it again.
 With an ``executor``, the references every case still to judge needs (oracle, naive baseline
 and bounds per sequence, and the same for the gradients) are submitted to its reference
 processes before the first kernel call (:mod:`.ragged_pool`); the results are the same bits as
@@ -77,6 +81,8 @@ class RaggedCampaign:
     executor: Executor | None = None
     _done: set[str] = field(default_factory=set)
     _refs: RaggedReferences | None = None
+    # The case being judged: (spec, device, case, {check: key}, the records' common fields).
+    _current: tuple[str, str, RaggedCase, dict[str, str], dict[str, Any]] | None = None
 
     def run(self) -> int:
         """Every kernel, dtype and case; returns the number of results on file. A progress
@@ -157,6 +163,22 @@ class RaggedCampaign:
                 )
             return
         item = (spec, dtype, i)
+        self._current = (spec, dev, case, keys, base)
+        try:
+            self._judge(adapter, dev, case, keys, base, item)
+        finally:
+            self._current = None
+
+    def _judge(
+        self,
+        adapter: Kernel,
+        dev: str,
+        case: RaggedCase,
+        keys: dict[str, str],
+        base: dict[str, Any],
+        item: tuple[str, str, int],
+    ) -> None:
+        spec, checks = item[0], tuple(keys)
         first, acc = self._accuracy(adapter, dev, case, keys["accuracy"], base, item)
         rows = [first]
         for name in checks[1:]:
@@ -172,6 +194,19 @@ class RaggedCampaign:
                 rows.append(self._gradients(adapter, dev, case, keys[name], base, item))
             else:
                 rows.append(self._property(adapter, dev, case, keys[name], name, base))
+        # (no output: the case file records why, as the accuracy record does)
+        broken = {"verdict": str(first.status), "reasons": list(first.reasons)}
+        self._record(spec, dev, case, rows, broken if acc is None else acc.as_dict())
+
+    def _record(
+        self,
+        spec: str,
+        dev: str,
+        case: RaggedCase,
+        rows: list[RaggedResult],
+        verdict: dict[str, Any] | None,
+    ) -> None:
+        """Save the case if a check failed, then append the records not yet on file."""
         failed = [r for r in rows if r.status.severity > 0]
         cid = None
         if failed:
@@ -179,7 +214,7 @@ class RaggedCampaign:
                 case,
                 kernel=spec,
                 device=dev,
-                verdict=None if acc is None else acc.as_dict(),
+                verdict=verdict,
                 context={
                     "property": ", ".join(r.check for r in failed),
                     "api": "report",
@@ -191,6 +226,21 @@ class RaggedCampaign:
         for r in rows:
             if r.key not in self._done:
                 self._write(_with_id(r, cid) if r.status.severity > 0 else r)
+
+    def stuck(self, what: str, case: object) -> None:
+        """Record the case being judged as ``TIMEOUT`` in every check not yet on file, and save
+        it: called by the watchdog of :mod:`~flashcheck.harness.adapters.call_limit` before it
+        ends the process, for a kernel call it could not interrupt."""
+        if self._current is None:
+            return
+        spec, dev, rcase, keys, base = self._current
+        why = f"{what} did not return, and could not be interrupted: the campaign stopped here"
+        rows = [
+            RaggedResult(key, **base, check=c, status=Status.TIMEOUT, reasons=(why,))
+            for c, key in keys.items()
+            if key not in self._done
+        ]
+        self._record(spec, dev, rcase, rows, {"verdict": str(Status.TIMEOUT), "reasons": [why]})
 
     def _note(self, item: tuple[str, str, int], case: RaggedCase) -> str:
         spec, dtype, i = item
@@ -261,6 +311,9 @@ class RaggedCampaign:
         self, adapter: Kernel, dev: str, case: RaggedCase, key: str, name: str, base: dict
     ) -> RaggedResult:
         out = call_kernel(lambda: RAGGED_PROPERTIES[name](adapter, case, dev, seed=self.seed))
+        if out.status is Status.TIMEOUT:
+            reasons = (f"on a variant of the case: {out.message}",)
+            return RaggedResult(key, **base, check=name, status=out.status, reasons=reasons)
         if not out.ok:
             # A kernel that raises on a variant of a case it ran: the property cannot hold.
             return RaggedResult(

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..adapters.adapter import Kernel
+from ..adapters.call_limit import CallLimit, limit_calls
 from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..core.environment import environment_record
@@ -171,7 +172,10 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     """Run the ragged campaign ``opts`` describes, render it; returns the exit status."""
     header, declared, devices, out_dir = _setup(opts)
     cfg = header.config
-    adapters = _probe(declared, devices, cfg.dtypes, echo)
+    # The kernels run in this process: each call under --timeout (--no-isolate: none).
+    limit = CallLimit(opts.timeout) if opts.isolate else None
+    with limit_calls(limit):
+        adapters = _probe(declared, devices, cfg.dtypes, echo)
     results_path = out_dir / "results.jsonl"
     try:
         with (
@@ -181,10 +185,12 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
             log.append(SessionRecord(environment_record(cfg.device)).to_json())
             _log_contracts(log, adapters, devices, cfg.dtypes)
             where = "in this process" if pool is None else f"on {pool.workers} processes"
+            each = "no time limit" if limit is None else f"each call stopped at {opts.timeout:g} s"
             echo(
                 f"flashcheck report {cfg.name}: ragged layouts, preset {cfg.preset}, seed "
                 f"{cfg.seed}, device {cfg.device}; kernels {', '.join(adapters)} (run in this "
-                f"process, one call at a time; references {where}); results -> {results_path}"
+                f"process, one call at a time, {each}; references {where}); results -> "
+                f"{results_path}"
             )
             camp = RaggedCampaign(
                 log,
@@ -197,7 +203,9 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
                 echo,
                 executor=pool,
             )
-            done = camp.run()
+            stuck = None if limit is None else replace(limit, on_stuck=camp.stuck)
+            with limit_calls(stuck):
+                done = camp.run()
             log.append(CompleteRecord(done).to_json())
             data = parse_ragged(log.records)
     except KeyboardInterrupt:
@@ -223,6 +231,8 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
 
 def _gated(r: RaggedResult, least: int) -> str | None:
     if r.check not in ("accuracy", "gradients"):
+        if r.status.broken:  # a property whose kernel call hung
+            return f"{r.check} {r.status}"
         return f"{r.check} failed" if r.status == Status.FAIL else None
     if r.status.severity >= least:
         return f"{r.check} {r.status}"

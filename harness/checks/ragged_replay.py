@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..adapters.adapter import Kernel
+from ..adapters.call_limit import KernelHung
 from ..adapters.ragged_call import kernel_layout
 from ..adapters.registry import as_kernel, kernel
 from ..cases.ragged import RaggedCase
@@ -42,10 +43,10 @@ def replay_ragged(
     device: str | None = None,
     kernel: str | Kernel | None = None,
     echo: Any = print,
-) -> tuple[RaggedCheckResult, str, dict[str, Any]]:
+) -> tuple[RaggedCheckResult | None, str, dict[str, Any]]:
     """Re-run the saved ragged case ``ref`` (an id or a path) through its accuracy check;
-    ``kernel`` (a spec or a Kernel) replaces the recorded one. Returns the result, its verdict
-    and the record."""
+    ``kernel`` (a spec or a Kernel) replaces the recorded one. Returns the result (``None`` for
+    a kernel stopped by its time limit: verdict ``TIMEOUT``), its verdict and the record."""
     case, record = load_ragged_case(ref, directory)
     adapter = _in_layout(as_kernel(kernel if kernel is not None else record["kernel"]), case.layout)
     recorded_dev = record.get("device")
@@ -55,13 +56,20 @@ def replay_ragged(
         raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
     prop = (record.get("context") or {}).get("property") or "accuracy"
     echo(f"case {record['id']} (saved by {prop}, on {recorded_dev}): {case.describe()}")
-    res = check_ragged_case(adapter, case, device=dev)
-    verdict = str(res.verdict)
-    echo(format_ragged_check(res))
+    res: RaggedCheckResult | None = None
+    try:
+        res = check_ragged_case(adapter, case, device=dev)
+        verdict = str(res.verdict)
+        echo(format_ragged_check(res))
+    except KernelHung as err:  # under a time limit (the command line's --timeout)
+        verdict = str(Status.TIMEOUT)
+        echo(f"{verdict}: {err}")
     recorded = (record.get("verdict") or {}).get("verdict")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    if res is None:
+        return res, verdict, record
     found = _replay_properties(adapter, case, dev, record.get("context") or {}, echo)
     return res, str(Status.worst([res.verdict, *found])), record
 

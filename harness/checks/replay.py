@@ -12,9 +12,11 @@ import os
 from typing import Any
 
 from ..adapters.adapter import Kernel
+from ..adapters.call_limit import KernelHung
 from ..adapters.registry import as_kernel
 from ..cases.ragged_store import is_ragged_case
 from ..cases.store import load_case
+from ..core.status import Status
 from .accuracy import check_case, check_gradients_case
 from .ragged_replay import replay_ragged
 from .registry import CHECKS, GRADIENT_CHECKS
@@ -50,7 +52,9 @@ def replay(
     forward's accuracy, the gradients' accuracy, or a structural property. ``kernel`` (a spec
     or a Kernel) replaces the recorded kernel. Returns that check's result (a
     :class:`~flashcheck.harness.checks.accuracy.CheckResult`, a ``GradientCheckResult`` or a
-    ``StructuralResult``), its verdict and the record; a ragged case
+    ``StructuralResult``; ``None`` for a kernel stopped by the time limit of
+    :mod:`~flashcheck.harness.adapters.call_limit`, verdict ``TIMEOUT``), its verdict and the
+    record; a ragged case
     (:func:`~flashcheck.harness.checks.ragged_replay.replay_ragged`) its ``RaggedCheckResult``."""
     if is_ragged_case(ref, directory):
         return replay_ragged(ref, directory=directory, device=device, kernel=kernel, echo=echo)
@@ -68,20 +72,28 @@ def replay(
         f"case {record['id']} (saved by {prop}, on {record.get('device')}): "
         f"{record.get('description', '')}"
     )
-    res: Any
-    if prop in CHECKS or prop in GRADIENT_CHECKS:
-        res = (CHECKS.get(prop) or GRADIENT_CHECKS[prop])(adapter, case, dev)
-        verdict = str(res.status)
-        echo(f"property {prop}: {verdict}: {res.message}")
-    elif prop == "gradients":
-        res = check_gradients_case(adapter, case, device=dev)
-        verdict = str(res.verdict)
-        echo(format_gradient_check(res))
-    else:
-        res = check_case(adapter, case, device=dev)
-        verdict = str(res.verdict.verdict)
-        echo(format_check(res))
+    try:
+        res, verdict = _check(prop, adapter, case, dev, echo)
+    except KernelHung as err:  # under a time limit (the command line's --timeout)
+        res, verdict = None, str(Status.TIMEOUT)
+        echo(f"{verdict}: {err}")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
     return res, verdict, record
+
+
+def _check(prop: str, adapter: Kernel, case: Any, dev: str, echo: Any) -> tuple[Any, str]:
+    """Run the check ``prop`` names on the case and print its result; the result and its
+    verdict."""
+    if prop in CHECKS or prop in GRADIENT_CHECKS:
+        res = (CHECKS.get(prop) or GRADIENT_CHECKS[prop])(adapter, case, dev)
+        echo(f"property {prop}: {res.status}: {res.message}")
+        return res, str(res.status)
+    if prop == "gradients":
+        res = check_gradients_case(adapter, case, device=dev)
+        echo(format_gradient_check(res))
+        return res, str(res.verdict)
+    res = check_case(adapter, case, device=dev)
+    echo(format_check(res))
+    return res, str(res.verdict.verdict)

@@ -8,7 +8,7 @@ import sys
 from ..core.environment import __version__, environment
 from ..core.formats import FORMATS
 from ..core.status import Status
-from .args import positive
+from .args import positive, positive_float
 from .bench import add_bench
 from .campaign import add_campaign_commands
 from .test import add_test
@@ -32,16 +32,21 @@ def _cmd_formats(_args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    from ..adapters.call_limit import CallLimit, KernelHung, limit_calls
     from ..cases.store import CaseFileError
     from ..checks.replay import replay
 
     try:
-        _, verdict, _ = replay(
-            args.case, directory=args.dir, device=args.device, kernel=args.kernel
-        )
+        with limit_calls(CallLimit(args.timeout)):
+            _, verdict, _ = replay(
+                args.case, directory=args.dir, device=args.device, kernel=args.kernel
+            )
     except (CaseFileError, RuntimeError, ValueError) as err:
         print(f"flashcheck replay: error: {err}", file=sys.stderr)
         return 2
+    except KernelHung as err:  # in a property replayed after the accuracy check
+        print(f"{Status.TIMEOUT}: {err}")
+        return 1
     return 0 if verdict == Status.PASS else 1
 
 
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         help="re-run a saved failing case and print kernel vs oracle side by side",
         description="Re-run a case saved by a failing property (reports/cases/<id>.json + .npz) "
         "and print the kernel's worst elements next to the oracle's, the bounds and the verdict. "
-        "Exit status: 0 PASS, 1 FAIL or FAIL-HARD, 2 the case could not be replayed.",
+        "Exit status: 0 PASS, 1 FAIL, FAIL-HARD or TIMEOUT, 2 the case could not be replayed.",
     )
     p_rep.add_argument("case", help="case id (or a path to <id>.json)")
     p_rep.add_argument(
@@ -115,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_rep.add_argument(
         "--kernel", default=None, help="run another kernel on the case (name or module:function)"
+    )
+    p_rep.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        help="seconds a kernel call may take before it is stopped and the replay reports "
+        "TIMEOUT (default 300)",
     )
     p_rep.set_defaults(func=_cmd_replay)
     p_io = sub.add_parser(

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from .args import duration, positive
+from .args import duration, positive, positive_float
 
 __all__ = ["add_test"]
 
@@ -57,6 +57,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-palette", str(args.palette)]
     if args.budget is not None:
         argv += ["--flashcheck-budget", str(args.budget)]
+    if args.timeout is not None:
+        argv += ["--flashcheck-timeout", str(args.timeout)]
     extra = extra[1:] if extra[:1] == ["--"] else extra
     if not any(re.fullmatch(r"-[qv]+|--quiet|--verbose", x) for x in extra):
         argv.append("-v")  # each property named as it starts, its outcome when it ends
@@ -84,7 +86,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
             )
             return 130
         last = mark.read_text() if mark.exists() else ""
-    if last != "finished" and code not in (0, pytest.ExitCode.USAGE_ERROR):
+    # ("hung": a kernel call the time limit could not stop ended the run; it said so itself)
+    if last not in ("finished", "hung") and code not in (0, pytest.ExitCode.USAGE_ERROR):
         where = f"in {last}" if last else "before the first test"
         print(
             f"\nflashcheck test: the test process ended abruptly {where} (exit status {code}): "
@@ -146,6 +149,14 @@ def add_test(sub) -> None:
         help="a time budget (e.g. 5m, 90s): batch/head independence and the other structural "
         "properties first, then accuracy and gradients; properties not started when it is "
         "spent are skipped, and the run says so",
+    )
+    t.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds one kernel call may take: past it the call is stopped, its property "
+        "fails with TIMEOUT and the case is saved (default 300)",
     )
     t.add_argument(
         "--nan-inputs",

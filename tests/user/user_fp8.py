@@ -51,6 +51,14 @@ def descale_twice(q, k, v, *, causal=False, descale_q=None, descale_k=None, desc
     return _fp8_attention(*args, v_twice=True)
 
 
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",))
+def hangs_when_long(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Bug: loops for ever past 100 keys (Table 3's sequence and the long family)."""
+    while k.shape[2] > 100:
+        pass
+    return _fp8_attention(q, k, v, causal, descale_q, descale_k, descale_v, torch.float8_e4m3fn)
+
+
 @flashcheck.kernel(dtypes=("e4m3",), masks=("causal",), api="numpy")
 def scales_v_in_place(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
     """Bug: halves V in place after use (a numpy kernel is handed the caller's array)."""

@@ -145,6 +145,15 @@ def always_hangs(q, k, v, *, causal=False, scale=None):
     time.sleep(3600)
 
 
+def hangs_on_nan(q, k, v, *, causal=False, scale=None):
+    """Bug: waits for its input to be finite (a NaN input never is); correct otherwise."""
+    import time
+
+    while not bool(torch.isfinite(q).all()):
+        time.sleep(0.01)
+    return textbook(q, k, v, causal=causal, scale=scale)
+
+
 def kills_its_process(q, k, v, *, causal=False, scale=None):
     """Bug: the process dies (as a segfault would) on 64-row inputs, a length probes do not
     use but the suite draws."""

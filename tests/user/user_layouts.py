@@ -65,6 +65,18 @@ def _varlen_empty_writes(
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, fill_empty=True)
 
 
+def _varlen_hangs_on_long(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    # The bug: key tiles of 64, and past one tile a step that integer division makes 0.
+    for b in range(cu_seqlens_k.numel() - 1):
+        n = int(cu_seqlens_k[b + 1] - cu_seqlens_k[b])
+        step, i = (64 if n <= 64 else n // 64 // 1000), 0
+        while i < n:
+            i += step
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+
+
 def _paged(
     q,
     k_cache,
@@ -228,4 +240,7 @@ varlen_max_over_neighbour = flashcheck.kernel(
 )
 paged_pool_order = flashcheck.kernel(
     _paged_pool_order, name="user_layouts:paged_pool_order", layout="paged"
+)
+varlen_hangs_on_long = flashcheck.kernel(
+    _varlen_hangs_on_long, name="user_layouts:varlen_hangs_on_long", layout="varlen"
 )
