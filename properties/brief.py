@@ -70,14 +70,24 @@ class Brief:
 
     def _failure(self, name: str, param: str, report: Any, call: Any) -> _Outcome:
         exc = None if call.excinfo is None else call.excinfo.value
-        # An AttentionMismatch (by its fields: assertions imports the plugin that loads this)
-        if not (hasattr(exc, "case_id") and hasattr(exc, "summary")):
+        # Hypothesis reports several distinct failures of one property as a group.
+        found = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
+        # An AttentionMismatch or KernelTimedOut (by their fields: assertions imports the
+        # plugin that loads this)
+        if not all(hasattr(e, "case_id") and hasattr(e, "summary") for e in found):
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
             return _Outcome(name, param, "FAILED", crash.splitlines()[0] if crash else "error")
-        drawn = [n for n in getattr(exc, "__notes__", ()) if n.startswith("Draw ")]
-        report.longrepr = "\n".join([str(exc), *drawn])
-        replay = f"flashcheck replay {exc.case_id}" if exc.case_id else None
-        return _Outcome(name, param, "FAILED", exc.summary, replay)
+        texts = []
+        for e in found:
+            drawn = [n for n in getattr(e, "__notes__", ()) if n.startswith("Draw ")]
+            texts.append("\n".join([str(e), *drawn]))
+        head = f"{len(found)} distinct failures:\n\n" if len(found) > 1 else ""
+        report.longrepr = head + "\n\n".join(texts)
+        replays = [f"flashcheck replay {e.case_id}" for e in found if e.case_id]
+        more = f" (and {len(found) - 1} other distinct failure(s))" if len(found) > 1 else ""
+        return _Outcome(
+            name, param, "FAILED", found[0].summary + more, "\n      ".join(replays) or None
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -38,6 +38,7 @@ from .ragged_strategies import ragged_cases
 
 __all__ = [
     "FAMILIES",
+    "SOFTMAX_OPTIONS",
     "Recipe",
     "attention_cases",
     "cases",
@@ -46,6 +47,8 @@ __all__ = [
     "make_case",
     "ragged_cases",
     "recipes",
+    "softmax_options_taken",
+    "with_drawn_softmax_options",
 ]
 
 
@@ -187,6 +190,31 @@ def cases(**kw) -> st.SearchStrategy[Case]:
     return recipes(**kw).map(make_case)
 
 
+SOFTMAX_OPTIONS = frozenset({"softcap", "sinks"})
+
+
+def softmax_options_taken(kernel: Any) -> frozenset[str]:
+    """The softmax options (``softcap``, ``sinks``) a kernel's contract takes."""
+    return SOFTMAX_OPTIONS & frozenset(kernel.options or ())
+
+
+def with_drawn_softmax_options(
+    drawn: st.SearchStrategy[Case], takes: frozenset[str]
+) -> st.SearchStrategy[Case]:
+    """The cases of ``drawn``, each given a soft-cap, sinks or both among ``takes``, set
+    relative to its scores (:func:`~flashcheck.harness.cases.softmax_families.with_softmax_options`:
+    caps of :data:`CAP_FACTORS` times the largest score, sinks at :data:`SINK_OFFSETS` from a
+    head's largest score)."""
+    caps = st.sampled_from(CAP_FACTORS) if "softcap" in takes else st.none()
+    offsets = st.sampled_from(SINK_OFFSETS) if "sinks" in takes else st.none()
+    pairs = st.tuples(st.one_of(st.none(), caps), st.one_of(st.none(), offsets)).filter(
+        lambda t: t != (None, None)
+    )
+    return st.tuples(drawn, pairs).map(
+        lambda x: with_softmax_options(x[0], cap_factor=x[1][0], sink_offset=x[1][1])
+    )
+
+
 def attention_cases(
     kernel: Any = None,
     *,
@@ -254,21 +282,13 @@ def attention_cases(
         drawn = st.sampled_from(dtypes).flatmap(for_dtype)
         if not softmax_options:
             return drawn
-        both = {"softcap", "sinks"}
-        takes = both if kern is None else both & set(kern.options or ())
+        takes = SOFTMAX_OPTIONS if kern is None else softmax_options_taken(kern)
         if not takes:
             raise ValueError(
                 f"softmax_options=True needs a kernel that takes softcap or sinks; {kern.name} "
                 "takes neither (name them in its signature, or declare options=...)"
             )
-        caps = st.sampled_from(CAP_FACTORS) if "softcap" in takes else st.none()
-        offsets = st.sampled_from(SINK_OFFSETS) if "sinks" in takes else st.none()
-        pairs = st.tuples(st.one_of(st.none(), caps), st.one_of(st.none(), offsets)).filter(
-            lambda t: t != (None, None)
-        )
-        return st.tuples(drawn, pairs).map(
-            lambda x: with_softmax_options(x[0], cap_factor=x[1][0], sink_offset=x[1][1])
-        )
+        return with_drawn_softmax_options(drawn, takes)
 
     # Deferred: a contract is probed on the first draw, not when the test module is imported.
     return st.deferred(build)

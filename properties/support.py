@@ -13,7 +13,12 @@ from hypothesis import HealthCheck, Phase, settings
 
 from ..harness.cases.families import Recipe, make_case
 from .plugin import compile_notice, palette_size, profile_name
-from .strategies import cases, contract_limits
+from .strategies import (
+    cases,
+    contract_limits,
+    softmax_options_taken,
+    with_drawn_softmax_options,
+)
 
 __all__ = [
     "MAX_LEN",
@@ -21,6 +26,7 @@ __all__ = [
     "case_strategy",
     "family_outside_contract",
     "fewer",
+    "no_softmax_options",
     "run_or_fail",
     "slow_ok",
 ]
@@ -31,10 +37,11 @@ MAX_LEN = {"thorough": 1025, "sweep": 1025}
 MAX_WORK = {"thorough": 1 << 19, "sweep": 1 << 19}
 
 
-def case_strategy(kernel: Any, dtype: str, **kw: Any):
+def case_strategy(kernel: Any, dtype: str, *, softmax_options: bool = False, **kw: Any):
     """Cases for ``kernel`` in ``dtype``, inside its contract (a compiling kernel's keys from
     its palette, ``--flashcheck-palette``); ``kw`` narrows further (``masks=()`` drops every
-    mask, ``families=...``, ``max_len=...``, ``min_slices=...``)."""
+    mask, ``families=...``, ``max_len=...``, ``min_slices=...``). ``softmax_options``: each
+    case also gets a soft-cap, sinks or both, among those the kernel takes."""
     limits = contract_limits(kernel, palette=palette_size())
     if "masks" in kw:
         kw["masks"] = tuple(m for m in kw["masks"] if m in limits["masks"])
@@ -42,7 +49,21 @@ def case_strategy(kernel: Any, dtype: str, **kw: Any):
     kw.setdefault("max_len", MAX_LEN.get(profile, 129))
     # Room for two slices at the kernel's smallest accepted length.
     kw.setdefault("max_work", max(MAX_WORK.get(profile, 1 << 14), 4 * kernel.seq_multiple**2))
-    return cases(dtype=dtype, score_limit=kernel.score_limit.get(dtype), **{**limits, **kw})
+    drawn = cases(dtype=dtype, score_limit=kernel.score_limit.get(dtype), **{**limits, **kw})
+    if softmax_options:
+        return with_drawn_softmax_options(drawn, softmax_options_taken(kernel))
+    return drawn
+
+
+def no_softmax_options(kernel: Any) -> str | None:
+    """Why the soft-cap and sinks properties have nothing to test on ``kernel`` (``None`` if
+    it takes either)."""
+    if softmax_options_taken(kernel):
+        return None
+    return (
+        f"{kernel.name} takes neither softcap nor sinks (its contract: a keyword its signature "
+        "names, or options=... declared)"
+    )
 
 
 def slow_ok() -> settings:
@@ -64,9 +85,10 @@ def no_target_phase_in_ci() -> settings:
     return settings(slow_ok(), phases=[p for p in settings.default.phases if p != Phase.target])
 
 
-def fewer(n: int) -> settings:
-    """A quarter of the profile's examples (at least ``n``): the structural properties."""
-    return settings(slow_ok(), max_examples=max(n, settings.default.max_examples // 4))
+def fewer(n: int, share: int = 4) -> settings:
+    """A quarter (``1/share``) of the profile's examples, at least ``n``: the structural
+    properties."""
+    return settings(slow_ok(), max_examples=max(n, settings.default.max_examples // share))
 
 
 def family_outside_contract(kernel: Any, dtype: str, device: str, family: str) -> str | None:

@@ -23,10 +23,19 @@ from flashcheck.harness.campaign.fitting import fit_recipe
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.checks.accuracy import check_case, format_check
 from flashcheck.properties.assertions import fail
-from flashcheck.properties.support import case_strategy, run_or_fail, slow_ok
+from flashcheck.properties.strategies import FAMILIES
+from flashcheck.properties.support import (
+    case_strategy,
+    fewer,
+    no_softmax_options,
+    run_or_fail,
+    slow_ok,
+)
 
 # Dense (B, H, N, d) inputs: on a kernel of another layout each is skipped, saying why.
 pytestmark = pytest.mark.layouts("dense")
+
+FINITE = tuple(f for f in FAMILIES if f != "nonfinite")
 
 
 @pytest.mark.slow
@@ -48,6 +57,27 @@ def test_error_within_bounds_and_policy(
         target(min(v.det_util, 1e6), label=f"det-bound utilization {kern.name} {dtype}")
     if v.verdict != "PASS":
         fail(case, kern.name, dev, "accuracy", "\n" + format_check(res), v.as_dict(), result=res)
+
+
+@pytest.mark.slow
+@fewer(5, share=8)  # (5 examples under ci; the plain accuracy property above takes 40)
+@given(data=st.data())
+def test_error_within_bounds_with_softcap_and_sinks(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # The accuracy property on cases with a soft-cap, sinks or both (those the kernel takes):
+    # a cap applied to the unscaled score, a sink multiplied by the scale or left out of LSE.
+    kern, dtype, dev = flashcheck_kernel, flashcheck_dtype, flashcheck_device
+    if (why := no_softmax_options(kern)) is not None:
+        pytest.skip(why)
+    strategy = case_strategy(kern, dtype, families=FINITE, softmax_options=True)
+    case = data.draw(strategy, label="case")
+    assume(kern.supports(case, dev) is None)
+    out = run_or_fail(kern, case, dev, "accuracy", lambda: kern.run(case, dev))
+    res = check_case(kern, case, device=dev, output=out)
+    if res.verdict.verdict != "PASS":
+        msg = "\n" + format_check(res)
+        fail(case, kern.name, dev, "accuracy", msg, res.verdict.as_dict(), result=res)
 
 
 @pytest.mark.parametrize("family", ["randn", "monotone"])

@@ -13,6 +13,7 @@ import pytest
 
 from flashcheck.harness.cases.store import load_case
 from flashcheck.harness.checks.replay import replay
+from flashcheck.properties.assertions import fail
 
 # Dense (B, H, N, d) inputs: on a kernel of another layout each is skipped, saying why.
 pytestmark = pytest.mark.layouts("dense")
@@ -22,12 +23,20 @@ CASES = sorted(p.stem for p in HERE.glob("*.json"))
 
 
 @pytest.mark.parametrize("case_id", CASES)
-def test_pinned_case_passes(flashcheck_kernel, flashcheck_device, case_id):
+def test_pinned_case_passes(flashcheck_kernel, flashcheck_device, case_id, request):
     case, record = load_case(case_id, HERE)
     kern, dev = flashcheck_kernel, flashcheck_device
+    pinned = f"pinned case {case_id} ({record.get('description', case.dtype)})"
+    chosen = request.config.getoption("flashcheck_dtypes", None)
+    if chosen and case.dtype not in chosen:
+        pytest.skip(f"{pinned}: this run tests {', '.join(chosen)} only")
     why = kern.unavailable(case.dtype, dev) or kern.supports(case, dev)
     if why:
-        pytest.skip(f"case {case_id} ({record['kernel']}) is outside the contract: {why}")
+        pytest.skip(f"{pinned} lies outside {kern.name}'s contract: {why}")
     lines = []
     _, verdict, _ = replay(case_id, directory=HERE, device=dev, kernel=kern, echo=lines.append)
-    assert verdict == "PASS", "\n".join(lines)
+    if verdict != "PASS":
+        prop = (record.get("context") or {}).get("property", "accuracy")
+        message = "\n".join(lines[1:])  # (the first line names the pinned file)
+        text = f"{verdict} on {pinned}\n{message}"
+        fail(case, kern.name, dev, prop, text, {"verdict": verdict})

@@ -24,6 +24,7 @@ from flashcheck.properties.support import (
     case_strategy,
     family_outside_contract,
     fewer,
+    no_softmax_options,
     run_or_fail,
 )
 
@@ -170,6 +171,28 @@ def test_options_change_the_output_where_they_should(
         data,
         families=FINITE,
         with_option=True,
+    )
+
+
+# An eighth of the profile's examples (5 under ci): each costs two oracle calls per option.
+@fewer(5, share=8)
+@given(data=st.data())
+def test_softcap_and_sinks_change_the_output_where_they_should(
+    flashcheck_kernel, flashcheck_dtype, flashcheck_device, data
+):
+    # A kernel that takes softcap= or sinks= and ignores it, on cases where they bite: a cap
+    # around or far below the scores, a sink among or above them.
+    kern = flashcheck_kernel
+    if (why := no_softmax_options(kern)) is not None:
+        pytest.skip(why)
+    _check(
+        "options-applied",
+        kern,
+        flashcheck_dtype,
+        flashcheck_device,
+        data,
+        families=FINITE,
+        softmax_options=True,
     )
 
 

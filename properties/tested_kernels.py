@@ -77,7 +77,11 @@ def kernel_device(kernel: Any, preferred: str) -> str:
 
 
 def resolve_all(
-    specs: list[str], device: str, dtypes: list[str] | None, nan_inputs: str | None = None
+    specs: list[str],
+    device: str,
+    dtypes: list[str] | None,
+    nan_inputs: str | None = None,
+    timeout: float = PROBE_TIMEOUT,
 ) -> dict[str, Any]:
     """The kernels under test with their contracts; a kernel that cannot run on this machine
     at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
@@ -93,7 +97,8 @@ def resolve_all(
     from ..harness.adapters.worker import KernelRef, KernelWorker
 
     out: dict[str, Any] = {}
-    with KernelWorker(timeout=PROBE_TIMEOUT) as worker:
+    limit = min(timeout, PROBE_TIMEOUT)
+    with KernelWorker(timeout=limit) as worker:
         for spec in specs:
             try:
                 kern = resolve(spec)
@@ -113,18 +118,58 @@ def resolve_all(
                     why = []
                 if why and all(why) and (len(specs) == 1 or spec not in _builtin_suite()):
                     raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
-            runner = partial(worker.run, KernelRef.of(kern, spec), device=dev)
+            call = partial(worker.run, KernelRef.of(kern, spec), device=dev)
+            runner = _noticed(call, spec, limit)
             if kern.pending:  # seconds to minutes for a kernel that compiles per shape
                 print(f"flashcheck: probing the contract of {spec} on {dev} ...", flush=True)
             t0 = time.monotonic()
             # (a kernel of a ragged layout is probed in this process: under the same limit)
-            with limit_calls(CallLimit(PROBE_TIMEOUT)):
+            with limit_calls(CallLimit(limit)):
                 out[spec] = resolved(kern, dev, runner)
             if kern.pending:
                 keys = out[spec].compile_keys
                 what = f"; it compiles per {', '.join(keys)}" if keys else ""
                 print(f"flashcheck: probed {spec} in {time.monotonic() - t0:.0f} s{what}")
     return out
+
+
+# Seconds a probe call runs before the terminal says that it is still waiting for it.
+PROBE_NOTICE = 20.0
+
+
+def _noticed(runner: Any, spec: str, limit: float) -> Any:
+    """``runner`` that says on the terminal when a call takes more than :data:`PROBE_NOTICE`
+    seconds (once), and from then on when each slow call returns: a probe of a slow kernel
+    would otherwise look like a hang."""
+    import threading
+
+    state = {"calls": 0, "said": False}
+
+    def say() -> None:
+        state["said"] = True
+        print(
+            f"flashcheck: {spec} has not returned a probe call after {PROBE_NOTICE:g} s (each "
+            f"is stopped at {limit:g} s; the probe makes up to about 20) ...",
+            flush=True,
+        )
+
+    def run(case: Any) -> Any:
+        state["calls"] += 1
+        timer = None if state["said"] else threading.Timer(PROBE_NOTICE, say)
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        t0 = time.monotonic()
+        try:
+            return runner(case)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            took = time.monotonic() - t0
+            if state["said"] and took >= PROBE_NOTICE:
+                print(f"  probe call {state['calls']} took {took:.0f} s", flush=True)
+
+    return run
 
 
 def _builtin_suite() -> tuple[str, ...]:

@@ -65,3 +65,15 @@ def test_case_validation_and_repr():
     assert repr(c).startswith("make_case(Recipe(dtype='bf16', family='fa3_outliers'")
     small = Case(*(np.ones((1, 1, 1, 1), np.float16),) * 3)
     assert "0x3c00" in repr(small)
+
+
+def test_an_id_saved_by_a_report_is_found_in_its_folder(tmp_path, monkeypatch):
+    # `flashcheck report` saves its cases in reports/<name>/cases: `flashcheck replay <id>`
+    # finds them there when no --dir is given (and nothing else holds that id).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLASHCHECK_CASE_DIR", raising=False)
+    cid = save_case(_case(), kernel="x", device="cpu", directory=tmp_path / "reports/r1/cases")
+    _, record = load_case(cid)
+    assert record["id"] == cid
+    with pytest.raises(CaseFileError, match="no case file"):
+        load_case(cid, tmp_path / "elsewhere")  # a directory given is the only place looked

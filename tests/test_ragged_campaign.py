@@ -358,3 +358,23 @@ def test_each_ragged_bug_class_exits_1_from_the_command_line_with_its_bug_named(
     rep = run_flashcheck(replay[0].strip().removeprefix("replay: ").split()[1:], tmp_path, 120)
     assert rep.returncode == 1 and "(same verdict)" in rep.stdout, rep.stdout + rep.stderr
     assert "DIFFERENT" not in rep.stdout
+
+
+def test_the_summary_groups_one_failure_across_families_and_signs():
+    from types import SimpleNamespace
+
+    from flashcheck.harness.campaign.ragged_records import RaggedResult
+    from flashcheck.harness.campaign.ragged_report import ragged_summary
+
+    def row(i, family, first):
+        why = f"sequence 0 (Nq {i}, Nk {i + 1}): O differs, first O[0, 0, 0] = {first} vs 0.5"
+        return RaggedResult(
+            f"k{i}", "u:k", "fp16", "varlen", family, "sequence-independence", Status.FAIL, (why,)
+        )
+
+    rows = [row(3, "block-edges", 0.25), row(4, "block-edges", -2.5), row(5, "one-long", 1.0)]
+    lines = ragged_summary(SimpleNamespace(results=rows, limitations=()), "cases")
+    kinds = [x for x in lines if "x sequence-independence FAIL" in x]
+    assert (
+        len(kinds) == 1 and "3 x sequence-independence FAIL (block-edges x2, one-long)" in kinds[0]
+    )

@@ -3,6 +3,7 @@ bug) is FAIL, a correct kernel is PASS, and a case that gives the check nothing 
 NOT-APPLICABLE with the reason, never a pass."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -234,7 +235,8 @@ def test_nan_rule_names_the_declaration_and_accepts_it_as_a_convention():
     case = _case(family="nonfinite", seed=0)
     found = CHECKS["nan-rule"](_planted(nan_to_zero), case, "cpu")
     assert found.status is FAIL
-    assert found.message.startswith("a NaN input did not reach O")
+    # named with the input it sits in
+    assert re.match(r"the NaN in [qkv]\[\d+, \d+, \d+, \d+\].* did not reach O", found.message)
     assert 'declare nan_inputs="any" in flashcheck.kernel, or --nan-inputs any' in found.message
     declared = CHECKS["nan-rule"](_planted(nan_to_zero, nan_inputs="any"), case, "cpu")
     assert declared.status is PASS
@@ -388,6 +390,16 @@ def test_options_applied_where_no_option_moves_the_answer_is_not_a_pass():
     # One query, one key: causal (bottom-right aligned) keeps the key, so it changes nothing.
     found = CHECKS["options-applied"](NAIVE, _case(n=1, causal=True), "cpu")
     assert found.status is NA and "changes the exact answer" in found.message
+
+
+def all_nan(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """NaN for every output, with the option or without."""
+    return np.full(q.shape[:3] + v.shape[3:], np.nan, q.dtype)
+
+
+def test_options_applied_names_nan_outputs_instead_of_blaming_the_option():
+    found = CHECKS["options-applied"](_planted(all_nan), _case(n=16, nk=17, causal=True), "cpu")
+    assert found.status is FAIL and "NaN/Inf" in found.message and "ignores" not in found.message
 
 
 def test_a_structural_result_is_three_states_only():

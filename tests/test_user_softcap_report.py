@@ -3,6 +3,7 @@ command in a folder that holds nothing but the user's module (tests/user/user_so
 the campaign's ``options`` part. Each real bug class exits 1 with the option it is in named;
 the correct kernels, and a kernel that takes neither option, exit 0."""
 
+import itertools
 import os
 import re
 import shutil
@@ -84,3 +85,44 @@ def test_the_sink_gradient_with_the_wrong_sign_exits_1_named(user_dir):
     assert "gradients FAIL-HARD: user_softcap:sink_grad_sign fp16" in text
     assert _failed(text, "dσ") == (2, 2)
     assert "dσ elements exceed the deterministic bound" in text
+
+
+# The property suite (`flashcheck test`, the pytest plugin) on the same kernels: each bug is
+# found with its bug class named, the correct kernel passes (one pytest process for all four).
+SUITE_BUGS = {
+    "cap_unscaled": "consistent with the soft-cap taken of the unscaled product",
+    "cap_ignored": "softcap=",  # options-applied: "softcap=... did not change the output"
+    "sink_scaled": "consistent with the sinks multiplied by the scale",
+}
+
+
+def test_the_property_suite_draws_softcap_and_sinks_and_names_each_bug(user_dir):
+    specs = [
+        a for k in ("correct", *SUITE_BUGS) for a in ("--flashcheck-kernel", f"user_softcap:{k}")
+    ]
+    args = [
+        "--pyargs",
+        "flashcheck.properties",
+        "-k",
+        "softcap_and_sinks",
+        "-p",
+        "no:cacheprovider",
+    ]
+    args += ["--flashcheck-dtype", "fp32", "--flashcheck-profile", "ci", *specs]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=user_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    summary = text[text.index("flashcheck summary") :]
+    assert "user_softcap:correct fp32: 2 passed" in summary, summary
+    for bug, named in SUITE_BUGS.items():
+        lines = summary[summary.index(f"user_softcap:{bug} fp32:") :].splitlines()
+        block = [lines[0], *itertools.takewhile(lambda x: x.startswith(" "), lines[1:])]
+        assert any(x.strip().startswith("FAILED") and named in x for x in block), (bug, summary)

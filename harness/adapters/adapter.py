@@ -232,7 +232,10 @@ class Kernel:
             ]
         masks = ", ".join(sorted(self.masks)) or "none"
         if not self.masks and self.options is not None and not self.options & ALL_MASKS:
-            masks += " (the signature names no causal, window or mask keyword)"
+            masks += " (the signature names no causal, window or mask keyword"
+            if self.fn is not None and "is_causal" in _parameters(self.fn):
+                masks += "; is_causal= is SDPA's spelling: flashcheck passes causal="
+            masks += ")"
         lines = [
             f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
             f"devices {_devices_here(self.devices)}",
@@ -382,3 +385,13 @@ def score_magnitude(case: Case) -> float:
     rep = q.shape[1] // k.shape[1]
     k = np.repeat(k, rep, axis=1)
     return float(tau * (q @ np.swapaxes(k, -1, -2)).max(initial=0.0))
+
+
+def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameter names of ``fn`` (none where it has no readable signature)."""
+    import inspect
+
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()

@@ -10,6 +10,7 @@ tensors. A plain function's contract is whatever its signature and a probe on ti
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -396,8 +397,10 @@ def resolve(spec: str) -> Kernel:
                 ) from None
             return _named(obj, spec)
         known = ", ".join([*BUILTIN, *sorted(eps)])
+        mod, dot, attr = spec.rpartition(".")
+        hint = f" (did you mean '{mod}:{attr}'?)" if dot and mod and attr else ""
         raise ValueError(
-            f"unknown kernel {spec!r}: use one of {known} or 'package.module:function'"
+            f"unknown kernel {spec!r}{hint}: use one of {known} or 'package.module:function'"
         )
     mod_name, _, attr = spec.partition(":")
     # Like `python -m`, look for the user's module in the current directory first.
@@ -415,11 +418,49 @@ def resolve(spec: str) -> Kernel:
     try:
         obj = getattr(mod, attr)
     except AttributeError:
-        raise ValueError(f"module {mod_name!r} has no attribute {attr!r}") from None
+        names = [n for n in vars(mod) if not n.startswith("_") and callable(getattr(mod, n))]
+        close = difflib.get_close_matches(attr, names, n=3)
+        hint = f" (did you mean {', '.join(f'{mod_name}:{n}' for n in close)}?)" if close else ""
+        raise ValueError(f"module {mod_name!r} has no attribute {attr!r}{hint}") from None
     return _named(obj, spec)
 
 
 def _named(obj: Any, spec: str) -> Kernel:
     if not (isinstance(obj, Kernel) or callable(obj)):
         raise ValueError(f"{spec!r} is neither a flashcheck kernel nor a callable")
+    if not isinstance(obj, Kernel):
+        _check_plain_signature(obj, spec)
     return as_kernel(obj, spec)
+
+
+# Parameter names that mark a function written for another layout than (B, H, N, d) tensors.
+_LAYOUT_NAMES = (
+    ({"cu_seqlens_q", "cu_seqlens_k"}, 'layout="varlen"'),
+    ({"block_table", "cache_seqlens", "k_cache"}, 'layout="paged"'),
+    ({"out_partial", "lse_partial"}, 'op="combine"'),
+)
+
+
+def _check_plain_signature(fn: Callable[..., Any], spec: str) -> None:
+    """A plain function is called as a dense kernel, ``fn(q, k, v, **options)``: one whose
+    signature cannot take that call, or names another layout's arguments, is a usage error
+    that says how to declare it (before any probe calls it)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the probe will see
+        return
+    names = set(sig.parameters)
+    for marks, declare in _LAYOUT_NAMES:
+        if names & marks:
+            raise ValueError(
+                f"{spec} takes {', '.join(sorted(names & marks))}: a kernel of another layout. "
+                f"Declare it at module level with flashcheck.kernel(fn, {declare}) and pass that "
+                "name (docs/api.md, ragged batches)"
+            )
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        raise ValueError(
+            f"{spec}{sig} cannot be called as a kernel: flashcheck calls fn(q, k, v, *, "
+            "causal=..., scale=..., ...) with (B, H, N, d) tensors and takes O or (O, LSE) back"
+        ) from None

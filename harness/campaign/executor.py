@@ -393,7 +393,10 @@ class LocalExecutor(Executor):
         # Every process exits at once (each tears down torch: seconds), not one after another.
         stops = [threading.Thread(target=w.close) for w in self._all]
         if self._pool is not None:
-            stop = {"wait": True, "cancel_futures": True}
+            # Interrupted, the pool's processes are killed already, and waiting for it can
+            # block for ever: a worker killed while it wrote a result leaves half a message
+            # that the pool's reader thread waits on (seen on a 2-core machine after Ctrl-C).
+            stop = {"wait": not interrupted, "cancel_futures": True}
             stops.append(threading.Thread(target=self._pool.shutdown, kwargs=stop))
         for t in stops:
             t.start()

@@ -298,12 +298,20 @@ def ragged_summary(data: RaggedResults, case_dir: str) -> list[str]:
 
 def _examples(rows: Sequence[RaggedResult], case_dir: str) -> list[str]:
     bad = [r for r in rows if r.status.severity > 0 or r.status == Status.FAIL]
-    reasons = Counter((r.check, gist(r.reasons[0])) for r in bad if r.reasons)
-    example = {(r.check, gist(r.reasons[0])): r for r in reversed(bad) if r.reasons}
+    kinds: dict[tuple[str, str, str], list[RaggedResult]] = {}
+    for r in bad:
+        if r.reasons:
+            kinds.setdefault((r.check, str(r.status), gist(r.reasons[0])), []).append(r)
     out = []
-    for key, n in reasons.most_common(3):
-        r = example[key]
-        out.append(f"    {n} x {r.check} {r.status} ({r.family}): {_short(r.reasons[0])}")
+    ranked = sorted(kinds.values(), key=len, reverse=True)
+    for group in ranked[:3]:
+        r = group[-1]
+        fams = Counter(x.family for x in group)
+        where = ", ".join(f"{f} x{n}" if n > 1 else f for f, n in fams.most_common())
+        out.append(f"    {len(group)} x {r.check} {r.status} ({where}): {_short(r.reasons[0])}")
+    if len(ranked) > 3:
+        rest = sum(len(g) for g in ranked[3:])
+        out.append(f"    ... {rest} more of {len(ranked) - 3} other kinds (the report lists each)")
     invariance = [r for r in rows if r.check == "batch-invariance" and r.status == Status.PASS]
     varies = [r for r in invariance if r.reasons and r.reasons[0].startswith("not batch")]
     if varies:

@@ -55,7 +55,7 @@ def failure_margin(res: CheckResult) -> float:
 def gist(message: str) -> str:
     """A failure message without the numbers that vary from case to case (shapes, lengths,
     addresses): two failures with the same gist are the same failure."""
-    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e[-+]?\d+)?", "N", message)
+    return re.sub(r"0x[0-9a-f]+|-?\d+(\.\d+)?(e[-+]?\d+)?", "N", message)
 
 
 def class_utilization(res: CheckResult, every: Bounds) -> dict[str, float | None]:

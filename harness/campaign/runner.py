@@ -142,12 +142,13 @@ class Campaign(Scheduler):
         if not rec.status.broken:
             self._streaks.pop(group, None)
             return
-        why = f"{rec.status}: {gist(rec.reason)}"
+        same = f"{rec.status}: {gist(rec.reason)}"  # the failures compare without numbers
         last, n = self._streaks.get(group, ("", 0))
-        n = n + 1 if why == last else 1
-        self._streaks[group] = (why, n)
+        n = n + 1 if same == last else 1
+        self._streaks[group] = (same, n)
         if n >= self.streak:
             self._stopped.add(group)
+            why = f"{rec.status}: {rec.reason}"  # ... and are told with the last one's
             self.log.append(StoppedRecord(group[0], group[1], why, n).to_json())
             self.echo(f"{group[0]} {group[1]}: stopped after {n} identical failures ({why})")
 

@@ -48,6 +48,11 @@ def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str)
     example = {gist(why): why for r in reversed(bad) for why in r.reasons[:1]}
     for why, n in reasons.most_common(3):
         lines.append(f"    {n} result{'s' if n > 1 else ''}, e.g. {example[why]}")
+    # The bug class the outputs point at, wherever it stands among a result's reasons.
+    named = Counter(gist(w) for r in bad for w in r.reasons if w.startswith("consistent with"))
+    said = {gist(w): w for r in reversed(bad) for w in r.reasons if w.startswith("consistent")}
+    for why, n in named.most_common(2):
+        lines.append(f"    {n} result{'s' if n > 1 else ''} {said[why]}")
     worst = sorted(
         (r for r in rows if r.key in files), key=lambda r: (-r.status.severity, -r.score)
     )

@@ -183,7 +183,10 @@ def failures(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -
         reasons: dict[str, list[str]] = defaultdict(list)
         for r in rows:
             if r.status.failed:
-                for why in r.reasons[:3]:
+                # The first three reasons, and every diagnosis ("consistent with ...") after
+                # them: the bug class is the line a reader needs, wherever it stands.
+                named = [w for w in r.reasons[3:] if w.startswith("consistent with")]
+                for why in [*r.reasons[:3], *named]:
                     text = _reason_words(why)
                     reasons[f"{r.status}: {text}" if r.status.broken else text].append(r.family)
         for why, fams in reasons.items():

@@ -156,11 +156,18 @@ def save_case(
 
 
 def case_path(ref: str, directory: str | os.PathLike | None) -> Path:
-    """The ``.json`` record of case ``ref``: an id under :func:`case_dir`, or a path."""
+    """The ``.json`` record of case ``ref``: an id under :func:`case_dir`, or a path. With no
+    directory given, an id not found there is looked for in the reports' own case folders
+    (``reports/<name>/cases``, where ``flashcheck report`` saves them), if it is in one."""
     p = Path(ref)
     if p.suffix in (".json", ".npz") or p.exists():
         return p.with_suffix(".json")
-    return case_dir(directory) / f"{ref}.json"
+    path = case_dir(directory) / f"{ref}.json"
+    if not path.exists() and directory is None and "FLASHCHECK_CASE_DIR" not in os.environ:
+        found = sorted(Path("reports").glob(f"*/cases/{ref}.json"))
+        if len(found) == 1:
+            return found[0]
+    return path
 
 
 def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Case, dict[str, Any]]:

@@ -242,6 +242,22 @@ def _top_left_hint(case: Case, leak: np.ndarray) -> str:
     )
 
 
+def _nan_source(qq, kk, vv, keep_row, i: int, c: int, bhk: tuple[int, int, int]) -> str:
+    """The NaN input that output ``(i, c)`` of one (batch, head) involves, named with its
+    index in the case's tensors (q's row, a kept key's k row, a kept key's v column)."""
+    b, h, kvh = bhk
+    if np.isnan(qq[i]).any():
+        return f"the NaN in q[{b}, {h}, {i}, {int(np.argmax(np.isnan(qq[i])))}]"
+    for name, x, col in (("k", kk, None), ("v", vv, c)):
+        rows = np.isnan(x).any(-1) if col is None else np.isnan(x[:, col])
+        hit = np.flatnonzero(rows & keep_row)
+        if hit.size:
+            j = int(hit[0])
+            at = int(np.argmax(np.isnan(x[j]))) if col is None else col
+            return f"the NaN in {name}[{b}, {kvh}, {j}, {at}] (key {j}, kept by row {i})"
+    return "a NaN input"
+
+
 def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """Outputs of finite inputs stay finite; every output a NaN input is involved in is NaN.
 
@@ -277,8 +293,9 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
             missed = elem & ~elem_inf & ~np.isnan(out.o[b, h])
             if missed.any():
                 i, c = (int(x) for x in np.argwhere(missed)[0])
+                src = _nan_source(qq, kk, vv, keep[i], i, c, (b, h, kvh))
                 found = (
-                    f"a NaN input did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
+                    f"{src} did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
                     f"({int(missed.sum())} such outputs in (b={b}, h={h}))"
                 )
                 if adapter.nan_inputs == "any":
@@ -330,6 +347,12 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
         if not moved.any():
             continue
         tested.append(label)
+        broken = moved & ~np.isfinite(out.o)
+        if broken.any():  # an unchanged NaN says nothing about the option
+            return StructuralResult.failed(
+                f"O is NaN/Inf in {int(broken.sum())} elements where the exact answer is finite "
+                f"(with {label}): whether the kernel applies the option cannot be seen there"
+            )
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
             change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
+import time
 
 from ..core.environment import __version__, environment
 from ..core.formats import FORMATS
@@ -159,4 +162,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.func(args)
+    code = args.func(args)
+    if code == 130 and args.entry:
+        # Interrupted, with every result on disk. Python's exit joins the process pool's
+        # reader thread, which a worker killed in the middle of sending a result leaves
+        # waiting for ever (seen on a 2-core machine): past a few seconds, end regardless.
+        threading.Thread(target=_exit_soon, args=(130, 5.0), daemon=True).start()
+    return code
+
+
+def _exit_soon(code: int, seconds: float) -> None:
+    time.sleep(seconds)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

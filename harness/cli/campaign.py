@@ -58,6 +58,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except (ValueError, ResultLogError) as err:
         print(f"flashcheck report: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # where no campaign step said more (FP8 campaign, rendering)
+        print(
+            "\ninterrupted: the results so far are safe in the report's results.jsonl; run the "
+            "same command again to resume and render the report",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "ARITHMETIC_CLASSES",
     "KNOWN_CLASSES",
+    "PRECISION_BELOW",
     "applicable_classes",
     "floor_classes",
     "precision_reason",
@@ -57,6 +58,10 @@ def _check(fmt_name: str) -> None:
         raise TypeError(f"fmt_name must be a format name such as 'fp32', got {fmt_name!r}")
 
 
+# How the reason of :func:`precision_reason` starts (found by it in a verdict's reasons).
+PRECISION_BELOW = "precision below "
+
+
 def applicable_classes(fmt_name: str) -> tuple[str, ...]:
     """The known classes that apply to inputs in format ``fmt_name`` (``"fp16"``, ``"bf16"``,
     ``"fp32"``, ``"e4m3"``, ``"e5m2"``): naive, flash and flash-fa1 to the 16- and 32-bit
@@ -86,6 +91,6 @@ def precision_reason(fmt_name: str, cls: str) -> str:
     if cls not in reduced_classes(fmt_name) and cls not in _BELOW:
         raise ValueError(f"{cls!r} is not a reduced-precision class for {fmt_name} inputs")
     return (
-        f"precision below {_BELOW.get(cls, fmt_name)}: the errors fit {_PRODUCTS.get(cls, cls)} "
+        f"{PRECISION_BELOW}{_BELOW.get(cls, fmt_name)}: the errors fit {_PRODUCTS.get(cls, cls)} "
         f'(declare arithmetic="{cls}", --arithmetic {cls}, if intended)'
     )

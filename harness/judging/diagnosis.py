@@ -3,8 +3,9 @@
 Many wrong attention kernels compute exactly the right thing for a slightly different
 definition: a causal mask aligned top-left, the scale left out or applied twice, a boolean mask
 read the other way round, grouped query heads mapped to key/value heads by modulo, a window
-edge off by one, the softmax taken over the queries, an option ignored, an FP8 descale applied
-twice or left out. For a case that failed,
+edge off by one, the softmax taken over the queries, an option ignored, the soft-cap taken
+before the scale, sinks multiplied by the scale, an FP8 descale applied twice or left out. For
+a case that failed,
 :func:`diagnose` evaluates attention under each such alternative (in float64: its error is
 negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
 output matches within its own deterministic bound. It only speaks where the alternative's
@@ -28,6 +29,9 @@ CONSISTENT = "consistent with "
 Keep = Callable[[int, int], np.ndarray]
 
 
+_SAME: object = object()  # a softmax option of _reference: the problem's own
+
+
 def _reference(
     p: AttentionProblem,
     *,
@@ -36,15 +40,22 @@ def _reference(
     kv: Callable[[int], int] | None = None,
     axis: int = -1,
     inputs: AttentionProblem | None = None,
+    cap: object = _SAME,
+    cap_before_scale: bool = False,
+    sinks: object = _SAME,
 ) -> np.ndarray:
     """float64 attention of ``p`` with the given departures: which keys each row keeps, the
     score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
     the queries, a column) that keeps nothing gives 0. ``inputs``: a problem whose q, k, v
-    replace ``p``'s (an FP8 descale applied twice or not at all)."""
+    replace ``p``'s (an FP8 descale applied twice or not at all). ``cap`` and ``sinks``: the
+    soft-cap and the sink logits (default ``p``'s; ``None``: left out); ``cap_before_scale``:
+    the cap taken of the unscaled product ``q·k`` and the scale applied after it."""
     x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
         tau = p.scale if p.scale is not None else 1 / math.sqrt(d)
+    c = p.softcap if cap is _SAME else cap
+    sink = p.sinks if sinks is _SAME else sinks
     rows = np.arange(nq)
     out = np.zeros((b_n, hq, nq, dv))
     with np.errstate(all="ignore"):
@@ -52,10 +63,24 @@ def _reference(
             for h in range(hq):
                 kh = p.kv_head(h) if kv is None else kv(h)
                 kp = p.keep(b, h, rows) if keep is None else keep(b, h)
-                s = np.where(kp, tau * (x.q[b, h] @ x.k[b, kh].T), -np.inf)
+                dot = x.q[b, h] @ x.k[b, kh].T
+                if c is None:
+                    s = tau * dot
+                elif cap_before_scale:
+                    s = tau * (c * np.tanh(dot / c))
+                else:
+                    s = c * np.tanh(tau * dot / c)
+                s = np.where(kp, s, -np.inf)
                 m = s.max(axis=axis, keepdims=True)
-                e = np.where(kp, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+                # A sink (over the keys only): a logit in the denominator with no value row.
+                sig = None if sink is None or axis != -1 else float(np.asarray(sink)[h])
+                if sig is not None:
+                    m = np.maximum(m, sig)
+                m = np.where(np.isfinite(m), m, 0.0)
+                e = np.where(kp, np.exp(s - m), 0.0)
                 den = e.sum(axis=axis, keepdims=True)
+                if sig is not None:
+                    den = den + np.exp(sig - m)
                 prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
                 out[b, h] = prob @ x.v[b, kh]
     return out
@@ -125,6 +150,22 @@ def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
             )
         )
     alts.append(("the softmax taken over the queries instead of the keys", {"axis": -2}))
+    if p.softcap is not None:
+        alts.append(("softcap ignored", {"cap": None}))
+        alts.append(
+            (
+                "the soft-cap taken of the unscaled product (c·tanh(q·k/c)·scale; the cap "
+                "applies to the scaled score: c·tanh(scale·q·k/c))",
+                {"cap_before_scale": True},
+            )
+        )
+    if p.sinks is not None:
+        alts.append(("sinks ignored", {"sinks": None}))
+        if tau != 1:
+            alts.append(
+                ("the sinks multiplied by the scale (a sink is a logit, not scaled)",
+                 {"sinks": np.asarray(p.sinks) * tau}),
+            )  # fmt: skip
     return alts + _descale_alternatives(p)
 
 

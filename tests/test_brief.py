@@ -1,0 +1,38 @@
+"""How a failing suite property is shown (properties/brief.py): its message instead of a
+traceback into the suite, for one failure and for the group Hypothesis raises when it finds
+several distinct ones."""
+
+from types import SimpleNamespace
+
+from flashcheck.properties.assertions import AttentionMismatch
+from flashcheck.properties.brief import Brief
+
+
+def _report(exc):
+    call = SimpleNamespace(excinfo=SimpleNamespace(value=exc))
+    return SimpleNamespace(longrepr="a traceback into the suite"), call
+
+
+def test_one_failure_is_its_message_and_replay():
+    report, call = _report(AttentionMismatch("accuracy failed: ...", "abc", None, "accuracy: bad"))
+    out = Brief()._failure("test_x", "k fp16", report, call)
+    assert report.longrepr == "accuracy failed: ..."
+    assert (out.reason, out.replay) == ("accuracy: bad", "flashcheck replay abc")
+
+
+def test_distinct_failures_found_together_are_each_shown_with_their_replays():
+    one = AttentionMismatch("first failure", "a1", None, "accuracy: BAD-OUTPUT")
+    two = AttentionMismatch("second failure", "b2", None, "accuracy: FAIL-HARD")
+    report, call = _report(ExceptionGroup("Hypothesis found 2 distinct failures.", [one, two]))
+    out = Brief()._failure("test_x", "k fp16", report, call)
+    assert report.longrepr.startswith("2 distinct failures:")
+    assert "first failure" in report.longrepr and "second failure" in report.longrepr
+    assert out.reason == "accuracy: BAD-OUTPUT (and 1 other distinct failure(s))"
+    assert out.replay == "flashcheck replay a1\n      flashcheck replay b2"
+
+
+def test_another_exception_keeps_pytest_s_report():
+    report, call = _report(ValueError("x"))
+    report.longrepr = SimpleNamespace(reprcrash=SimpleNamespace(message="ValueError: x\nmore"))
+    out = Brief()._failure("test_x", "k fp16", report, call)
+    assert out.reason == "ValueError: x"

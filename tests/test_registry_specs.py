@@ -1,0 +1,56 @@
+"""What ``resolve`` says about a kernel spec it cannot use as written: a misspelled name, a
+dotted path, a function of another layout or with too few arguments (usage errors, before any
+probe calls the function)."""
+
+import sys
+import textwrap
+
+import pytest
+
+from flashcheck.harness.adapters.registry import resolve
+
+USER = """
+def attn(q, k, v, *, causal=False, scale=None):
+    return q
+
+def two_args(q, k):
+    return q
+
+def varlen_fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False):
+    return q
+
+def paged_fn(q, k_cache, v_cache, *, cache_seqlens, block_table):
+    return q
+
+def merge_fn(out_partial, lse_partial):
+    return out_partial
+"""
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "specmod.py").write_text(textwrap.dedent(USER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "specmod"
+    sys.modules.pop("specmod", None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("specmod:atn", "has no attribute 'atn' (did you mean specmod:attn?)"),
+        ("specmod.attn", "unknown kernel 'specmod.attn' (did you mean 'specmod:attn'?)"),
+        ("specmod:two_args", "specmod:two_args(q, k) cannot be called as a kernel"),
+        ("specmod:varlen_fn", 'flashcheck.kernel(fn, layout="varlen")'),
+        ("specmod:paged_fn", 'flashcheck.kernel(fn, layout="paged")'),
+        ("specmod:merge_fn", 'flashcheck.kernel(fn, op="combine")'),
+    ],
+)
+def test_a_spec_that_cannot_be_used_says_how_to_fix_it(user_module, spec, said):
+    with pytest.raises(ValueError) as err:
+        resolve(spec)
+    assert said in str(err.value)
+
+
+def test_a_plain_dense_function_resolves(user_module):
+    assert resolve("specmod:attn").name == "specmod:attn"
