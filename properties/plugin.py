@@ -57,6 +57,7 @@ from .run_output import (
     note_measurement,
     use_terminal_of,
     write_measurements,
+    write_untested,
 )
 from .tested_kernels import (
     KERNELS,
@@ -164,6 +165,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     write_measurements(terminalreporter)
+    if KERNELS in terminalreporter.config.stash:
+        write_untested(terminalreporter, terminalreporter.config.stash[KERNELS])
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "say_live",
     "use_terminal_of",
     "write_measurements",
+    "write_untested",
 ]
 
 _TERMINAL: list[Any] = []  # the session's config, whose terminal reporter says what compiles
@@ -111,3 +112,16 @@ def mark_session(text: str) -> None:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(path + ".tmp", path)
+
+
+def write_untested(terminalreporter: Any, kernels: dict[str, Any]) -> None:
+    """The closing section "flashcheck: not tested": per kernel under test, the input classes
+    its probe found it does not take (no case of those was drawn), so that a run that passed
+    does not read as covering them."""
+    rows = [(spec, k) for spec, k in kernels.items() if k.dtypes and k.unsupported]
+    if not rows:
+        return
+    terminalreporter.section("flashcheck: not tested (outside the probed contract)")
+    for spec, k in rows:
+        for what, why in k.unsupported:
+            terminalreporter.line(f"{spec}: {what} ({why})")

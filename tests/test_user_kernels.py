@@ -167,7 +167,7 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
             break
     # Inside the next test (the kernel sleeps on each call), not in the instant between two
     # tests, where there is no test to name.
-    time.sleep(1.5)
+    time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)
     rest = proc.communicate(timeout=120)[0]
     text = "".join(seen) + rest
@@ -231,6 +231,57 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     assert took < 10, f"exit {took:.1f} s after SIGINT\n{text}"
     assert "interrupted" in text and "Traceback" not in text, text
     for _ in range(50):  # the workers (same process group) are gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("worker processes outlived the interrupted run")
+
+
+def test_sigint_twice_while_references_are_in_flight_stops_at_once(user_dir):
+    """`timeout -s INT` signals the process, then its whole group: a second SIGINT can reach
+    flashcheck while it stops its workers. It used to stop that half-way, and the exit then
+    waited on the reference processes it had left running (5 of 13 `timeout -s INT` runs on
+    the 2-core machine; benchmarks/RESULTS.md). Timing-dependent: a regression shows in some
+    runs, not all."""
+    import signal
+
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    proc = subprocess.Popen(
+        [*cmd, "report", "--kernel", "user_kernels:textbook", "--dtype", "fp16", "--no-render"],
+        cwd=user_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    results = user_dir / "reports/user_kernels-textbook/results.jsonl"
+    deadline = time.monotonic() + 120
+    while (not results.exists() or results.read_text().count('"result"') < 20) and (
+        time.monotonic() < deadline and proc.poll() is None
+    ):
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - t0
+    # 130, or killed by the second SIGINT when it lands after the results were closed
+    assert proc.returncode in (130, -signal.SIGINT), text
+    assert took < 4, f"exit {took:.1f} s after SIGINT\n{text}"
+    assert "results are safe" in text and "Traceback" not in text, text
+    for _ in range(50):  # no worker outlives it
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:

@@ -68,6 +68,10 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="flashcheck-test-") as tmp:
         mark = Path(tmp) / "session"
         env = dict(os.environ, FLASHCHECK_SESSION_FILE=str(mark))
+        if args.profile == "ci" and "HYPOTHESIS_STORAGE_DIRECTORY" not in env:
+            # The ci profile keeps no example database: nothing of Hypothesis' belongs in the
+            # user's folder (it would leave .hypothesis/ behind there).
+            env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(tmp) / "hypothesis")
         child = subprocess.Popen([sys.executable, "-m", "pytest", *argv], env=env)
         try:
             code = child.wait()
