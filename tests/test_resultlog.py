@@ -20,8 +20,9 @@ def test_results_file_survives_a_torn_write(tmp_path):
         assert [r.get("key") for r in log.records[1:]] == ["x"]
         assert log.records[1]["score"] == "inf" and log.records[1]["m"] == "nan"
     assert Path(path).read_bytes().endswith(b"}\n")
-    with pytest.raises(ResultLogError, match="another configuration"):
+    with pytest.raises(ResultLogError, match="another configuration") as err:
         ResultLog.open(path, {"type": "header", "config": {"a": 2}})
+    assert "a: 1 on file, 2 now" in str(err.value)  # the setting that differs, by name
     (tmp_path / "junk.jsonl").write_text("not json\n")
     with pytest.raises(ResultLogError):
         read_records(tmp_path / "junk.jsonl")

@@ -103,11 +103,12 @@ class ResultLog:
         if not records or records[0].get("schema") != SCHEMA:
             raise ResultLogError(f"{path} is not a flashcheck results file; use --fresh")
         old = records[0].get("config")
-        if old != jsonable(header.get("config")):
+        new = jsonable(header.get("config"))
+        if old != new:
             raise ResultLogError(
-                f"{path} holds a campaign with another configuration ({old}); re-run with "
-                "the same options to resume it, or pass --fresh (or another --name) to start "
-                "a new one"
+                f"{path} holds a campaign with another configuration ({_differences(old, new)}); "
+                "re-run with the same options to resume it, or pass --name NAME for a new "
+                "report beside it (--fresh replaces it)"
             )
         return cls(path, records)
 
@@ -128,3 +129,11 @@ class ResultLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _differences(old: Any, new: Any) -> str:
+    """``key: on file → asked`` for each setting that differs (the whole value otherwise)."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return f"{old!r} on file"
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    return "; ".join(f"{k}: {old.get(k)!r} on file, {new.get(k)!r} now" for k in keys)
