@@ -93,3 +93,20 @@ def test_a_call_stuck_outside_python_ends_the_process_after_recording_it():
     assert out.stdout == "recorded k:fn the case\n"
     assert "k:fn has not returned after 0.1 s; it is stopped at 0.3 s" in out.stderr
     assert "could not be interrupted" in out.stderr and "exit status 1" in out.stderr
+
+
+def test_an_alarm_set_outside_is_kept():
+    # (pytest-timeout's signal method uses SIGALRM too)
+    import signal
+
+    rang = []
+    before = signal.signal(signal.SIGALRM, lambda *_: rang.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.4)
+        with limit_calls(CallLimit(5.0)), kernel_call("k:fn"):
+            _spin(0.1)
+        time.sleep(0.6)
+        assert rang == [True]  # the outer alarm still went off, once, with its own handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
