@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from record_helpers import result_record as _res
 
 from flashcheck.harness.campaign.logrecords import (
     LimitationRecord,
@@ -22,17 +23,8 @@ from flashcheck.harness.campaign.report import (
     gate_findings,
     run_report,
 )
-from flashcheck.harness.campaign.resultrecords import (
-    AccuracyResult,
-    CaseOptions,
-    CaseShape,
-    GradientResult,
-    StructuralResult,
-)
 from flashcheck.harness.campaign.runner import PRESETS, plan_items
-from flashcheck.harness.cases.families import Recipe
 from flashcheck.harness.core.resultlog import read_records
-from flashcheck.harness.core.status import Status
 
 # A kernel module that lives outside the package, as a user's would.
 USER_KERNELS = textwrap.dedent(
@@ -293,27 +285,6 @@ def test_plan_is_deterministic_and_covers_every_family():
     assert all(it.recipe.dtype != "fp32" for it in a if it.part == "fa3")
 
 
-def _res(status, part="grid", **kw):
-    """A typed result record of kernel ``k``, fp16, with ``status``."""
-    recipe = Recipe("fp16", "randn", 1, 1, 1, 4, 4, 8, 8, 0)
-    fields = {"property": "nan-rule"} if part == "structural" else {}
-    cls = {"structural": StructuralResult, "gradients": GradientResult}.get(part, AccuracyResult)
-    return cls(
-        key="x",
-        part=part,
-        tag="t",
-        kernel="k",
-        dtype="fp16",
-        device="cpu",
-        family="randn",
-        recipe=recipe,
-        shape=CaseShape(1, 1, 1, 4, 4, 8, 8),
-        options=CaseOptions(),
-        status=Status(status),
-        **{**fields, **kw},
-    )
-
-
 def test_gate_exit_codes():
     res = [_res(s) for s in ("PASS", "FAIL", "SKIP")]
     assert gate_exit_code(res, "fail-hard") == 0
@@ -455,18 +426,3 @@ def test_a_kernel_error_keeps_the_exception_it_was_raised_from():
     assert text == (
         "RuntimeError: at 61:9: dq = _dq_keys( <- caused by ValueError: Mismatched type for keep"
     )
-
-
-def test_a_diagnosis_is_named_wherever_it_stands_among_the_reasons():
-    from types import SimpleNamespace
-
-    from flashcheck.harness.campaign.summary import terminal_summary
-    from flashcheck.harness.campaign.tables import failures
-
-    diagnosis = "consistent with a causal mask aligned top-left (query i keeps keys j <= i)"
-    many = ("FAIL-HARD: 3 fully masked rows with O != 0", "FAIL-HARD: 2 O elements exceed", "x")
-    rows = [_res("FAIL-HARD", reasons=(*many, diagnosis)), _res("PASS")]
-    listed = failures(SimpleNamespace(results=rows), ["k"], ["fp16"])
-    assert any(diagnosis in line and "in 1 of 2 results" in line for line in listed), listed
-    said = terminal_summary(rows, "cases")
-    assert any(line.strip() == f"1 result {diagnosis}" for line in said), said

@@ -176,6 +176,43 @@ def test_ctrl_c_says_where_the_run_stopped(user_dir):
     assert "Run the same command again" in text
 
 
+def _report_in_its_own_group(cwd, *args):
+    """``flashcheck report ARGS`` in ``cwd``, in a process group of its own (so that a signal
+    can be sent to it alone, or to it and its workers), SIGINT handled as in a terminal, its
+    output piped (without PYTHONUNBUFFERED: the lines must reach a pipe as they are printed)."""
+    import signal
+
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("FLASHCHECK_") and k != "PYTHONUNBUFFERED"
+    }
+    return subprocess.Popen(
+        [*cmd, "report", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _assert_group_gone(pgid, seconds=5.0):
+    """No process of group ``pgid`` (a run and its workers) is left within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("worker processes outlived the interrupted run")
+
+
 def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     """SIGINT sent to flashcheck's process only (kill -INT, timeout -s INT, a scheduler), not
     to its workers: the kernel call in flight is not waited for, and no worker is left."""
@@ -183,23 +220,8 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     import signal
     import threading
 
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    # Without PYTHONUNBUFFERED: the lines must reach a pipe as they are printed all the same.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("FLASHCHECK_") and k != "PYTHONUNBUFFERED"
-    }
-    proc = subprocess.Popen(
-        [*cmd, "report", "--kernel", "user_kernels:stuck", "--preset", "smoke", "--no-render"],
-        cwd=user_dir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    proc = _report_in_its_own_group(
+        user_dir, "--kernel", "user_kernels:stuck", "--preset", "smoke", "--no-render"
     )
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
@@ -230,14 +252,7 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     assert proc.returncode == 130, text
     assert took < 10, f"exit {took:.1f} s after SIGINT\n{text}"
     assert "interrupted" in text and "Traceback" not in text, text
-    for _ in range(50):  # the workers (same process group) are gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("worker processes outlived the interrupted run")
+    _assert_group_gone(proc.pid)  # the workers (same process group) are gone too
 
 
 def test_sigint_twice_while_references_are_in_flight_stops_at_once(user_dir):
@@ -248,18 +263,8 @@ def test_sigint_twice_while_references_are_in_flight_stops_at_once(user_dir):
     runs, not all."""
     import signal
 
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    proc = subprocess.Popen(
-        [*cmd, "report", "--kernel", "user_kernels:textbook", "--dtype", "fp16", "--no-render"],
-        cwd=user_dir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    proc = _report_in_its_own_group(
+        user_dir, "--kernel", "user_kernels:textbook", "--dtype", "fp16", "--no-render"
     )
     results = user_dir / "reports/user_kernels-textbook/results.jsonl"
     deadline = time.monotonic() + 120
@@ -281,14 +286,7 @@ def test_sigint_twice_while_references_are_in_flight_stops_at_once(user_dir):
     assert proc.returncode in (130, -signal.SIGINT), text
     assert took < 4, f"exit {took:.1f} s after SIGINT\n{text}"
     assert "results are safe" in text and "Traceback" not in text, text
-    for _ in range(50):  # no worker outlives it
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("worker processes outlived the interrupted run")
+    _assert_group_gone(proc.pid)
 
 
 def test_a_kernel_that_returns_nothing_is_stopped_by_the_probe_with_one_message(tmp_path):

@@ -27,6 +27,7 @@ from .builtin import project_kernels
 from .compilekeys import COMPILE_DIMS
 from .library import library_kernels
 from .softmax_options import SOFTMAX_OPTIONS
+from .spec_check import check_plain_signature
 
 __all__ = [
     "BUILTIN",
@@ -429,38 +430,5 @@ def _named(obj: Any, spec: str) -> Kernel:
     if not (isinstance(obj, Kernel) or callable(obj)):
         raise ValueError(f"{spec!r} is neither a flashcheck kernel nor a callable")
     if not isinstance(obj, Kernel):
-        _check_plain_signature(obj, spec)
+        check_plain_signature(obj, spec)
     return as_kernel(obj, spec)
-
-
-# Parameter names that mark a function written for another layout than (B, H, N, d) tensors.
-_LAYOUT_NAMES = (
-    ({"cu_seqlens_q", "cu_seqlens_k"}, 'layout="varlen"'),
-    ({"block_table", "cache_seqlens", "k_cache"}, 'layout="paged"'),
-    ({"out_partial", "lse_partial"}, 'op="combine"'),
-)
-
-
-def _check_plain_signature(fn: Callable[..., Any], spec: str) -> None:
-    """A plain function is called as a dense kernel, ``fn(q, k, v, **options)``: one whose
-    signature cannot take that call, or names another layout's arguments, is a usage error
-    that says how to declare it (before any probe calls it)."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # no signature to read (a builtin): the probe will see
-        return
-    names = set(sig.parameters)
-    for marks, declare in _LAYOUT_NAMES:
-        if names & marks:
-            raise ValueError(
-                f"{spec} takes {', '.join(sorted(names & marks))}: a kernel of another layout. "
-                f"Declare it at module level with flashcheck.kernel(fn, {declare}) and pass that "
-                "name (docs/api.md, ragged batches)"
-            )
-    try:
-        sig.bind(None, None, None)
-    except TypeError:
-        raise ValueError(
-            f"{spec}{sig} cannot be called as a kernel: flashcheck calls fn(q, k, v, *, "
-            "causal=..., scale=..., ...) with (B, H, N, d) tensors and takes O or (O, LSE) back"
-        ) from None

@@ -29,8 +29,7 @@ from ..cases.store import save_case
 from ..core.semantics import as_exact_array
 from ..core.status import Status
 from ..judging.bounds import Bounds, problem_bounds
-from ..judging.classes import PRECISION_BELOW
-from ..judging.diagnosis import diagnose
+from ..judging.diagnosis import explain
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.metrics import ErrorSummary
 from ..judging.tensor_verdict import TensorVerdict, Verdict
@@ -244,12 +243,7 @@ def check_case(
     n_ulp, n_lse = naive_reference(case, ref) if naive is None else naive
     verdict = judge(out.o, out.lse, ref, bounds, naive_ulp=n_ulp, naive_lse_err=n_lse)
     if verdict.verdict == Status.FAIL_HARD and bounds is not None:
-        verdict.diagnosis = diagnose(case.problem, out.o, ref.o.hi, bounds.o.det)
-        if verdict.diagnosis:
-            # The output matches a common mistake: that a reduced-precision class's bound
-            # also holds its errors is then a coincidence, not the explanation to give.
-            for t in verdict.tensors.values():
-                t.reasons[:] = [r for r in t.reasons if PRECISION_BELOW not in r]
+        explain(verdict, case.problem, out.o, ref.o.hi, bounds.o.det)
     return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
 
 

@@ -22,8 +22,10 @@ import numpy as np
 
 from ..core.formats import ulp
 from ..core.semantics import AttentionProblem
+from .classes import PRECISION_BELOW
+from .tensor_verdict import Verdict
 
-__all__ = ["CONSISTENT", "diagnose"]
+__all__ = ["CONSISTENT", "diagnose", "explain"]
 
 CONSISTENT = "consistent with "
 Keep = Callable[[int, int], np.ndarray]
@@ -221,3 +223,15 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
                 "within the kernel's bound"
             )
     return found
+
+
+def explain(
+    verdict: Verdict, p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndarray
+) -> None:
+    """Set ``verdict.diagnosis`` to :func:`diagnose`'s findings. Where the output matches a
+    common mistake, a reduced-precision class whose bound also holds its errors ("precision
+    below fp32: the errors fit tf32") is a coincidence, not the explanation: that reason goes."""
+    verdict.diagnosis = diagnose(p, o, exact, det)
+    if verdict.diagnosis:
+        for t in verdict.tensors.values():
+            t.reasons[:] = [r for r in t.reasons if PRECISION_BELOW not in r]

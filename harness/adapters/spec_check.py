@@ -1,0 +1,45 @@
+"""Whether a plain function can be a kernel as written: flashcheck calls it as a dense kernel,
+``fn(q, k, v, **options)``. One whose signature cannot take that call, or names the arguments
+of another layout (FlashAttention's varlen, paged-cache or split-KV merge functions), is a
+usage error that says how to declare it, before any probe calls it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["LAYOUT_NAMES", "check_plain_signature"]
+
+
+# Parameter names that mark a function written for another layout than (B, H, N, d) tensors.
+LAYOUT_NAMES = (
+    ({"cu_seqlens_q", "cu_seqlens_k"}, 'layout="varlen"'),
+    ({"block_table", "cache_seqlens", "k_cache"}, 'layout="paged"'),
+    ({"out_partial", "lse_partial"}, 'op="combine"'),
+)
+
+
+def check_plain_signature(fn: Callable[..., Any], spec: str) -> None:
+    """A plain function is called as a dense kernel, ``fn(q, k, v, **options)``: one whose
+    signature cannot take that call, or names another layout's arguments, is a usage error
+    that says how to declare it (before any probe calls it)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the probe will see
+        return
+    names = set(sig.parameters)
+    for marks, declare in LAYOUT_NAMES:
+        if names & marks:
+            raise ValueError(
+                f"{spec} takes {', '.join(sorted(names & marks))}: a kernel of another layout. "
+                f"Declare it at module level with flashcheck.kernel(fn, {declare}) and pass that "
+                "name (docs/api.md, ragged batches)"
+            )
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        raise ValueError(
+            f"{spec}{sig} cannot be called as a kernel: flashcheck calls fn(q, k, v, *, "
+            "causal=..., scale=..., ...) with (B, H, N, d) tensors and takes O or (O, LSE) back"
+        ) from None
