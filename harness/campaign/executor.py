@@ -382,7 +382,7 @@ class LocalExecutor(Executor):
             # A second SIGINT must not stop this half-way, leaving processes alive: one is
             # common (`timeout -s INT` signals the process and then its group; an impatient
             # Ctrl-C), and Python's exit then waits on the pool's processes.
-            with _sigint_held():
+            with sigint_held():
                 for w in self._all:
                     w.kill()
                 for child in mp.active_children():
@@ -419,7 +419,7 @@ class LocalExecutor(Executor):
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
+def sigint_held() -> Iterator[None]:
     """SIGINT ignored in the block (in the main thread; elsewhere nothing changes)."""
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -30,7 +30,7 @@ from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .budget import Budget
-from .executor import Executor, LocalExecutor
+from .executor import Executor, LocalExecutor, sigint_held
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -370,12 +370,15 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             _close(executor, clock, interrupted=isinstance(exc, KeyboardInterrupt))
             raise
     except KeyboardInterrupt:
-        done = ""
-        if setup is not None and setup.results_path.exists():
-            results_path = setup.results_path
-            done = len(load(results_path).every_result)
-            done = f"{done} results are safe in {results_path}; "
-        print(f"\ninterrupted: {done}run the same command again to resume", file=sys.stderr)
+        # A second SIGINT (`timeout -s INT` signals the process, then its group) must not
+        # cut the message that says where the results are.
+        with sigint_held():
+            done = ""
+            if setup is not None and setup.results_path.exists():
+                results_path = setup.results_path
+                done = len(load(results_path).every_result)
+                done = f"{done} results are safe in {results_path}; "
+            print(f"\ninterrupted: {done}run the same command again to resume", file=sys.stderr)
         return 130
     # Local workers stop (each process tears down torch) while the report is rendered.
     closing = threading.Thread(target=_close, args=(executor, clock), name="flashcheck-close")

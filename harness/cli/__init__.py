@@ -164,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     code = args.func(args)
     if code == 130 and args.entry:
-        # Interrupted, with every result on disk. Python's exit joins the process pool's
-        # reader thread, which a worker killed in the middle of sending a result leaves
-        # waiting for ever (seen on a 2-core machine): past a few seconds, end regardless.
+        # Interrupted, with every result on disk and the user told so. A later SIGINT (the
+        # group-wide one of `timeout -s INT`, a second Ctrl-C) would only print a traceback
+        # from Python's exit, which joins the process pool's threads (seen in CI).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # That exit joins the pool's reader thread, which a worker killed in the middle of
+        # sending a result leaves waiting for ever (seen on a 2-core machine): past a few
+        # seconds, end regardless.
         threading.Thread(target=_exit_soon, args=(130, 5.0), daemon=True).start()
     return code
 
