@@ -52,3 +52,39 @@ def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     p = make_problem(case.q, case.k, case.v, causal=True)
     noise = flashcheck.oracle(case.q, case.k, case.v, causal=True).o.hi + 0.05
     assert diagnose(p, noise, noise - 0.05, np.full_like(noise, 1e-3)) == []
+
+
+def _huge(dtype, family, magnitude):
+    r = Recipe(dtype, family, 1, 2, 2, 24, 16, 16, 16, seed=1, magnitude=magnitude)
+    return make_case(r)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_exp_without_the_row_maximum_is_named_where_it_overflows(uk, dtype):
+    res = flashcheck.check(uk.no_max_subtraction, _huge(dtype, "huge_logits", 1e3), save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    assert res.verdict.diagnosis == [
+        CONSISTENT + "exp(s) taken without subtracting the row maximum (exp(s) / Σ exp(s) is inf"
+        " / inf = NaN once a score passes 88.72, exp's limit in fp32): the output matches exact "
+        "attention under that reading within the kernel's bound"
+    ]
+
+
+def test_a_running_maximum_from_a_finite_value_is_named_with_exp_alone_where_both_fit(uk):
+    """On rows whose every score lies far below exp's underflow, a sentinel maximum (-1e6 for
+    -inf) and the maximum left out give the same NaN: the name covers both. Where the scores
+    are merely below -1e6 + 103 for some rows and not others, no reading fits."""
+    for name in ("sentinel_max", "no_max_subtraction"):
+        res = flashcheck.check(
+            getattr(uk, name), _huge("fp32", "negative_rows", 1e12), save="never"
+        )
+        assert len(res.verdict.diagnosis) == 1, (name, res.verdict.reasons)
+        assert res.verdict.diagnosis[0].startswith(
+            CONSISTENT + "a row maximum never below a finite value (the maximum not "
+            "subtracted, or a running maximum started at -1e4 or the like instead of -inf)"
+        )
+    # the maximum left out, on rows all below -103: NaN; the sentinel of -1e6 there: exact
+    res = flashcheck.check(uk.sentinel_max, _huge("fp32", "negative_rows", 1e3), save="never")
+    assert res.passed
+    res = flashcheck.check(uk.no_max_subtraction, _huge("fp32", "negative_rows", 1e3), save="never")
+    assert res.verdict.diagnosis and "row maximum" in res.verdict.diagnosis[0]

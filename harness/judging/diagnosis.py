@@ -3,9 +3,9 @@
 Many wrong attention kernels compute exactly the right thing for a slightly different
 definition: a causal mask aligned top-left, the scale left out or applied twice, a boolean mask
 read the other way round, grouped query heads mapped to key/value heads by modulo, a window
-edge off by one, the softmax taken over the queries, an option ignored, the soft-cap taken
-before the scale, sinks multiplied by the scale, an FP8 descale applied twice or left out. For
-a case that failed,
+edge off by one, the softmax taken over the queries, exp taken without subtracting the row
+maximum (exact until it overflows), an option ignored, the soft-cap taken before the scale,
+sinks multiplied by the scale, an FP8 descale applied twice or left out. For a case that failed,
 :func:`diagnose` evaluates attention under each such alternative (in float64: its error is
 negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
 output matches within its own deterministic bound. It only speaks where the alternative's
@@ -45,13 +45,20 @@ def _reference(
     cap: object = _SAME,
     cap_before_scale: bool = False,
     sinks: object = _SAME,
+    no_max: type | None = None,
+    floor: type | None = None,
 ) -> np.ndarray:
     """float64 attention of ``p`` with the given departures: which keys each row keeps, the
     score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
     the queries, a column) that keeps nothing gives 0. ``inputs``: a problem whose q, k, v
     replace ``p``'s (an FP8 descale applied twice or not at all). ``cap`` and ``sinks``: the
     soft-cap and the sink logits (default ``p``'s; ``None``: left out); ``cap_before_scale``:
-    the cap taken of the unscaled product ``q·k`` and the scale applied after it."""
+    the cap taken of the unscaled product ``q·k`` and the scale applied after it. ``no_max``: a
+    numpy float type; the softmax then taken as exp(s) / Σ exp(s), without subtracting the row
+    maximum, each exp and the sum rounded to that type, so that they overflow (to inf, and
+    inf / inf = NaN) and underflow (0 / 0) where a kernel computing in it would. ``floor``: a
+    numpy float type; the rows whose every exp(s) underflows to 0 in it give NaN (0 / 0), the
+    others the exact answer."""
     x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
@@ -78,14 +85,25 @@ def _reference(
                 sig = None if sink is None or axis != -1 else float(np.asarray(sink)[h])
                 if sig is not None:
                     m = np.maximum(m, sig)
-                m = np.where(np.isfinite(m), m, 0.0)
-                e = np.where(kp, np.exp(s - m), 0.0)
+                m = np.where(np.isfinite(m) & (no_max is None), m, 0.0)
+                e = _rounded(np.where(kp, np.exp(s - m), 0.0), no_max)
                 den = e.sum(axis=axis, keepdims=True)
                 if sig is not None:
-                    den = den + np.exp(sig - m)
-                prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+                    den = den + _rounded(np.exp(sig - m), no_max)
+                den = _rounded(den, no_max)
+                if floor is not None:  # (m: the row's largest logit, sinks included)
+                    den = np.where(_rounded(np.exp(m), floor) == 0, np.nan, den)
+                if no_max is None and floor is None:
+                    prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+                else:  # inf / inf, 0 / 0: NaN, as in the kernel; a row with no key gives 0
+                    prob = np.where(kp.any(axis=axis, keepdims=True), e / den, 0.0)
                 out[b, h] = prob @ x.v[b, kh]
     return out
+
+
+def _rounded(x: np.ndarray, fmt: type | None) -> np.ndarray:
+    """``x`` rounded to the numpy float type ``fmt`` (overflowing to inf), back in float64."""
+    return x if fmt is None else np.asarray(x).astype(fmt).astype(np.float64)
 
 
 def _keeps(p: AttentionProblem, **changes) -> Keep:
@@ -152,6 +170,31 @@ def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
             )
         )
     alts.append(("the softmax taken over the queries instead of the keys", {"axis": -2}))
+    # exp(s) / Σ exp(s) is exact in real arithmetic: it differs from the truth only where a
+    # score passes exp's overflow, or every score of a row its underflow, in the format the
+    # kernel computes exp in (fp32, or for fp16 inputs possibly fp16). Underflow alone is
+    # also what a running maximum started at a finite value (-1e4 for -inf) gives: that
+    # reading comes first, so that where the two agree the name covers both.
+    for fmt in (np.float32, np.float16) if p.fmt.name == "fp16" else (np.float32,):
+        name = {np.float32: "fp32", np.float16: "fp16"}[fmt]
+        tiny = math.log(float(np.finfo(fmt).smallest_subnormal))
+        alts.append(
+            (
+                "a row maximum never below a finite value (the maximum not subtracted, or a "
+                "running maximum started at -1e4 or the like instead of -inf): every score of "
+                f"each failing row lies below {tiny:.2f}, where exp underflows to 0 in {name} "
+                "(0 / 0 = NaN)",
+                {"floor": fmt},
+            )
+        )
+        big = math.log(float(np.finfo(fmt).max))
+        alts.append(
+            (
+                "exp(s) taken without subtracting the row maximum (exp(s) / Σ exp(s) is inf / "
+                f"inf = NaN once a score passes {big:.2f}, exp's limit in {name})",
+                {"no_max": fmt},
+            )
+        )
     if p.softcap is not None:
         alts.append(("softcap ignored", {"cap": None}))
         alts.append(
@@ -209,14 +252,19 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
         alt = _reference(p, **kw)
-        if any(np.array_equal(alt, other) for other in seen):
+        if any(np.array_equal(alt, other, equal_nan=True) for other in seen):
             continue  # the same answer as a reading named before (e.g. one key past Nq)
         seen.append(alt)
         tol = det * tol_scale + ulp(alt, p.fmt)
         with np.errstate(invalid="ignore"):
-            differs = np.isfinite(exact) & (np.abs(alt - exact) > tol)
-            # (a NaN where the reading leaves a row with no key counts as its empty row)
-            matches = (np.isfinite(o) & (np.abs(o - alt) <= tol)) | (np.isnan(o) & (alt == 0))
+            differs = np.isfinite(exact) & ~(np.abs(alt - exact) <= tol)
+            # (a NaN where the reading leaves a row with no key counts as its empty row; a NaN
+            # or inf where the reading overflows, as its overflow)
+            matches = (
+                (np.isfinite(o) & (np.abs(o - alt) <= tol))
+                | (np.isnan(o) & (alt == 0))
+                | (~np.isfinite(o) & ~np.isfinite(alt))
+            )
         if differs.any() and matches.all():
             found.append(
                 f"{CONSISTENT}{label}: the output matches exact attention under that reading "
