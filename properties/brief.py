@@ -12,6 +12,7 @@ and the drawn case. Tests that are not the suite's (a user's own, using
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,15 @@ class _Outcome:
     outcome: str  # passed, FAILED, skipped
     reason: str = ""
     replay: str | None = None
+
+
+def _unjudgeable(o: _Outcome) -> str:
+    """For a failure because the kernel's output could not be judged (BAD-OUTPUT), its reason
+    with the shapes and the property left out; else ``""``."""
+    if o.outcome != "FAILED" or "BAD-OUTPUT: " not in o.reason:
+        return ""
+    why = o.reason.split("BAD-OUTPUT: ", 1)[1].split(" (and ")[0]
+    return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", why)
 
 
 @dataclass
@@ -102,11 +112,28 @@ class Brief:
             n = {k: sum(o.outcome == k for o in rows) for k in ("passed", "FAILED", "skipped")}
             counts = ", ".join(f"{v} {k}" for k, v in n.items() if v)
             tr.line(f"{param}: {counts}")
+            # A kernel whose output cannot be judged at all (a wrong shape, no tensor) fails
+            # every property the same way: the first says how, the others are listed by name.
+            first: dict[str, _Outcome] = {}
+            alike: dict[str, list[str]] = defaultdict(list)
             for o in rows:
-                if o.outcome == "FAILED":
-                    tr.line(f"  FAILED {o.test}: {o.reason}", red=True)
-                    if o.replay:
-                        tr.line(f"      {o.replay}")
+                key = _unjudgeable(o)
+                if key in first:
+                    alike[key].append(o.test)
+                elif key:
+                    first[key] = o
+            for o in rows:
+                key = _unjudgeable(o)
+                if o.outcome != "FAILED" or (key and first[key] is not o):
+                    continue
+                tr.line(f"  FAILED {o.test}: {o.reason}", red=True)
+                if o.replay:
+                    tr.line(f"      {o.replay}")
+                if alike.get(key):
+                    tr.line(
+                        f"  FAILED the same way ({len(alike[key])} more): " + ", ".join(alike[key]),
+                        red=True,
+                    )
             skipped = defaultdict(list)
             for o in rows:
                 if o.outcome == "skipped":

@@ -36,3 +36,36 @@ def test_another_exception_keeps_pytest_s_report():
     report.longrepr = SimpleNamespace(reprcrash=SimpleNamespace(message="ValueError: x\nmore"))
     out = Brief()._failure("test_x", "k fp16", report, call)
     assert out.reason == "ValueError: x"
+
+
+class _Terminal:
+    def __init__(self):
+        self.lines = []
+
+    def section(self, title):
+        self.lines.append(f"== {title}")
+
+    def line(self, text, **_):
+        self.lines.append(text)
+
+
+def test_an_output_that_cannot_be_judged_is_shown_once_for_every_property_it_fails():
+    brief = Brief()
+    shapes = [("(1, 1, 2, 1)", "(1, 2, 1, 1)"), ("(1, 32, 2, 64)", "(1, 2, 32, 64)")] * 2
+    for i, (got, want) in enumerate(shapes):
+        why = f"prop{i}: BAD-OUTPUT: k returned O of shape {got}, expected {want}"
+        report, call = _report(AttentionMismatch("msg", f"id{i}", None, why))
+        brief.outcomes.append(brief._failure(f"test_{i}", "k fp16", report, call))
+    report, call = _report(AttentionMismatch("msg", "idx", None, "accuracy: FAIL-HARD"))
+    brief.outcomes.append(brief._failure("test_numbers", "k fp16", report, call))
+    tr = _Terminal()
+    brief.pytest_terminal_summary(tr)
+    assert tr.lines[1:] == [
+        "k fp16: 5 FAILED",
+        "  FAILED test_0: prop0: BAD-OUTPUT: k returned O of shape (1, 1, 2, 1), expected "
+        "(1, 2, 1, 1)",
+        "      flashcheck replay id0",
+        "  FAILED the same way (3 more): test_1, test_2, test_3",
+        "  FAILED test_numbers: accuracy: FAIL-HARD",
+        "      flashcheck replay idx",
+    ]

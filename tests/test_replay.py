@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from flashcheck import AttentionMismatch, assert_attention
@@ -116,3 +117,19 @@ def test_a_replay_gives_the_one_verdict_its_case_was_saved_for(tmp_path, prop, v
     other = "\nverdict " if prop == "nan-rule" else "property "
     assert other not in text, text
     assert f"recorded verdict: {verdict}; replayed: {verdict} (same verdict)" in text
+
+
+def test_a_replay_shows_a_small_case_s_inputs_and_how_to_load_any_case():
+    from flashcheck.harness.cases.case import Case
+    from flashcheck.harness.checks.replay import SMALL, input_lines
+
+    q = np.array([[[[np.nan, 0.5]]]], np.float16)
+    small = input_lines(Case(q, q + 1, q * 0 + 0.25), "reports/cases/abc.json")
+    assert small == [
+        "inputs: flashcheck.load_case('reports/cases/abc.json') rebuilds them bit for bit",
+        "  q (1, 1, 1, 2) = [[[[nan, 0.5]]]]",
+        "  k (1, 1, 1, 2) = [[[[nan, 1.5]]]]",
+        "  v (1, 1, 1, 2) = [[[[ nan, 0.25]]]]",
+    ]
+    big = np.zeros((1, 1, SMALL + 1, 1), np.float32)
+    assert len(input_lines(Case(big, big, big), "abc")) == 1

@@ -130,7 +130,10 @@ def test_every_failure_is_one_outcome_from_the_child():
             Status.SKIP, "the backend takes no such shape"
         )
         bad = worker.run(ref("wrong_shape"), case, "cpu")
-        assert bad.status is Status.BAD_OUTPUT and "expected (1, 1, 16, 16)" in bad.message
+        assert (
+            bad.status is Status.BAD_OUTPUT
+            and "expected (B, Hq, Nq, dv) = (1, 1, 16, 16)" in bad.message
+        )
         assert worker.restarts == 0  # a Python exception leaves the child as it is
         died = worker.run(ref("crashes"), case, "cpu")
         assert died == Outcome.failed(Status.ERROR, "the kernel process died (exit code 3)")
@@ -266,3 +269,20 @@ def test_without_standby_a_worker_runs_one_child():
     with KernelWorker(timeout=120) as worker:
         assert worker.run(KernelRef.of(naive, f"{HERE}:naive"), _case(b=1, h=1), "cpu").ok
         assert len(_kernel_children()) == 1
+
+
+def test_an_output_in_flash_attn_func_s_layout_is_named():
+    from flashcheck.harness.adapters.kernel_output import KernelOutputError
+
+    def bnhd(q, k, v, *, causal=False, scale=None):
+        return np.swapaxes(np.asarray(q, np.float32), 1, 2)
+
+    case = make_case(Recipe("fp32", "randn", 1, 2, 2, 8, 8, 4, 4, seed=0))
+    with pytest.raises(KernelOutputError, match=r"expected \(B, Hq, Nq, dv\) = \(1, 2, 8, 4\) "):
+        flashcheck.check(bnhd, case, save="never")
+    with pytest.raises(KernelOutputError, match=r"swapped: \(B, N, H, \.\.\.\) is flash_attn_f"):
+        flashcheck.check(bnhd, case, save="never")
+    square = make_case(Recipe("fp32", "randn", 1, 2, 2, 2, 2, 4, 4, seed=0))
+    with pytest.raises(KernelOutputError) as err:  # (B, N, H, d) is (B, H, N, d) here: no hint
+        flashcheck.check(lambda q, k, v: np.zeros((1, 2, 2, 5), np.float32), square, save="never")
+    assert "swapped" not in str(err.value)

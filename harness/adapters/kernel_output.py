@@ -77,13 +77,30 @@ def checked_output(kernel_name: str, case: Case, call: KernelCall) -> KernelOutp
         raise KernelOutputError(f"{kernel_name} returned an unusable O: {err}") from None
     want = (*case.q.shape[:3], case.v.shape[3])
     if o64.shape != want:
-        raise KernelOutputError(f"{kernel_name} returned O of shape {o64.shape}, expected {want}")
+        raise KernelOutputError(
+            f"{kernel_name} returned O of shape {o64.shape}, expected (B, Hq, Nq, dv) = {want}"
+            + _transposed(o64.shape, want)
+        )
     lse64 = None if lse is None else lse_to_f64(lse)
     if lse64 is not None and lse64.shape != want[:3]:
         raise KernelOutputError(
-            f"{kernel_name} returned LSE of shape {lse64.shape}, expected {want[:3]}"
+            f"{kernel_name} returned LSE of shape {lse64.shape}, expected (B, Hq, Nq) = "
+            f"{want[:3]}" + _transposed(lse64.shape, want[:3])
         )
     return KernelOutput(o64, lse64, fmt.name)
+
+
+def _transposed(got: tuple[int, ...], want: tuple[int, ...]) -> str:
+    """A hint where ``got`` is ``want`` with its head and sequence axes swapped: the layout of
+    FlashAttention's ``flash_attn_func``, (B, N, H, d), a common slip for a kernel written
+    against it."""
+    if len(got) != len(want) or want[1] == want[2] or got != (want[0], want[2], want[1], *want[3:]):
+        return ""
+    return (
+        " (the heads and the sequence swapped: (B, N, H, ...) is flash_attn_func's layout; a "
+        "plain function is called with q, k, v of shape (B, H, N, d) and returns its results in "
+        "that layout: transpose(1, 2) on the way in and out of such a kernel)"
+    )
 
 
 def checked_gradients(kernel_name: str, case: Case, call: KernelCall) -> KernelGradients:

@@ -11,18 +11,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from ..adapters.adapter import Kernel
 from ..adapters.call_limit import KernelHung
 from ..adapters.registry import as_kernel
 from ..cases.ragged_store import is_ragged_case
-from ..cases.store import load_case
+from ..cases.store import case_path, load_case
 from ..core.status import Status
 from .accuracy import check_case, check_gradients_case
 from .ragged_replay import replay_ragged
 from .registry import CHECKS, GRADIENT_CHECKS
 from .text import format_check, format_gradient_check
 
-__all__ = ["default_device", "replay"]
+__all__ = ["SMALL", "default_device", "input_lines", "replay"]
 
 
 def default_device(adapter_devices: tuple[str, ...], recorded: str | None) -> str:
@@ -72,6 +74,8 @@ def replay(
         f"case {record['id']} (saved by {prop}, on {record.get('device')}): "
         f"{record.get('description', '')}"
     )
+    for line in input_lines(case, str(case_path(ref, directory))):
+        echo(line)
     try:
         res, verdict = _check(prop, adapter, case, dev, echo)
     except KernelHung as err:  # under a time limit (the command line's --timeout)
@@ -81,6 +85,28 @@ def replay(
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
     return res, verdict, record
+
+
+SMALL = 64  # the most elements a tensor may have to be printed by value
+
+
+def input_lines(case: Any, ref: str) -> list[str]:
+    """How to get the case's inputs and, for a small case (every tensor of at most
+    :data:`SMALL` elements), their exact values: a failure on a handful of numbers is read
+    more easily than loaded. ``ref``: the case's id or the path of its record."""
+    named = {"q": case.q, "k": case.k, "v": case.v}
+    if case.mask is not None:
+        named["mask"] = case.mask
+    lines = [f"inputs: flashcheck.load_case({ref!r}) rebuilds them bit for bit"]
+    if any(np.asarray(x).size > SMALL for x in named.values()):
+        return lines
+    for name, x in named.items():
+        arr = np.asarray(x)
+        if arr.dtype != bool:  # (every value of a 16- or 32-bit format is a float64 exactly)
+            arr = arr.astype(np.float64)
+        text = np.array2string(arr, separator=", ", floatmode="unique", max_line_width=96)
+        lines.append(f"  {name} {tuple(arr.shape)} = " + text.replace("\n", "\n      "))
+    return lines
 
 
 def _check(prop: str, adapter: Kernel, case: Any, dev: str, echo: Any) -> tuple[Any, str]:
