@@ -15,6 +15,7 @@ import pytest
 
 import flashcheck
 from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.cases.case import Case
 from flashcheck.harness.cases.families import Recipe, make_case
 from flashcheck.harness.checks.batch_invariance import (
     BATCH_INVARIANT,
@@ -430,3 +431,50 @@ def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
     assert out.returncode == 0, text
     assert "1 skipped" in text and " passed" not in text, text
     assert "the kernel returns no LSE" in text, text
+
+
+def _softmax_numpy(q, k, v, *, causal, top_left):
+    """Softmax attention in float64 with ``exp(s - max) / sum``: NaN for a row that keeps no
+    key; the causal diagonal aligned top-left (j <= i) or bottom-right (j <= i + Nk - Nq)."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    nq, nk = q.shape[2], k.shape[2]
+    with np.errstate(all="ignore"):
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        if causal:
+            shift = 0 if top_left else nk - nq
+            s = np.where(np.arange(nk)[None] <= np.arange(nq)[:, None] + shift, s, -np.inf)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return ((e / e.sum(-1, keepdims=True)) @ v).astype(np.float32)
+
+
+def test_nan_rule_names_a_top_left_causal_mask_only_where_the_nan_rows_tell_it_apart():
+    """Nq = 4, Nk = 2, causal: rows 0 and 1 keep no key (bottom-right); top-left, row 0 keeps
+    key 0 and row 1 keys 0 and 1. With a NaN in q[1], a top-left kernel gives NaN in row 1
+    only; a kernel that gives NaN for every empty row gives it in rows 0 and 1, and only the
+    NaN-for-masked-rows convention is named."""
+    q = np.ones((1, 1, 4, 2), np.float32)
+    q[0, 0, 1, 0] = np.nan
+    k = np.array([[[[0.5, 1.0], [2.0, 0.0]]]], np.float32)
+    case = Case(q, k, np.ones((1, 1, 2, 2), np.float32), causal=True)
+
+    def top_left(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=causal, top_left=True)
+
+    def nan_rows(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=causal, top_left=False)
+
+    hint = "consistent with a causal mask aligned top-left"
+    found = CHECKS["nan-rule"](_planted(top_left), case, "cpu")
+    assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (1 rows)")
+    assert hint in found.message
+    found = CHECKS["nan-rule"](_planted(nan_rows), case, "cpu")
+    assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (2 rows)")
+    assert hint not in found.message
+    # Nq = 2, Nk = 1, k = inf: the one empty row keeps the inf key top-left; NaN there fits
+    # both readings, and the convention is named alone (it was named top-left)
+    one = np.ones((1, 1, 1, 2), np.float32)
+    case = Case(np.ones((1, 1, 2, 2), np.float32), one * np.inf, one, causal=True)
+    for kernel in (top_left, nan_rows):
+        found = CHECKS["nan-rule"](_planted(kernel), case, "cpu")
+        assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (1 rows)")
+        assert hint not in found.message

@@ -219,11 +219,14 @@ def _zero(x: np.ndarray, which) -> np.ndarray:
     return np.where(which(x), 0.0, x)
 
 
-def _top_left_hint(case: Case, leak: np.ndarray) -> str:
-    """The diagnosis of NaN in rows a bottom-right causal mask empties: each such row keeps
-    keys under a top-left alignment, and holds a NaN input there."""
+def _top_left_hint(case: Case, leak: np.ndarray, empty: np.ndarray) -> str:
+    """The diagnosis of NaN in rows a bottom-right causal mask empties (``empty``, (B, Hq, Nq)):
+    under a top-left alignment exactly those rows keep keys with a NaN or inf input, and some
+    other empty row came out finite (NaN in every empty row is the NaN-for-masked-rows
+    convention, which explains it as well)."""
     b_n, hq, _, nq, nk, *_ = case.shape
-    if not case.causal or nq <= nk:
+    nan_rows = leak.any(-1)
+    if not case.causal or nq <= nk or not (empty & ~nan_rows).any():
         return ""
     p = make_problem(case.q, case.k, case.v, **{**case.options(), "causal": False})
     rows = np.arange(nq)
@@ -232,12 +235,12 @@ def _top_left_hint(case: Case, leak: np.ndarray) -> str:
         for h in range(hq):
             kvh = p.kv_head(h)
             keep = p.keep(b, h, rows) & top_left
-            nan_rows, _ = nan_rows_and_cols(p.q[b, h], p.k[b, kvh], p.v[b, kvh], keep)
-            if (leak[b, h].any(-1) & ~nan_rows).any():
+            poisoned, _ = nan_rows_and_cols(p.q[b, h], p.k[b, kvh], p.v[b, kvh], keep)
+            if (nan_rows[b, h] != (poisoned & empty[b, h])).any():
                 return ""
     return (
-        "; consistent with a causal mask aligned top-left (query i keeps keys j <= i): these "
-        "rows keep keys there, and NaN inputs among them (flashcheck aligns causal "
+        "; consistent with a causal mask aligned top-left (query i keeps keys j <= i): exactly "
+        "the rows with a NaN or inf input among those keys give NaN (flashcheck aligns causal "
         "bottom-right, as FlashAttention: j <= i + Nk - Nq)"
     )
 
@@ -272,7 +275,8 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
         if not (leak & ~masked).any():
             return StructuralResult.failed(
                 f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
-                "O = 0 (flashcheck's contract, as FlashAttention)" + _top_left_hint(case, leak)
+                "O = 0 (flashcheck's contract, as FlashAttention)"
+                + _top_left_hint(case, leak, np.isneginf(ref.lse.hi))
             )
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return StructuralResult.failed(
