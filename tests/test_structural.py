@@ -478,3 +478,30 @@ def test_nan_rule_names_a_top_left_causal_mask_only_where_the_nan_rows_tell_it_a
         found = CHECKS["nan-rule"](_planted(kernel), case, "cpu")
         assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (1 rows)")
         assert hint not in found.message
+
+
+def nan_to_zero_rows(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """Softmax attention that writes 0 for a row whose normaliser is not positive (NaN too):
+    a flash kernel's ``where(l > 0, acc / l, 0)``, which turns NaN rows into zeros."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    with np.errstate(all="ignore"):
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        e = np.exp(s - s.max(-1, keepdims=True))
+        l_ = e.sum(-1, keepdims=True)
+        o = np.where(l_ > 0, (e @ v) / l_, 0.0)
+    return o.astype(np.float32)
+
+
+def test_nan_rule_makes_infs_nan_so_that_a_kernel_zeroing_nan_rows_cannot_hide_behind_them():
+    """A NaN in q's row 0 and +inf in k's key 1: every output involves the inf, which excuses
+    it from the rule; made NaN, the inf must reach every row, and the kernel gives 0 there."""
+    q = np.ones((1, 1, 3, 2), np.float32)
+    q[0, 0, 0, 1] = np.nan
+    k = np.array([[[[0.5, 1.0], [np.inf, 0.0], [1.0, 1.0]]]], np.float32)
+    case = Case(q, k, np.ones((1, 1, 3, 2), np.float32))
+    found = CHECKS["nan-rule"](_planted(nan_to_zero_rows), case, "cpu")
+    assert found.status is FAIL
+    assert found.message.startswith("with the case's ±inf inputs made NaN, the NaN in q[0, 0, 0"), (
+        found.message
+    )
+    assert CHECKS["nan-rule"](_planted(_naive), case, "cpu").status is PASS

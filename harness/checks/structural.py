@@ -266,7 +266,35 @@ def nan_rule(adapter: Kernel, case: Case, device: str) -> StructuralResult:
 
     A kernel declaring ``nan_inputs="any"`` may give finite outputs where a NaN input is
     involved: that finding is a PASS reported as a convention; finite inputs giving NaN/Inf
-    fail whatever the declaration."""
+    fail whatever the declaration. An output that an ±inf input is involved in is not held to
+    NaN (IEEE gives it no single value), so a case with ±inf inputs is checked a second time
+    with each of them made NaN: a kernel that turns NaN into 0 could hide behind them."""
+    found = _nan_rule_on(adapter, case, device)
+    if found.status is not Status.PASS:
+        return found
+    nan_only = _infs_made_nan(case)
+    if nan_only is None:
+        return found
+    again = _nan_rule_on(adapter, nan_only, device)
+    if again.status is Status.PASS:
+        return found
+    return replace(again, message=f"with the case's ±inf inputs made NaN, {again.message}")
+
+
+def _infs_made_nan(case: Case) -> Case | None:
+    """``case`` with every ±inf input replaced by NaN, or ``None`` if it has none."""
+    arrays = {}
+    for name in ("q", "k", "v"):
+        x = getattr(case, name)
+        inf = np.isinf(np.asarray(x, dtype=np.float32))
+        if inf.any():
+            x = x.copy()
+            x[inf] = np.nan
+            arrays[name] = x
+    return replace(case, **arrays) if arrays else None
+
+
+def _nan_rule_on(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     out = adapter.run(case, device)
     ref = oracle(case.q, case.k, case.v, **case.options())
     leak = np.isfinite(ref.o.hi) & ~np.isfinite(out.o)
