@@ -2,7 +2,8 @@
 
 ``--flashcheck-kernel SPEC`` (repeatable; ini ``flashcheck_kernels``) names the kernels under
 test; ``--flashcheck-dtype`` and ``--flashcheck-device`` narrow what runs;
-``--flashcheck-nan-inputs`` sets the NaN policy of kernels that declare none;
+``--flashcheck-nan-inputs`` sets the NaN policy of kernels that declare none, and
+``--flashcheck-arithmetic`` their arithmetic class;
 ``--flashcheck-budget`` runs the properties that find bugs first within a time budget;
 ``--flashcheck-timeout`` limits each call of a kernel under test;
 ``--flashcheck-palette`` sets the compile keys per dtype of kernels that compile per shape;
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..harness.judging.classes import WIDE_CLASSES
 from .profiles import PROFILES
 
 __all__ = ["DEFAULT_TIMEOUT", "add_options"]
@@ -50,6 +52,13 @@ def add_options(parser: pytest.Parser) -> None:
         choices=("propagate", "any"),
         help="NaN policy of kernels declaring none: 'any' accepts finite outputs where a NaN "
         "input is involved as a convention (default: propagate)",
+    )
+    group.addoption(
+        "--flashcheck-arithmetic",
+        dest="flashcheck_arithmetic",
+        choices=WIDE_CLASSES,
+        help="arithmetic class of kernels declaring none, so that its error bounds apply "
+        "(default: unknown, held to the input format's precision)",
     )
     group.addoption(
         "--flashcheck-budget",

@@ -142,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("flashcheck_dtypes"),
         config.getoption("flashcheck_nan_inputs"),
         config.getoption("flashcheck_timeout"),
+        arithmetic=config.getoption("flashcheck_arithmetic"),
     )
     if specs:  # every kernel call of the run, stopped at --flashcheck-timeout (.timeouts)
         from ..harness.adapters.call_limit import limit_calls

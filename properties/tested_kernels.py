@@ -82,6 +82,8 @@ def resolve_all(
     dtypes: list[str] | None,
     nan_inputs: str | None = None,
     timeout: float = PROBE_TIMEOUT,
+    *,
+    arithmetic: str | None = None,
 ) -> dict[str, Any]:
     """The kernels under test with their contracts; a kernel that cannot run on this machine
     at all (not installed, no device: not the kernel's fault) is a usage error. Probes run in
@@ -108,6 +110,8 @@ def resolve_all(
                 raise pytest.UsageError(why)
             if nan_inputs is not None and kern.nan_inputs == "propagate":
                 kern = replace(kern, nan_inputs=nan_inputs)
+            if arithmetic is not None and kern.arithmetic == "unknown":
+                kern = replace(kern, arithmetic=arithmetic)
             dev = kernel_device(kern, device)
             if dtypes and "dtypes" in kern.pending:  # only the dtypes this run tests are probed
                 kern = replace(kern, dtypes=tuple(dt for dt in kern.dtypes if dt in dtypes))

@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 
+from ..judging.classes import WIDE_CLASSES
 from .args import duration, positive, positive_float
 
 __all__ = ["add_campaign_commands"]
@@ -230,7 +231,7 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--arithmetic",
-        choices=("naive", "flash", "flash-fa1", "tf32"),
+        choices=WIDE_CLASSES,
         help="declare the arithmetic class of the --kernel functions that do not "
         "declare one, so that class's error bounds apply (default: unknown, the "
         "loosest bound of every class)",

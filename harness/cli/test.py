@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..judging.classes import WIDE_CLASSES
 from .args import duration, positive, positive_float
 
 __all__ = ["add_test"]
@@ -53,6 +54,8 @@ def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--flashcheck-device", args.device]
     if args.nan_inputs:
         argv += ["--flashcheck-nan-inputs", args.nan_inputs]
+    if args.arithmetic:
+        argv += ["--flashcheck-arithmetic", args.arithmetic]
     if args.palette is not None:
         argv += ["--flashcheck-palette", str(args.palette)]
     if args.budget is not None:
@@ -167,6 +170,12 @@ def add_test(sub) -> None:
         choices=("propagate", "any"),
         help="NaN policy of a kernel declaring none: 'any' accepts finite outputs where a NaN "
         "input is involved as a convention (default: propagate)",
+    )
+    t.add_argument(
+        "--arithmetic",
+        choices=WIDE_CLASSES,
+        help="arithmetic class of a kernel declaring none, so that its error bounds apply "
+        "(default: unknown, held to the input format's precision)",
     )
     t.add_argument(
         "--palette",

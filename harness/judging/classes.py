@@ -19,6 +19,7 @@ __all__ = [
     "ARITHMETIC_CLASSES",
     "KNOWN_CLASSES",
     "PRECISION_BELOW",
+    "WIDE_CLASSES",
     "applicable_classes",
     "floor_classes",
     "precision_reason",
@@ -35,6 +36,9 @@ ARITHMETIC_CLASSES = (
     "unknown",
 )
 KNOWN_CLASSES = ARITHMETIC_CLASSES[:-1]
+# The classes a kernel of 16- and 32-bit inputs can be declared to have (the command lines'
+# --arithmetic choices).
+WIDE_CLASSES = ("naive", "flash", "flash-fa1", "tf32")
 _WIDE = ("fp16", "bf16", "fp32")
 _FP8 = ("e4m3", "e5m2")
 # The input formats a class applies to.
@@ -90,7 +94,11 @@ def precision_reason(fmt_name: str, cls: str) -> str:
     # knows the output's, bf16).
     if cls not in reduced_classes(fmt_name) and cls not in _BELOW:
         raise ValueError(f"{cls!r} is not a reduced-precision class for {fmt_name} inputs")
+    # The errors fit that class's bounds, which is not proof of its arithmetic: exp or P taken
+    # in fp16 by an fp32 kernel fits the tf32 bounds too (found by a user's trial).
+    below = _BELOW.get(cls, fmt_name)
     return (
-        f"{PRECISION_BELOW}{_BELOW.get(cls, fmt_name)}: the errors fit {_PRODUCTS.get(cls, cls)} "
-        f'(declare arithmetic="{cls}", --arithmetic {cls}, if intended)'
+        f"{PRECISION_BELOW}{below}: the errors fit {_PRODUCTS.get(cls, cls)} "
+        f'(declare arithmetic="{cls}", --arithmetic {cls}, only if that is what the kernel '
+        f"does: another step below {below} precision can fit the same bounds)"
     )

@@ -6,10 +6,12 @@ import torch
 
 
 def _tf32(x):
-    """``x`` rounded to nearest (ties to even) to 10 explicit mantissa bits, as fp32."""
-    bits = x.float().contiguous().view(torch.int32)
+    """``x`` rounded to nearest (ties to even) to 10 explicit mantissa bits, as fp32; NaN and
+    ±inf kept (rounding a NaN's payload by the same arithmetic can carry it to -0.0)."""
+    x = x.float().contiguous()
+    bits = x.view(torch.int32)
     bits = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF
-    return bits.view(torch.float32)
+    return torch.where(torch.isfinite(x), bits.view(torch.float32), x)
 
 
 def _attention(q, k, v, causal, scale, rnd):
