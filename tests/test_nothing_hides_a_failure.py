@@ -108,6 +108,22 @@ def test_the_headline_counts_each_kind_of_result_as_the_tables_do(tmp_path):
     assert "**2 results**: accuracy 1 (1 PASS); structural 1 (1 FAIL)." in md, md[:800]
 
 
+def test_a_report_without_matplotlib_is_written_and_says_its_figures_are_left_out(
+    tmp_path, monkeypatch
+):
+    import sys
+
+    data = _data(_res("PASS", metrics=FINE, reasons=()))
+    path = tmp_path / "results.jsonl"
+    with ResultLog.open(path, data.header.to_json()) as log:
+        for r in data.every_result:
+            log.append(r.to_json())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what find_spec sees uninstalled
+    md = render_report(path).read_text()
+    assert "*Figures left out: matplotlib is not installed (pip install 'flashcheck[report]'" in md
+    assert not list(tmp_path.glob("*.png"))
+
+
 def test_the_glossary_in_the_docs_is_the_one_the_report_prints(tmp_path):
     import subprocess
     import sys

@@ -17,7 +17,17 @@ from .logrecords import (
     ResultsFile,
 )
 
-__all__ = ["make_figures", "unbinned", "utilization_points"]
+__all__ = ["figures_unavailable", "make_figures", "unbinned", "utilization_points"]
+
+
+def figures_unavailable() -> str | None:
+    """Why no figure can be drawn here (matplotlib, an optional dependency, not installed), or
+    ``None``."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed (pip install 'flashcheck[report]' draws them)"
+    return None
 
 
 def _plt():

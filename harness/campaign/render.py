@@ -260,12 +260,17 @@ def render_report(
     out.mkdir(parents=True, exist_ok=True)
     cfg = data.header.config
     case_dir = data.header.case_dir or str(out / "cases")
-    figs = []
+    figs: list[str] = []
+    left_out = None
     if figures:
-        from .figures import make_figures
+        from .figures import figures_unavailable, make_figures
 
-        figs = make_figures(data, out, list(cfg.kernels), list(cfg.dtypes))
+        left_out = figures_unavailable()
+        if left_out is None:
+            figs = make_figures(data, out, list(cfg.kernels), list(cfg.dtypes))
     md = [*_intro(data, results_path, out), *_body(data, case_dir)]
+    if left_out is not None:
+        md += [f"*Figures left out: {left_out}.*", ""]
     for name in figs:
         md += [f"### {_FIGURE_TITLES.get(name, name)}", "", f"![{name}]({name}.png)", ""]
     md += _tail(data, case_dir)

@@ -390,11 +390,14 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
         for line in terminal_summary(records, str(setup.case_dir)):
             echo(line)
         if opts.render:
+            from .figures import figures_unavailable
             from .render import render_report
 
             with measure(clock, "rendering"):
                 path = render_report(results_path, setup.out_dir)
             echo(f"report: {path}")
+            if (why := figures_unavailable()) is not None:
+                echo(f"  (figures left out: {why})")
     finally:
         if closing.ident is not None:
             closing.join()

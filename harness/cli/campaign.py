@@ -69,6 +69,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    from ..campaign.figures import figures_unavailable
     from ..campaign.render import render_report
     from ..core.resultlog import ResultLogError
 
@@ -78,6 +79,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(f"flashcheck render: error: {err}", file=sys.stderr)
         return 2
     print(f"report: {path}")
+    if not args.no_figures and (why := figures_unavailable()) is not None:
+        print(f"  (figures left out: {why})")
     return 0
 
 
