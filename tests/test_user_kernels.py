@@ -215,12 +215,13 @@ def _assert_group_gone(pgid, seconds=5.0):
     raise AssertionError("worker processes outlived the interrupted run")
 
 
-def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
-    """SIGINT sent to flashcheck's process only (kill -INT, timeout -s INT, a scheduler), not
-    to its workers: the kernel call in flight is not waited for, and no worker is left."""
+@pytest.mark.parametrize(("signame", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_to_the_run_alone_stops_it_at_once(user_dir, signame, status):
+    """SIGINT or SIGTERM sent to flashcheck's process only (kill, timeout, a scheduler), not
+    to its workers: the kernel call in flight is not waited for, and no worker is left (SIGTERM
+    used to end the process alone, its workers left running)."""
     import queue
     import signal
-    import threading
 
     proc = _report_in_its_own_group(
         user_dir, "--kernel", "user_kernels:stuck", "--preset", "smoke", "--no-render"
@@ -239,7 +240,7 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
         ) from None
     time.sleep(2.0)  # the probe's first call (a minute long) is running in a worker
     t0 = time.monotonic()
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, getattr(signal, signame))
     try:
         proc.wait(timeout=60)
     finally:
@@ -251,8 +252,8 @@ def test_sigint_to_the_run_alone_stops_it_at_once(user_dir):
     while not lines.empty():
         seen.append(lines.get())
     text = "".join(seen)
-    assert proc.returncode == 130, text
-    assert took < 10, f"exit {took:.1f} s after SIGINT\n{text}"
+    assert proc.returncode == status, text
+    assert took < 10, f"exit {took:.1f} s after {signame}\n{text}"
     assert "interrupted" in text and "Traceback" not in text, text
     _assert_group_gone(proc.pid)  # the workers (same process group) are gone too
 

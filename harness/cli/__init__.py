@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     # `flashcheck replay <id> | head`: end quietly when the reader goes away, as Unix tools do.
     if hasattr(signal, "SIGPIPE") and argv is None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if argv is None:
+        # SIGTERM (`timeout`, `kill`, a batch scheduler) ended the process at once and left
+        # its worker processes running, orphaned: it now stops the run as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _on_sigterm)
     if argv is None and hasattr(sys.stdout, "reconfigure"):
         # Into a pipe (`| tee run.log`, a CI log, a scheduler) Python buffers stdout by the
         # block: "probing the contract ..." and each kernel's summary would arrive minutes
@@ -163,16 +167,32 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     code = args.func(args)
-    if code == 130 and args.entry:
+    if code == 130 and _TERMINATED:
+        code = 128 + signal.SIGTERM  # as the shell reports a process SIGTERM ended
+    if code in (130, 128 + signal.SIGTERM) and args.entry:
         # Interrupted, with every result on disk and the user told so. A later SIGINT (the
         # group-wide one of `timeout -s INT`, a second Ctrl-C) would only print a traceback
         # from Python's exit, which joins the process pool's threads (seen in CI).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # That exit joins the pool's reader thread, which a worker killed in the middle of
         # sending a result leaves waiting for ever (seen on a 2-core machine): past a few
         # seconds, end regardless.
-        threading.Thread(target=_exit_soon, args=(130, 5.0), daemon=True).start()
+        threading.Thread(target=_exit_soon, args=(code, 5.0), daemon=True).start()
     return code
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as an interrupt: the workers stopped, the results kept."""
+
+
+_TERMINATED: list[int] = []
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    if not _TERMINATED:  # (a second one, while the run stops, changes nothing)
+        _TERMINATED.append(signum)
+        raise _Terminated
 
 
 def _exit_soon(code: int, seconds: float) -> None:
