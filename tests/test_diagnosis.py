@@ -88,3 +88,14 @@ def test_a_running_maximum_from_a_finite_value_is_named_with_exp_alone_where_bot
     assert res.passed
     res = flashcheck.check(uk.no_max_subtraction, _huge("fp32", "negative_rows", 1e3), save="never")
     assert res.verdict.diagnosis and "row maximum" in res.verdict.diagnosis[0]
+
+
+def test_a_guarded_running_maximum_from_a_finite_value_is_named(uk):
+    """Rows whose scores all lie below -1e4 - 104 come out 0, not NaN, behind a guard."""
+    res = flashcheck.check(
+        uk.sentinel_max_guarded, _huge("fp32", "negative_rows", 1e5), save="never"
+    )
+    assert res.verdict.diagnosis and res.verdict.diagnosis[0].startswith(
+        CONSISTENT + "a row maximum never below a finite value, and a row whose sum is 0 "
+        "written as 0"
+    ), res.verdict.reasons

@@ -4,6 +4,7 @@ installed command, in a folder that holds nothing but the user's module."""
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def test_correct_textbook_kernel_passes_the_whole_suite(user_dir):
     assert " failed" not in text and "passed" in text
     assert secs < LIMIT_S, f"took {secs:.0f} s"
     assert not (user_dir / "reports/cases").exists()
+
+
+def test_a_running_maximum_started_at_minus_1e4_is_caught_by_the_pinned_cases(user_dir):
+    """A user's trial: with a guard writing 0 for a row whose sum is 0, a running maximum
+    started at -1e4 gives no NaN, and the ci profile's draws passed it. The pinned
+    negative_rows cases (every score far below -1e4) catch it in each dtype."""
+    args = ["test", "user_kernels:sentinel_max_guarded", "-k", "pinned"]
+    out, _ = _flashcheck([*args, "--dtype", "fp16", "--dtype", "fp32"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    for dtype in ("fp16", "fp32"):
+        assert re.search(rf"accuracy: FAIL-HARD on pinned case \w+ \(negative_rows {dtype} ", text)
 
 
 def test_cross_batch_kernel_with_128_multiples_fails_with_a_replayable_case(user_dir):

@@ -47,6 +47,7 @@ def _reference(
     sinks: object = _SAME,
     no_max: type | None = None,
     floor: type | None = None,
+    guarded: bool = False,
 ) -> np.ndarray:
     """float64 attention of ``p`` with the given departures: which keys each row keeps, the
     score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
@@ -57,8 +58,9 @@ def _reference(
     numpy float type; the softmax then taken as exp(s) / Σ exp(s), without subtracting the row
     maximum, each exp and the sum rounded to that type, so that they overflow (to inf, and
     inf / inf = NaN) and underflow (0 / 0) where a kernel computing in it would. ``floor``: a
-    numpy float type; the rows whose every exp(s) underflows to 0 in it give NaN (0 / 0), the
-    others the exact answer."""
+    numpy float type; the rows whose every exp(s) underflows to 0 in it give NaN (0 / 0), or 0
+    if ``guarded`` (a kernel writing 0 for a row whose sum is 0), the others the exact
+    answer."""
     x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
@@ -92,7 +94,8 @@ def _reference(
                     den = den + _rounded(np.exp(sig - m), no_max)
                 den = _rounded(den, no_max)
                 if floor is not None:  # (m: the row's largest logit, sinks included)
-                    den = np.where(_rounded(np.exp(m), floor) == 0, np.nan, den)
+                    gone = _rounded(np.exp(m), floor) == 0
+                    den = np.where(gone, np.inf if guarded else np.nan, den)
                 if no_max is None and floor is None:
                     prob = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
                 else:  # inf / inf, 0 / 0: NaN, as in the kernel; a row with no key gives 0
@@ -185,6 +188,15 @@ def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
                 f"each failing row lies below {tiny:.2f}, where exp underflows to 0 in {name} "
                 "(0 / 0 = NaN)",
                 {"floor": fmt},
+            )
+        )
+        alts.append(
+            (
+                "a row maximum never below a finite value, and a row whose sum is 0 written as "
+                "0 (a running maximum started at -1e4 or the like instead of -inf, with a guard "
+                f"against 0 / 0): every score of each failing row lies below {tiny:.2f}, where "
+                f"exp underflows to 0 in {name}",
+                {"floor": fmt, "guarded": True},
             )
         )
         big = math.log(float(np.finfo(fmt).max))

@@ -115,6 +115,20 @@ def sentinel_max(q, k, v, *, causal=False, scale=None):
     return torch.where(keep.any(-1, keepdim=True), out, torch.zeros_like(out)).to(q.dtype)
 
 
+def sentinel_max_guarded(q, k, v, *, causal=False, scale=None):
+    """Bug: the running maximum starts at -1e4 instead of -inf, and a row whose sum is 0 is
+    written as 0 (a common guard against 0 / 0): a row whose scores all lie below -1e4 - 104
+    comes out 0, with no NaN to give it away."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
+    p = torch.exp(s - torch.clamp(s.amax(-1, keepdim=True), min=-1e4))
+    total = p.sum(-1, keepdim=True)
+    return torch.where(total > 0, (p @ v.float()) / total, torch.zeros(())).to(q.dtype)
+
+
 def no_max_subtraction(q, k, v, *, causal=False, scale=None):
     """Bug: softmax as exp(s) / sum(exp(s)), without subtracting the row max: exact in real
     arithmetic, inf / inf = NaN once a score passes exp's overflow (88.7 in fp32)."""
