@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import flashcheck
 from flashcheck import AttentionMismatch, assert_attention
 from flashcheck.harness.cases.store import load_case
 from flashcheck.properties.strategies import Recipe, make_case
@@ -133,3 +134,21 @@ def test_a_replay_shows_a_small_case_s_inputs_and_how_to_load_any_case():
     ]
     big = np.zeros((1, 1, SMALL + 1, 1), np.float32)
     assert len(input_lines(Case(big, big, big), "abc")) == 1
+
+
+def test_a_replayed_output_of_the_wrong_shape_is_the_kernel_s_verdict(tmp_path):
+    from flashcheck.harness.cases.store import save_case
+    from flashcheck.harness.checks.replay import replay
+
+    def bnhd(q, k, v, *, causal=False, scale=None):
+        return np.swapaxes(np.asarray(q, np.float32), 1, 2)
+
+    case = make_case(Recipe("fp32", "randn", 1, 2, 2, 8, 8, 4, 4, seed=0))
+    verdict = {"verdict": "BAD-OUTPUT", "reasons": []}
+    cid = save_case(case, kernel="k:bnhd", device="cpu", verdict=verdict, directory=tmp_path)
+    lines = []
+    kern = flashcheck.kernel(bnhd, name="bnhd", api="numpy")
+    _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    assert got == "BAD-OUTPUT"
+    assert any(x.startswith("BAD-OUTPUT: bnhd returned O of shape (1, 8, 2, 4)") for x in lines)
+    assert lines[-1].endswith("replayed: BAD-OUTPUT (same verdict)")

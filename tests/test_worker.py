@@ -280,7 +280,9 @@ def test_an_output_in_flash_attn_func_s_layout_is_named():
     case = make_case(Recipe("fp32", "randn", 1, 2, 2, 8, 8, 4, 4, seed=0))
     with pytest.raises(KernelOutputError, match=r"expected \(B, Hq, Nq, dv\) = \(1, 2, 8, 4\) "):
         flashcheck.check(bnhd, case, save="never")
-    with pytest.raises(KernelOutputError, match=r"swapped: \(B, N, H, \.\.\.\) is flash_attn_f"):
+    with pytest.raises(
+        KernelOutputError, match=r"swapped, as in flash_attn_func.s \(B, N, H, \.\.\.\)"
+    ):
         flashcheck.check(bnhd, case, save="never")
     square = make_case(Recipe("fp32", "randn", 1, 2, 2, 2, 2, 4, 4, seed=0))
     with pytest.raises(KernelOutputError) as err:  # (B, N, H, d) is (B, H, N, d) here: no hint

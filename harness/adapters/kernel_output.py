@@ -97,9 +97,9 @@ def _transposed(got: tuple[int, ...], want: tuple[int, ...]) -> str:
     if len(got) != len(want) or want[1] == want[2] or got != (want[0], want[2], want[1], *want[3:]):
         return ""
     return (
-        " (the heads and the sequence swapped: (B, N, H, ...) is flash_attn_func's layout; a "
-        "plain function is called with q, k, v of shape (B, H, N, d) and returns its results in "
-        "that layout: transpose(1, 2) on the way in and out of such a kernel)"
+        " (the heads and the sequence swapped, as in flash_attn_func's (B, N, H, ...) layout: "
+        "a plain function is called with q, k, v of shape (B, H, N, d) and returns its results "
+        "in that layout, here the transpose(1, 2) of what it returned)"
     )
 
 

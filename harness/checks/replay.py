@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..adapters.adapter import Kernel
+from ..adapters.adapter import Kernel, KernelOutputError
 from ..adapters.call_limit import KernelHung
 from ..adapters.registry import as_kernel
 from ..cases.ragged_store import is_ragged_case
@@ -55,7 +55,8 @@ def replay(
     or a Kernel) replaces the recorded kernel. Returns that check's result (a
     :class:`~flashcheck.harness.checks.accuracy.CheckResult`, a ``GradientCheckResult`` or a
     ``StructuralResult``; ``None`` for a kernel stopped by the time limit of
-    :mod:`~flashcheck.harness.adapters.call_limit`, verdict ``TIMEOUT``), its verdict and the
+    :mod:`~flashcheck.harness.adapters.call_limit`, verdict ``TIMEOUT``, or for an output of
+    the wrong shape or type, verdict ``BAD-OUTPUT``), its verdict and the
     record; a ragged case
     (:func:`~flashcheck.harness.checks.ragged_replay.replay_ragged`) its ``RaggedCheckResult``."""
     if is_ragged_case(ref, directory):
@@ -80,6 +81,9 @@ def replay(
         res, verdict = _check(prop, adapter, case, dev, echo)
     except KernelHung as err:  # under a time limit (the command line's --timeout)
         res, verdict = None, str(Status.TIMEOUT)
+        echo(f"{verdict}: {err}")
+    except KernelOutputError as err:  # a wrong shape or type: the kernel's verdict, as recorded
+        res, verdict = None, str(Status.BAD_OUTPUT)
         echo(f"{verdict}: {err}")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
