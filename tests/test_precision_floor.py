@@ -182,3 +182,8 @@ def test_fit_text_names_the_classes_the_errors_fit():
         "errors fit: flash-fa1, naive; not flash (1 case with NaN/Inf outputs left out)"
     )
     assert fit_text([SimpleNamespace(status=Status.ERROR, class_util=None)]) is None
+    bad = SimpleNamespace(status=Status.BAD_OUTPUT, class_util=None)
+    assert fit_text([*fp16, nan, bad, bad]) == (
+        "errors fit: flash-fa1, naive; not flash (1 case with NaN/Inf outputs and 2 cases with "
+        "no output to judge left out)"
+    )

@@ -16,3 +16,16 @@ def test_a_diagnosis_is_named_wherever_it_stands_among_the_reasons():
     assert any(diagnosis in line and "in 1 of 2 results" in line for line in listed), listed
     said = terminal_summary(rows, "cases")
     assert any(line.strip() == f"1 result {diagnosis}" for line in said), said
+
+
+def test_one_wrong_shape_at_several_shapes_is_one_failure():
+    why = "k returned O of shape {}, expected (B, Hq, Nq, dv) = {}"
+    rows = [
+        _res("BAD-OUTPUT", reasons=(why.format("(1, 16, 2, 64)", "(1, 2, 16, 64)"),)),
+        _res("BAD-OUTPUT", reasons=(why.format("(2, 17, 1, 8)", "(2, 1, 17, 8)"),)),
+    ]
+    listed = failures(SimpleNamespace(results=rows), ["k"], ["fp16"])
+    assert listed == [
+        "- **k fp16**: BAD-OUTPUT: k returned O of shape (...), expected (B, Hq, Nq, dv) = (...) "
+        "— in 2 of 2 results (randn ×2)"
+    ]

@@ -52,6 +52,10 @@ def structural_table(
     """Per kernel, dtype and property: status counts and the first failure."""
     rows = data.structural
     if not rows:
+        if data.stopped:  # the stop came before the structural part
+            return [
+                "(none run: the campaign stopped before them; see the stop under the failure reasons)"
+            ]
         return ["(no structural properties in this campaign)"]
     files = data.case_files
     lines = [
@@ -197,7 +201,9 @@ def fit_text(results: Iterable[Any]) -> str | None:
     """``"errors fit: flash, naive; not tf32"``: the classes whose deterministic bound every
     judged result of one kernel and dtype fits, and those it exceeds somewhere (``None``
     without judged results). Results with NaN/Inf outputs fit no class; they are counted apart
-    so that they do not hide the fit of the others."""
+    so that they do not hide the fit of the others, and so are the cases with no judgeable
+    output (BAD-OUTPUT, ERROR, TIMEOUT): a fit read from a few cases says so."""
+    results = list(results)
     judged = _judged(results)
     broken = [r for r in judged if all(v is None for v in r.class_util.values())]
     judged = [r for r in judged if r not in broken]
@@ -208,8 +214,16 @@ def fit_text(results: Iterable[Any]) -> str | None:
     no = [c for c, ok in fits if not ok]
     text = "errors fit: " + (", ".join(yes) if yes else "no class")
     text += f"; not {', '.join(no)}" if no else ""
-    n = len(broken)
-    return text + (f" ({n} case{'s' if n > 1 else ''} with NaN/Inf outputs left out)" if n else "")
+    unjudged = sum(1 for r in results if r.status.broken)
+    apart = [
+        f"{n} case{'s' if n > 1 else ''} {what}"
+        for n, what in (
+            (len(broken), "with NaN/Inf outputs"),
+            (unjudged, "with no output to judge"),
+        )
+        if n
+    ]
+    return text + (f" ({' and '.join(apart)} left out)" if apart else "")
 
 
 def fit_lines(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -> list[str]:

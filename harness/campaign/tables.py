@@ -173,6 +173,7 @@ def _reason_words(why: str) -> str:
     text = re.sub(r"^(FAIL(-HARD)?: )?\d+ ", r"\1N ", why)
     text = re.sub(r"(convention difference: )\d+ ", r"\1N ", text)
     text = re.sub(r" \((max|naive)[^)]*\)", "", text)
+    text = re.sub(r"\(\d+(?:, \d+)+\)", "(...)", text)  # shapes and indices: one per case
     return re.sub(r"error [-+\d.e]+ above", "error above", text)
 
 
