@@ -53,9 +53,7 @@ def structural_table(
     rows = data.structural
     if not rows:
         if data.stopped:  # the stop came before the structural part
-            return [
-                "(none run: the campaign stopped before them; see the stop under the failure reasons)"
-            ]
+            return ["(none run: the campaign stopped before them; see the stop among the failures)"]
         return ["(no structural properties in this campaign)"]
     files = data.case_files
     lines = [
