@@ -236,13 +236,26 @@ class Kernel:
             if self.fn is not None and "is_causal" in _parameters(self.fn):
                 masks += "; is_causal= is SDPA's spelling: flashcheck passes causal="
             masks += ")"
+        promised = [
+            w
+            for w, on in (
+                ("deterministic", self.deterministic),
+                ("batch-invariant", self.batch_invariant),
+            )
+            if on
+        ]
         lines = [
             f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
             f"devices {_devices_here(self.devices)}",
             f"head dims {dims}; masks {masks}; sequence lengths multiple of {self.seq_multiple}",
             f"GQA {yes[self.gqa]}; Nq != Nk {yes[self.unequal_lengths]}; dv != d "
-            f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; deterministic "
-            f"{yes[self.deterministic]}; batch-invariant {yes[self.batch_invariant]}",
+            f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; "
+            # promises, checked as such (measured either way: a report's batch invariance)
+            + (
+                f"declared {' and '.join(promised)}"
+                if promised
+                else "declared neither deterministic nor batch-invariant"
+            ),
         ]
         if self.op == "combine" or self.layout != "dense":
             lines[0] += "; split-KV merge" if self.op == "combine" else f"; layout {self.layout}"
