@@ -126,6 +126,20 @@ def sentinel_max_guarded(q, k, v, *, causal=False, scale=None):
     s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
     p = torch.exp(s - torch.clamp(s.amax(-1, keepdim=True), min=-1e4))
     total = p.sum(-1, keepdim=True)
+    return torch.where(total == 0, torch.zeros(()), (p @ v.float()) / total).to(q.dtype)
+
+
+def nan_rows_to_zero(q, k, v, *, causal=False, scale=None):
+    """Bug: a flash kernel's ``where(l > 0, acc / l, 0)``, meant for rows that keep no key,
+    also turns every row a NaN input reaches into zeros (NaN > 0 is false)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (d**-0.5 if scale is None else scale)
+    s = s.masked_fill(~_keep(nq, nk, causal, q.device), float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isneginf(m), torch.zeros_like(m), m))
+    total = p.sum(-1, keepdim=True)
     return torch.where(total > 0, (p @ v.float()) / total, torch.zeros(())).to(q.dtype)
 
 
