@@ -403,6 +403,14 @@ def test_options_applied_names_nan_outputs_instead_of_blaming_the_option():
     assert found.status is FAIL and "NaN/Inf" in found.message and "ignores" not in found.message
 
 
+def test_options_applied_calls_nan_in_fully_masked_rows_the_convention_it_is():
+    def nan_rows(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=causal, top_left=False)
+
+    found = CHECKS["options-applied"](_planted(nan_rows), _case(n=20, nk=16, causal=True), "cpu")
+    assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (with causal=True)")
+
+
 def test_a_structural_result_is_three_states_only():
     with pytest.raises(ValueError, match="PASS, FAIL or NOT-APPLICABLE"):
         StructuralResult(Status.ERROR, "x")

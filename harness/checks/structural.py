@@ -380,6 +380,12 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
             continue
         tested.append(label)
         broken = moved & ~np.isfinite(out.o)
+        empty = np.isneginf(ref.lse.hi)[..., None] & np.ones_like(broken)
+        if broken.any() and not (broken & ~empty).any():  # SDPA's NaN for an empty row
+            return StructuralResult.failed(
+                f"{CONVENTION}fully masked rows give NaN (with {label}), not O = 0: whether the "
+                "kernel applies the option cannot be seen there"
+            )
         if broken.any():  # an unchanged NaN says nothing about the option
             return StructuralResult.failed(
                 f"O is NaN/Inf in {int(broken.sum())} elements where the exact answer is finite "
