@@ -99,3 +99,24 @@ def test_a_guarded_running_maximum_from_a_finite_value_is_named(uk):
         CONSISTENT + "a row maximum never below a finite value, and a row whose sum is 0 "
         "written as 0"
     ), res.verdict.reasons
+
+
+def test_an_lse_in_base_2_is_named(uk):
+    import math
+
+    def lse_base2(q, k, v, *, causal=False, scale=None):
+        o, lse = flashcheck.kernels.naive.naive_numpy(q, k, v, causal=causal, scale=scale)
+        return o, (np.asarray(lse, np.float64) / math.log(2)).astype(np.float32)
+
+    def lse_natural(q, k, v, *, causal=False, scale=None):
+        return flashcheck.kernels.naive.naive_numpy(q, k, v, causal=causal, scale=scale)
+
+    case = _case(causal=True)
+    res = flashcheck.check(flashcheck.kernel(lse_base2, api="numpy"), case, save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    assert res.verdict.diagnosis == [
+        CONSISTENT + "LSE in base 2 (log2 Σ exp(s) = LSE / ln 2, as a kernel working in exp2 "
+        "keeps it): the LSE matches that within its bound; return LSE · ln 2"
+    ]
+    ok = flashcheck.check(flashcheck.kernel(lse_natural, api="numpy"), case, save="never")
+    assert ok.passed and not ok.verdict.diagnosis

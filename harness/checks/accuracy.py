@@ -243,7 +243,8 @@ def check_case(
     n_ulp, n_lse = naive_reference(case, ref) if naive is None else naive
     verdict = judge(out.o, out.lse, ref, bounds, naive_ulp=n_ulp, naive_lse_err=n_lse)
     if verdict.verdict == Status.FAIL_HARD and bounds is not None:
-        explain(verdict, case.problem, out.o, ref.o.hi, bounds.o.det)
+        lse = None if out.lse is None else (out.lse, ref.lse.hi, bounds.lse.det)
+        explain(verdict, case.problem, out.o, ref.o.hi, bounds.o.det, lse=lse)
     return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
 
 

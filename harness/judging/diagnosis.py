@@ -20,12 +20,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..core.formats import ulp
+from ..core.formats import FP32, ulp
 from ..core.semantics import AttentionProblem
 from .classes import PRECISION_BELOW
 from .tensor_verdict import Verdict
 
-__all__ = ["CONSISTENT", "diagnose", "explain"]
+__all__ = ["CONSISTENT", "diagnose", "diagnose_lse", "explain"]
 
 CONSISTENT = "consistent with "
 Keep = Callable[[int, int], np.ndarray]
@@ -285,13 +285,42 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     return found
 
 
+def diagnose_lse(lse: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
+    """LSE returned in base 2, ``log2 Σ exp(s) = LSE / ln 2`` (what a kernel that computes in
+    exp2 holds, the Triton tutorial's among them), matched within the LSE bound (scaled the
+    same way) plus an fp32 ulp, where that differs from the true LSE by more than its bound."""
+    lse = np.asarray(lse, dtype=np.float64)
+    alt = exact / math.log(2)
+    fin = np.isfinite(exact)
+    with np.errstate(invalid="ignore"):
+        differs = fin & (np.abs(alt - exact) > det + ulp(exact, FP32))
+        close = np.abs(lse - alt) <= det / math.log(2) + ulp(alt, FP32)
+    matches = np.where(fin, close, lse == exact)
+    if differs.any() and matches.all():
+        return [
+            f"{CONSISTENT}LSE in base 2 (log2 Σ exp(s) = LSE / ln 2, as a kernel working in "
+            "exp2 keeps it): the LSE matches that within its bound; return LSE · ln 2"
+        ]
+    return []
+
+
 def explain(
-    verdict: Verdict, p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndarray
+    verdict: Verdict,
+    p: AttentionProblem,
+    o: np.ndarray,
+    exact: np.ndarray,
+    det: np.ndarray,
+    *,
+    lse: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> None:
-    """Set ``verdict.diagnosis`` to :func:`diagnose`'s findings. Where the output matches a
-    common mistake, a reduced-precision class whose bound also holds its errors ("precision
-    below fp32: the errors fit tf32") is a coincidence, not the explanation: that reason goes."""
+    """Set ``verdict.diagnosis`` to :func:`diagnose`'s findings, and :func:`diagnose_lse`'s
+    for ``lse`` (the kernel's LSE, the exact one and its bound) where given. Where the output
+    matches a common mistake, a reduced-precision class whose bound also holds its errors
+    ("precision below fp32: the errors fit tf32") is a coincidence, not the explanation: that
+    reason goes."""
     verdict.diagnosis = diagnose(p, o, exact, det)
+    if lse is not None and lse[0] is not None:
+        verdict.diagnosis += diagnose_lse(*lse)
     if verdict.diagnosis:
         for t in verdict.tensors.values():
             t.reasons[:] = [r for r in t.reasons if PRECISION_BELOW not in r]
