@@ -16,6 +16,9 @@ def attn(q, k, v, *, causal=False, scale=None):
 def two_args(q, k):
     return q
 
+def causal_required(q, k, v, causal):
+    return q
+
 def varlen_fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False):
     return q
 
@@ -41,6 +44,7 @@ def user_module(tmp_path, monkeypatch):
         ("specmod:atn", "has no attribute 'atn' (did you mean specmod:attn?)"),
         ("specmod.attn", "unknown kernel 'specmod.attn' (did you mean 'specmod:attn'?)"),
         ("specmod:two_args", "specmod:two_args(q, k) cannot be called as a kernel"),
+        ("specmod:causal_required", "(causal has no default, and flashcheck passes only the"),
         ("specmod:varlen_fn", 'flashcheck.kernel(fn, layout="varlen")'),
         ("specmod:paged_fn", 'flashcheck.kernel(fn, layout="paged")'),
         ("specmod:merge_fn", 'flashcheck.kernel(fn, op="combine")'),

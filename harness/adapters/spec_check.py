@@ -38,8 +38,24 @@ def check_plain_signature(fn: Callable[..., Any], spec: str) -> None:
             )
     try:
         sig.bind(None, None, None)
-    except TypeError:
+    except TypeError as err:
+        # An option without a default is the common case: flashcheck passes only the options
+        # a case sets (a kernel need not take them all), so fn(q, k, v) must work.
+        required = [
+            n
+            for i, (n, prm) in enumerate(sig.parameters.items())
+            if i >= 3
+            and prm.default is prm.empty
+            and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+        ]
+        why = (
+            f"{', '.join(required)} {'has' if len(required) == 1 else 'have'} no default, and "
+            "flashcheck passes only the options a case sets: give "
+            + ("it a default" if len(required) == 1 else "them defaults")
+            if required
+            else str(err)
+        )
         raise ValueError(
-            f"{spec}{sig} cannot be called as a kernel: flashcheck calls fn(q, k, v, *, "
+            f"{spec}{sig} cannot be called as a kernel ({why}): flashcheck calls fn(q, k, v, *, "
             "causal=..., scale=..., ...) with (B, H, N, d) tensors and takes O or (O, LSE) back"
         ) from None
