@@ -251,3 +251,16 @@ def test_the_case_status_is_the_worst_tensors():
     )  # a passing tensor beside it
     res = GradientCheckResult("k", "cpu", None, None, gref, None, verdicts)
     assert res.verdict == Status.FAIL and not res.passed
+
+
+def test_a_check_result_s_repr_is_one_line_with_its_verdict():
+    import flashcheck
+    from flashcheck.kernels.naive import naive_numpy
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 8, 16)).astype(np.float16) for _ in range(3))
+    res = flashcheck.check(flashcheck.kernel(naive_numpy, api="numpy"), q, k, v, save="never")
+    assert repr(res) == (
+        "<CheckResult flashcheck.kernels.naive:naive_numpy: PASS on manual fp16 B=1 Hq=2 Hk=2 "
+        "Nq=8 Nk=8 d=16 dv=16 seed=None>"
+    )

@@ -71,8 +71,13 @@ class _Replayable:
         where = "" if self.case_dir is None else f" --dir {self.case_dir}"
         return f"flashcheck replay {self.case_id}{where}"
 
+    def __repr__(self) -> str:  # (the dataclass's would print every array it holds)
+        verdict = getattr(self.verdict, "verdict", self.verdict)
+        saved = f"; {self.replay}" if self.replay else ""
+        return f"<{type(self).__name__} {self.kernel}: {verdict} on {self.case.describe()}{saved}>"
 
-@dataclass
+
+@dataclass(repr=False)
 class CheckResult(_Replayable):
     """One kernel's forward judged on one case.
 
@@ -106,7 +111,7 @@ class CheckResult(_Replayable):
         return text + (f"\nreplay: {self.replay}" if self.replay else "")
 
 
-@dataclass
+@dataclass(repr=False)
 class GradientCheckResult(_Replayable):
     """One kernel's gradients judged on one case.
 
