@@ -317,6 +317,8 @@ def test_integrity_names_the_tensor_that_changed(kern, kw, named):
     case = _case(hq=4, hk=4, n=16, d=16, **kw)  # q and O: 2 * 4 * 16 * 16 = 2048 elements; LSE 128
     found = CHECKS["integrity"](kern, case, "cpu")
     assert found.status is FAIL and named in found.message, found
+    # where, in bits and values: what a user needs to see the overwrite for themselves
+    assert re.search(r"\(first \[[\d, ]+\]: 0x[0-9a-f]+ \(\S+\) became 0x[0-9a-f]+ ", found.message)
     good = NAIVE if kern.api == "numpy" else _planted(torch_good, **TORCH)
     assert CHECKS["integrity"](good, case, "cpu").status is PASS
 

@@ -64,6 +64,34 @@ def _changed(saved: Any, now: Any) -> int:
     return int(np.count_nonzero(saved.view(bits) != now.view(bits)))
 
 
+def _first_change(saved: Any, now: Any) -> str:
+    """Where ``now`` first differs from ``saved``: the index, and both bit patterns and
+    values (what a user needs to see the overwrite for themselves)."""
+    if _is_torch(now):
+        import torch
+
+        saved, now = saved.detach().cpu(), now.detach().cpu()
+        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        if saved.shape == now.shape and saved.dtype == now.dtype:
+            a, b = (x.view(width[x.element_size()]).numpy() for x in (saved, now))
+        else:
+            a = b = None
+    else:
+        saved, now = np.asarray(saved), np.asarray(now)
+        same = saved.shape == now.shape and saved.dtype == now.dtype
+        a, b = (x.view(f"u{x.itemsize}") for x in (saved, now)) if same else (None, None)
+    if a is None:
+        return f"shape {tuple(saved.shape)} became {tuple(now.shape)}"
+    at = tuple(int(i) for i in np.argwhere(a != b)[0])
+    digits = 2 * a.dtype.itemsize
+    bits_a = int(a[at]) & ((1 << (4 * digits)) - 1)
+    bits_b = int(b[at]) & ((1 << (4 * digits)) - 1)
+    return (
+        f"first {list(at)}: 0x{bits_a:0{digits}x} ({float(saved[at])!r}) became "
+        f"0x{bits_b:0{digits}x} ({float(now[at])!r})"
+    )
+
+
 def negated(case: Case) -> Case:
     """``case`` with ``q`` and ``v`` (and an explicit ``dO``) negated: exact in every format,
     inside the same contract, and a different answer (O and LSE both move)."""
@@ -101,7 +129,10 @@ def _guarded(call: Callable[[Before], KernelCall]) -> tuple[KernelCall, str | No
     for name, x in got.args.items():
         n = _changed(saved[name], x)
         if n:
-            return got, f"modified its input {_LABELS.get(name, name)}: {n} elements changed"
+            where = _first_change(saved[name], x)
+            return got, (
+                f"modified its input {_LABELS.get(name, name)}: {n} elements changed ({where})"
+            )
     return got, None
 
 
@@ -131,7 +162,7 @@ def _integrity(
         if changed:
             return StructuralResult.failed(
                 f"{who} returned storage that the next call overwrote: {n} changed in "
-                f"{changed} elements"
+                f"{changed} elements ({_first_change(kept[n], x)})"
             )
     again = _results(second.result, names)
     if all(n in again and not _changed(kept[n], again[n]) for n in kept):
