@@ -263,6 +263,8 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     seen: list[np.ndarray] = []
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
+        # (a reading that writes 0 for rows that keep keys does not take NaN for that 0)
+        nan_as_empty = not kw.get("guarded", False)
         alt = _reference(p, **kw)
         if any(np.array_equal(alt, other, equal_nan=True) for other in seen):
             continue  # the same answer as a reading named before (e.g. one key past Nq)
@@ -274,7 +276,7 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
             # or inf where the reading overflows, as its overflow)
             matches = (
                 (np.isfinite(o) & (np.abs(o - alt) <= tol))
-                | (np.isnan(o) & (alt == 0))
+                | (np.isnan(o) & (alt == 0) & nan_as_empty)
                 | (~np.isfinite(o) & ~np.isfinite(alt))
             )
         if differs.any() and matches.all():
