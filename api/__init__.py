@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from flashcheck.harness.cases.case import Case
     from flashcheck.harness.cases.ragged import RaggedCase
     from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
-    from flashcheck.harness.checks.accuracy import CheckResult, GradientCheckResult
+    from flashcheck.harness.checks.check_results import CheckResult, GradientCheckResult
     from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
     from flashcheck.harness.checks.ragged_gradients import RaggedGradientResult, check_gradients
     from flashcheck.harness.oracle.combine import CombineResult
@@ -82,9 +82,9 @@ _WHERE = {
     "RaggedCheckResult": "flashcheck.harness.checks.ragged",
     "RaggedGradientResult": "flashcheck.harness.checks.ragged_gradients",
     "RaggedCase": "flashcheck.harness.cases.ragged",
-    "CheckResult": "flashcheck.harness.checks.accuracy",
+    "CheckResult": "flashcheck.harness.checks.check_results",
     "check_gradients": "flashcheck.harness.checks.ragged_gradients",
-    "GradientCheckResult": "flashcheck.harness.checks.accuracy",
+    "GradientCheckResult": "flashcheck.harness.checks.check_results",
     "kernel": "flashcheck.harness.adapters.registry",
     "Kernel": "flashcheck.harness.adapters.adapter",
     "Case": "flashcheck.harness.cases.case",

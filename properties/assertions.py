@@ -15,7 +15,8 @@ from ..harness.cases.case import Case
 from ..harness.cases.ragged import RaggedCase
 from ..harness.cases.ragged_store import save_ragged_case
 from ..harness.cases.store import save_case
-from ..harness.checks.accuracy import CheckResult, check, format_check
+from ..harness.checks.accuracy import check, format_check
+from ..harness.checks.check_results import CheckResult
 from .plugin import RUN_CONTEXT, final_example
 
 __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from flashcheck.harness.checks.accuracy import GradientCheckResult
+from flashcheck.harness.checks.check_results import GradientCheckResult
 from flashcheck.harness.core.formats import FP16, FP32, ulp
 from flashcheck.harness.core.status import Status
 from flashcheck.harness.judging.roundoff import TensorBounds

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..adapters.outcome import Outcome
-from ..checks.accuracy import CheckResult
+from ..checks.check_results import CheckResult
 from ..core.status import Status
 from ..judging.bounds import Bounds
 from ..judging.metrics import ulp_histogram

@@ -36,7 +36,8 @@ from ..judging.tensor_verdict import Verdict
 from ..judging.verdict import judge
 from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
-from .accuracy import CheckResult, check_case
+from .accuracy import check_case
+from .check_results import CheckResult
 from .ragged_references import SequenceReference, forward_reference
 from .text import format_check
 

@@ -34,7 +34,8 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import save_ragged_case
 from ..core.status import Status
 from . import accuracy
-from .accuracy import GradientCheckResult, check_gradients_case
+from .accuracy import check_gradients_case
+from .check_results import GradientCheckResult
 from .ragged_references import GradientSequenceReference, gradient_reference
 
 __all__ = [
