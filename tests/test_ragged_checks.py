@@ -101,6 +101,10 @@ def test_user_bug_classes_fail_and_replay(user, tmp_path, name, make, named):
     assert res.verdict == "FAIL-HARD"
     assert any(named in r for r in res.reasons), res.reasons
     assert res.case_id and res.replay == f"flashcheck replay {res.case_id} --dir {tmp_path}"
+    assert repr(res) == (
+        f"<{type(res).__name__} user_layouts:{name}: FAIL-HARD on {res.case.describe()}; "
+        f"{res.replay}>"
+    )
     lines = []
     _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lines.append)
     assert record["kernel"] == f"user_layouts:{name}"

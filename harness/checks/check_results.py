@@ -16,11 +16,13 @@ from ..judging.tensor_verdict import TensorVerdict, Verdict
 from ..oracle.evaluate import OracleResult
 from .text import format_check, format_gradient_check
 
-__all__ = ["CheckResult", "GradientCheckResult"]
+__all__ = ["CheckResult", "GradientCheckResult", "Replayable"]
 
 
-class _Replayable:
-    """A result that may have been saved as a case file (``case_id`` in ``case_dir``)."""
+class Replayable:
+    """A check's result that may have been saved as a case file (``case_id`` in ``case_dir``):
+    its replay command, and a one-line repr (the dataclass's would print every array it holds;
+    the results declare ``@dataclass(repr=False)``)."""
 
     case_id: str | None
     case_dir: str | None
@@ -33,14 +35,14 @@ class _Replayable:
         where = "" if self.case_dir is None else f" --dir {self.case_dir}"
         return f"flashcheck replay {self.case_id}{where}"
 
-    def __repr__(self) -> str:  # (the dataclass's would print every array it holds)
+    def __repr__(self) -> str:
         verdict = getattr(self.verdict, "verdict", self.verdict)
         saved = f"; {self.replay}" if self.replay else ""
         return f"<{type(self).__name__} {self.kernel}: {verdict} on {self.case.describe()}{saved}>"
 
 
 @dataclass(repr=False)
-class CheckResult(_Replayable):
+class CheckResult(Replayable):
     """One kernel's forward judged on one case.
 
     ``verdict``: the :class:`~flashcheck.harness.judging.tensor_verdict.Verdict` (``.verdict``
@@ -74,7 +76,7 @@ class CheckResult(_Replayable):
 
 
 @dataclass(repr=False)
-class GradientCheckResult(_Replayable):
+class GradientCheckResult(Replayable):
     """One kernel's gradients judged on one case.
 
     ``verdicts``: a :class:`~flashcheck.harness.judging.tensor_verdict.TensorVerdict` per

@@ -37,7 +37,7 @@ from ..judging.verdict import judge
 from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
 from .accuracy import check_case
-from .check_results import CheckResult
+from .check_results import CheckResult, Replayable
 from .ragged_references import SequenceReference, forward_reference
 from .text import format_check
 
@@ -51,8 +51,8 @@ __all__ = [
 ]
 
 
-@dataclass
-class RaggedCheckResult:
+@dataclass(repr=False)
+class RaggedCheckResult(Replayable):
     """One kernel judged on one ragged case.
 
     ``sequences``: the dense :class:`~.accuracy.CheckResult` of each sequence, in batch order
@@ -142,13 +142,6 @@ class RaggedCheckResult:
         else:
             out["sequences"] = [None if r is None else r.verdict.as_dict() for r in self.sequences]
         return out
-
-    @property
-    def replay(self) -> str | None:
-        if self.case_id is None:
-            return None
-        where = "" if self.case_dir is None else f" --dir {self.case_dir}"
-        return f"flashcheck replay {self.case_id}{where}"
 
     def __str__(self) -> str:
         text = format_ragged_check(self)

@@ -35,7 +35,7 @@ from ..cases.ragged_store import save_ragged_case
 from ..core.status import Status
 from . import accuracy
 from .accuracy import check_gradients_case
-from .check_results import GradientCheckResult
+from .check_results import GradientCheckResult, Replayable
 from .ragged_references import GradientSequenceReference, gradient_reference
 
 __all__ = [
@@ -52,8 +52,8 @@ __all__ = [
 _NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV"}
 
 
-@dataclass
-class RaggedGradientResult:
+@dataclass(repr=False)
+class RaggedGradientResult(Replayable):
     """One varlen kernel's gradients judged on one varlen case.
 
     ``do``: the upstream gradient ``(total_q, Hq, dv)``; ``grads``: the kernel's ``dQ``,
@@ -101,13 +101,6 @@ class RaggedGradientResult:
         cu = self.case.index["cu_seqlens_q" if name == "dq" else "cu_seqlens_k"]
         what = "query" if name == "dq" else "key"
         return f"{_NAMES.get(name, name)}[{int(cu[b]) + i}, {h}, {c}] ({what} {i} of the sequence)"
-
-    @property
-    def replay(self) -> str | None:
-        if self.case_id is None:
-            return None
-        where = "" if self.case_dir is None else f" --dir {self.case_dir}"
-        return f"flashcheck replay {self.case_id}{where}"
 
     def __str__(self) -> str:
         lines = [f"kernel {self.kernel} on {self.device}: {self.case.describe()}"]
