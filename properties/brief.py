@@ -12,7 +12,6 @@ and the drawn case. Tests that are not the suite's (a user's own, using
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +38,9 @@ def _unjudgeable(o: _Outcome) -> str:
     with the shapes and the property left out; else ``""``."""
     if o.outcome != "FAILED" or "BAD-OUTPUT: " not in o.reason:
         return ""
-    why = o.reason.split("BAD-OUTPUT: ", 1)[1].split(" (and ")[0]
-    return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", why)
+    from ..harness.campaign.tables import elide_shapes
+
+    return elide_shapes(o.reason.split("BAD-OUTPUT: ", 1)[1].split(" (and ")[0])
 
 
 @dataclass

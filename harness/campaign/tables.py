@@ -38,6 +38,7 @@ __all__ = [
     "HUGE_NOTE",
     "HUGE_ULP",
     "JUDGED",
+    "elide_shapes",
     "fa3_table",
     "failures",
     "family_tables",
@@ -168,13 +169,18 @@ def _mismatches(judged: list[AccuracyResult]) -> str:
     return f"{fin} / {nonfin}"
 
 
+def elide_shapes(text: str) -> str:
+    """``text`` with every tuple of integers (a shape, an element's index) written ``(...)``:
+    one failure at several shapes reads as one."""
+    return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", text)
+
+
 def _reason_words(why: str) -> str:
     """A failure reason without its per-case numbers: failures group on the words."""
     text = re.sub(r"^(FAIL(-HARD)?: )?\d+ ", r"\1N ", why)
     text = re.sub(r"(convention difference: )\d+ ", r"\1N ", text)
     text = re.sub(r" \((max|naive)[^)]*\)", "", text)
-    text = re.sub(r"\(\d+(?:, \d+)+\)", "(...)", text)  # shapes and indices: one per case
-    return re.sub(r"error [-+\d.e]+ above", "error above", text)
+    return re.sub(r"error [-+\d.e]+ above", "error above", elide_shapes(text))
 
 
 def failures(data: ResultsFile, kernels: Sequence[str], dtypes: Sequence[str]) -> list[str]:
