@@ -38,7 +38,7 @@ def _unjudgeable(o: _Outcome) -> str:
     with the shapes and the property left out; else ``""``."""
     if o.outcome != "FAILED" or "BAD-OUTPUT: " not in o.reason:
         return ""
-    from ..harness.campaign.tables import elide_shapes
+    from ..harness.checks.text import elide_shapes
 
     return elide_shapes(o.reason.split("BAD-OUTPUT: ", 1)[1].split(" (and ")[0])
 

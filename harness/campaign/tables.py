@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar
 
+from ..checks.text import elide_shapes
 from ..core.status import Status
 from .logrecords import (
     ResultsFile,
@@ -38,7 +39,6 @@ __all__ = [
     "HUGE_NOTE",
     "HUGE_ULP",
     "JUDGED",
-    "elide_shapes",
     "fa3_table",
     "failures",
     "family_tables",
@@ -167,12 +167,6 @@ def _mismatches(judged: list[AccuracyResult]) -> str:
     fin = sum(int(r.metric("nonfinite_mismatches")) for r in judged if r.finite_inputs)
     nonfin = sum(int(r.metric("nonfinite_mismatches")) for r in judged if not r.finite_inputs)
     return f"{fin} / {nonfin}"
-
-
-def elide_shapes(text: str) -> str:
-    """``text`` with every tuple of integers (a shape, an element's index) written ``(...)``:
-    one failure at several shapes reads as one."""
-    return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", text)
 
 
 def _reason_words(why: str) -> str:

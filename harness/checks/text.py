@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from ..cases.case import DTYPES
 from ..judging.verdict import GRADIENT_LABELS
 
-__all__ = ["format_check", "format_gradient_check"]
+__all__ = ["elide_shapes", "format_check", "format_gradient_check"]
 
 
 def _number(x: float) -> str:
@@ -112,3 +113,9 @@ def format_gradient_check(res: Any, *, worst: int = 3) -> str:
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def elide_shapes(text: str) -> str:
+    """``text`` with every tuple of integers (a shape, an element's index) written ``(...)``:
+    one failure at several shapes reads as one."""
+    return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", text)
