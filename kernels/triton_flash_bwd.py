@@ -544,6 +544,11 @@ def launch_backward(
     sinks."""
     bsz, hq, nq, d = q.shape
     _, hk, nk, dv = v.shape
+    # dO in one layout for every caller: Triton compiles a variant per stride alignment, and on
+    # an H200 at d = 40 an expanded dO (stride 0, the gradient of O.sum()) gave a dQ differing
+    # in some elements from the one of the same values contiguous (benchmarks/RESULTS.md). One
+    # copy of dO, when it is not contiguous, makes the gradients independent of its layout.
+    do = do.contiguous()
     cfg = backward_config(d, dv, q.element_size()) if config is None else config
     # Past d = 128 (kv_apart) the fused program's tile does not fit a GPU's shared memory, so
     # dQ comes from the dQ kernel there whatever `deterministic` says.
@@ -621,7 +626,8 @@ def flash_attention_backward(
     ``allow_tf32`` as for :func:`flashcheck.kernels.triton_flash.flash_attention`; ``o`` and
     ``lse``: what that forward returned for them (``o`` ``(B, Hq, Nq, dv)`` in the input dtype,
     ``lse`` float32 ``(B, Hq, Nq)``, natural log, −inf for rows that keep no key); ``do``: the
-    gradient of the loss with respect to ``o`` (its shape and dtype), any strides. Returns
+    gradient of the loss with respect to ``o`` (its shape and dtype), any strides (copied
+    contiguous first if it is not, so its layout changes no bit of the result). Returns
     ``(dQ, dK, dV)`` in the input dtype, contiguous, shaped like ``q``, ``k``, ``v``. Rows that
     keep no key get ``dQ = 0`` and add nothing to ``dK``, ``dV``.
 

@@ -195,6 +195,23 @@ def test_strided_views_in_nan_buffers_give_the_same_bits():
     assert all(torch.equal(a, b) for a, b in zip(again, ref, strict=True))  # deterministic
 
 
+def test_expanded_and_strided_do_give_the_bits_of_do_contiguous():
+    # On an H200 the compiled kernels gave a dQ differing in 22-81 elements for an expanded or
+    # offset dO from the one of the same values contiguous (at this shape, measured by
+    # benchmarks/gpu_do_layouts.py): Triton compiles a variant per stride alignment. The
+    # interpreter cannot show it; the backward's copy of a non-contiguous dO prevents it.
+    q, k, v, do, _, _ = _inputs(torch.float16, (2, 4, 2, 64, 64, 40, 40, True, None), 40)
+    do = do[:1, :1, :1].expand(do.shape)
+    o, lse = flash_attention(q, k, v, causal=True)
+    ref = flash_attention_backward(q, k, v, o, lse, do.contiguous(), causal=True)
+    big = torch.full((*do.shape[:3], 64), float("nan"), dtype=do.dtype, device=DEV)
+    big[..., 8:48] = do
+    for laid in (do, big[..., 8:48]):
+        got = flash_attention_backward(q, k, v, o, lse, laid, causal=True)
+        for a, b in zip(got, ref, strict=True):
+            assert torch.equal(a, b)
+
+
 def test_autograd_function_matches_the_direct_call():
     q, k, v, do, _, _ = _inputs(torch.float32, (1, 4, 2, 19, 23, 24, 16, False, None), 5)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
