@@ -156,6 +156,17 @@ def reads_do_as_contiguous(q, k, v, do, *, causal=False, window=None, scale=None
     return naive_numpy_backward(q, k, v, flat, causal=causal, window=window, scale=scale)
 
 
+def rounds_differently_when_do_is_strided(
+    q, k, v, do, *, causal=False, window=None, scale=None, mask=None
+):
+    """Right values, but dQ one ulp up when dO is not contiguous (as a compiled variant per
+    stride alignment can give)."""
+    dq, dk, dv = naive_numpy_backward(q, k, v, do, causal=causal, window=window, scale=scale)
+    if not do.flags.c_contiguous:
+        dq = np.nextafter(dq, np.inf).astype(dq.dtype)
+    return dq, dk, dv
+
+
 def reverses_keys_when_alone(q, k, v, *, causal=False, window=None, scale=None, mask=None):
     """Correct, but a batch of one sums its keys in reverse order: other roundings."""
     if q.shape[0] == 1:
@@ -225,6 +236,26 @@ def test_gradient_do_layouts_fails_on_a_backward_that_assumes_a_contiguous_do():
     assert found.message.startswith("with dO as a strided view into a larger buffer, dQ is NaN")
     good = GRADIENT_CHECKS["gradient-do-layouts"](NAIVE, case, "cpu")
     assert good.status is PASS and "dO strided and expanded" in good.message, good
+
+
+def test_gradient_do_layouts_tells_layout_dependent_bits_from_wrong_elements():
+    # A kernel declared deterministic is compared bitwise: one ulp fails it, named as such.
+    bits = replace(NAIVE, name="layout-bits", backward=rounds_differently_when_do_is_strided)
+    case = small_case()
+    found = GRADIENT_CHECKS["gradient-do-layouts"](bits, case, "cpu")
+    assert found.status is FAIL, found
+    assert "declared deterministic: compared bitwise" in found.message
+    assert (
+        "the bits depend on dO's layout" in found.message and "wrong elements" not in found.message
+    )
+    # Not declared deterministic, the same kernel is within its bounds.
+    loose = replace(bits, deterministic=False)
+    assert GRADIENT_CHECKS["gradient-do-layouts"](loose, case, "cpu").status is PASS
+    wrong = replace(NAIVE, name="contiguous-do", backward=reads_do_as_contiguous)
+    assert (
+        "reads the wrong elements"
+        in GRADIENT_CHECKS["gradient-do-layouts"](wrong, case, "cpu").message
+    )
 
 
 def test_batch_invariance_is_measured_undeclared_and_gated_declared():

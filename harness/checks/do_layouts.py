@@ -10,7 +10,10 @@ wrong elements. This check runs the backward twice for each non-contiguous layou
 with the same values in a fresh contiguous array, and compares the gradients: bitwise for a
 kernel declared deterministic, else within twice the gradient bound of each other (two results
 each within the bound of the exact gradient are within twice it of each other). The strided
-view sits inside a NaN-filled buffer, so a read outside the logical tensor shows as NaN.
+view sits inside a NaN-filled buffer, so a read outside the logical tensor shows as NaN. A
+deterministic kernel whose gradients differ only within that allowance is told that its bits
+depend on the layout (a compiled variant per stride alignment, say), not that it reads the
+wrong elements.
 """
 
 from __future__ import annotations
@@ -38,34 +41,55 @@ def _count(n) -> str:
     return f"{n} element{'s' * (n != 1)}"
 
 
-def _difference(adapter: Kernel, case: Case, a, b) -> str | None:
+_WRONG_ELEMENTS = (
+    "a backward that assumes a contiguous dO reads the wrong elements: use dO's strides, or make "
+    "it contiguous first"
+)
+_LAYOUT_BITS = (
+    "the values stay within the bounds but the bits depend on dO's layout, as when a compiler "
+    "builds one variant per stride alignment: copy a non-contiguous dO contiguous first, or do "
+    "not declare the kernel deterministic"
+)
+
+
+def _difference(adapter: Kernel, case: Case, a, b) -> tuple[str, str] | None:
     """How the gradients ``b`` (``dO`` in a layout) differ from ``a`` (``dO`` contiguous) beyond
-    what the kernel's contract allows, or ``None``."""
-    bounds = None if adapter.deterministic else kernel_gradient_bounds(adapter, case)
+    what the kernel's contract allows, with a hint at the cause; ``None`` if they do not."""
+    bounds = None
     for name in ("dq", "dk", "dv"):
         x, y = getattr(a, name), getattr(b, name)
         label = GRADIENT_LABELS[name]
         extra, lost = np.isnan(y) & ~np.isnan(x), np.isnan(x) & ~np.isnan(y)
-        if extra.any():
-            return f"{label} is NaN in {_count(extra)} where dO contiguous gives numbers"
-        if lost.any():
-            return f"{label} is a number in {_count(lost)} where dO contiguous gives NaN"
-        if bounds is None:
-            if not np.array_equal(x, y, equal_nan=True):
-                n = ~((x == y) | (np.isnan(x) & np.isnan(y)))
-                return (
-                    f"{label} differs from its value with dO contiguous in {_count(n)} "
-                    "(declared deterministic: compared bitwise)"
-                )
+        if adapter.deterministic and np.array_equal(x, y, equal_nan=True):
             continue
+        if bounds is None:
+            bounds = kernel_gradient_bounds(adapter, case)
+        if extra.any():
+            return (
+                f"{label} is NaN in {_count(extra)} where dO contiguous gives numbers",
+                _WRONG_ELEMENTS,
+            )
+        if lost.any():
+            return (
+                f"{label} is a number in {_count(lost)} where dO contiguous gives NaN",
+                _WRONG_ELEMENTS,
+            )
         with np.errstate(invalid="ignore"):
             diff = np.where(np.isfinite(x) & np.isfinite(y), np.abs(x - y), 0.0)
             infs = (np.isinf(x) | np.isinf(y)) & (x != y)
         over = (diff > 2 * bounds[name].det) | infs
+        if adapter.deterministic:
+            n = ~((x == y) | (np.isnan(x) & np.isnan(y)))
+            found = (
+                f"{label} differs from its value with dO contiguous in {_count(n)} "
+                f"(max {float(diff.max()):.3g}; declared deterministic: compared bitwise)"
+            )
+            return found, _WRONG_ELEMENTS if over.any() else _LAYOUT_BITS
         if over.any():
             return (
                 f"{label} differs from its value with dO contiguous by more than twice its "
-                f"bound in {_count(over)} (max {float(diff.max()):.3g})"
+                f"bound in {_count(over)} (max {float(diff.max()):.3g})",
+                _WRONG_ELEMENTS,
             )
     return None
 
@@ -88,10 +112,8 @@ def gradient_do_layouts(adapter: Kernel, case: Case, device: str) -> StructuralR
             adapter, plain, adapter.run_backward(plain, device), adapter.run_backward(laid, device)
         )
         if found is not None:
-            return StructuralResult.failed(
-                f"with dO as {_WHAT[layout]}, {found} (a backward that assumes a contiguous dO "
-                "reads the wrong elements: use dO's strides, or make it contiguous first)"
-            )
+            what, hint = found
+            return StructuralResult.failed(f"with dO as {_WHAT[layout]}, {what} ({hint})")
         tested.append(layout)
     return StructuralResult.passed(
         f"the same gradients with dO {' and '.join(tested)} as with dO contiguous"
