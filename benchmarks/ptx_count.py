@@ -7,6 +7,7 @@ selects, divisions (``div.rn.f32`` is IEEE; ``div.full.f32`` is the 2-ulp approx
 
     python benchmarks/ptx_count.py                       # causal and not, with and without cap
     python benchmarks/ptx_count.py --causal no --softcap yes --sass
+    python benchmarks/ptx_count.py --causal no --softcap no --sass --tile 128,64,4,2,tma
 
 A score is one entry of the BLOCK_M × BLOCK_N tile; a thread holds
 BLOCK_M·BLOCK_N/(32·warps) of them, so a loop body's count divided by that is per score.
@@ -145,6 +146,7 @@ def compile_forward(
     n: int,
     old_tanh: bool = False,
     sinks: bool = False,
+    config: object = None,
 ) -> tuple[str, str, int]:
     """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
     configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
@@ -168,6 +170,8 @@ def compile_forward(
     d, h = 128, 16
     table = tf._HOPPER_SHORT if n <= tf._SHORT else tf._HOPPER
     cfg = tf._H100.get((128, causal, n <= tf._SHORT), table[(128, causal)])
+    if config is not None:
+        cfg = tf.LaunchConfig(*config)
     fn = tf._flash_fwd
     strides = {"q": (h * n * d, n * d, d, 1), "lse": (h * n, n, 1)}
     ints = dict(
@@ -226,7 +230,32 @@ def compile_forward(
         sass = get_sass(ck.asm["cubin"])
     except Exception as exc:  # the SASS table is optional
         print(f"(no SASS: {exc})", file=sys.stderr)
+    print(f"{cfg}: {resource_usage(ck.asm['cubin'])}")
     return ck.asm["ptx"], sass, cfg.block_m * cfg.block_n // (32 * cfg.warps)
+
+
+def resource_usage(cubin: bytes) -> str:
+    """Registers a thread and local (spill) memory of the compiled kernel, from the bundled
+    ``cuobjdump -res-usage`` (no GPU needed; spilled registers go to the stack frame), or why it
+    is not known."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia import compiler
+
+    tool = Path(compiler.__file__).parent / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True)
+        except OSError as exc:
+            return f"(resource usage unknown: {exc})"
+    found = re.search(r"REG:(\d+) STACK:(\d+).*?LOCAL:(\d+)", out.stdout)
+    if found is None:
+        return "(resource usage unknown: cuobjdump printed no REG line)"
+    regs, stack, local = found.groups()
+    return f"{regs} registers a thread, {stack} bytes of stack frame (spills), {local} bytes local"
 
 
 def compile_peer(path: Path, *, causal: bool, n: int) -> tuple[str, int, str]:
@@ -280,17 +309,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
     ap.add_argument(
+        "--tile",
+        help="compile this launch configuration instead of the table's: BLOCK_M,BLOCK_N,WARPS,"
+        "STAGES[,tma] (e.g. 128,64,4,2,tma, the tutorial's pick on an H200)",
+    )
+    ap.add_argument(
         "--peer",
         type=Path,
         help="also count the Triton tutorial's forward in this file, at the same tile (SASS)",
     )
     args = ap.parse_args(argv)
+    config = None
+    if args.tile:
+        parts = args.tile.split(",")
+        try:
+            config = (*(int(x) for x in parts[:4]), parts[4:] == ["tma"])
+        except ValueError:
+            ap.error(f"--tile takes BLOCK_M,BLOCK_N,WARPS,STAGES[,tma], got {args.tile!r}")
+        if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] != "tma"):
+            ap.error(f"--tile takes BLOCK_M,BLOCK_N,WARPS,STAGES[,tma], got {args.tile!r}")
     pick = {"no": [False], "yes": [True], "both": [False, True]}
     for causal in pick[args.causal]:
         rows_p, rows_s, scores = [], [], 1
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
+                config=config,
             )  # fmt: skip
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
             label += " sinks=yes" if args.sinks else ""
