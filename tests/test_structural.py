@@ -381,6 +381,20 @@ def test_options_applied_names_nan_outputs_instead_of_blaming_the_option():
     assert found.status is FAIL and "NaN/Inf" in found.message and "ignores" not in found.message
 
 
+def zeros_out(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+    """O = 0 everywhere, with the option or without: wrong, but not for the option's sake."""
+    return np.zeros(q.shape[:3] + v.shape[3:], q.dtype)
+
+
+def test_options_applied_does_not_blame_the_option_for_a_kernel_wrong_without_it():
+    case = small_case(n=16, nk=17, causal=True)
+    found = CHECKS["options-applied"](planted(zeros_out), case, "cpu")
+    assert found.status is FAIL, found
+    assert "wrong there too" in found.message and "ignores" not in found.message, found
+    ignored = CHECKS["options-applied"](planted(ignores_causal), case, "cpu")
+    assert "the kernel ignores the option there" in ignored.message, ignored
+
+
 def test_a_structural_result_is_three_states_only():
     with pytest.raises(ValueError, match="PASS, FAIL or NOT-APPLICABLE"):
         StructuralResult(Status.ERROR, "x")

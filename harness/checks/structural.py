@@ -394,10 +394,26 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
             change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))
-            return StructuralResult.failed(
+            said = (
                 f"{label} did not change the output where it changes the exact answer (by up "
-                f"to {change:.3g}): the kernel ignores the option there, or computes those "
-                "outputs wrongly with it"
+                f"to {change:.3g})"
+            )
+            # Wrong without the option too: the option may be applied and something else
+            # wrong (a row maximum that never goes below a sentinel, say); blaming the option
+            # would send the author to the wrong place.
+            with np.errstate(invalid="ignore"):
+                off = (
+                    np.abs(o2.astype(np.float64) - ref2.o.hi) > kernel_bounds(adapter, other).o.det
+                )
+            wrong = int((off & moved).sum())
+            if wrong:
+                return StructuralResult.failed(
+                    f"{said}, and without it the output is wrong there too ({wrong} of those "
+                    "elements beyond their bound): whether the option is applied cannot be "
+                    "told; the accuracy results show what else is wrong"
+                )
+            return StructuralResult.failed(
+                f"{said}: the kernel ignores the option there (without it the output is right)"
             )
     if not tested:
         return StructuralResult.not_applicable(
