@@ -20,6 +20,7 @@ from flashcheck.harness.checks.batch_invariance import (
     DECLARED_BUT,
     NOT_BATCH_INVARIANT,
 )
+from flashcheck.harness.checks.do_layouts import LAYOUT_BITS
 from flashcheck.harness.checks.registry import CHECKS, GRADIENT_CHECKS, check_target
 from flashcheck.harness.checks.structural import StructuralResult
 from flashcheck.harness.core.status import Status
@@ -238,24 +239,31 @@ def test_gradient_do_layouts_fails_on_a_backward_that_assumes_a_contiguous_do():
     assert good.status is PASS and "dO strided and expanded" in good.message, good
 
 
-def test_gradient_do_layouts_tells_layout_dependent_bits_from_wrong_elements():
-    # A kernel declared deterministic is compared bitwise: one ulp fails it, named as such.
+def test_gradient_do_layouts_reports_layout_dependent_bits_without_failing_them():
+    # Right values, one ulp other for a non-contiguous dO: reported for every kernel, gated for
+    # none (`deterministic` promises the same bits for the same call, not across layouts).
     bits = replace(NAIVE, name="layout-bits", backward=rounds_differently_when_do_is_strided)
     case = small_case()
-    found = GRADIENT_CHECKS["gradient-do-layouts"](bits, case, "cpu")
-    assert found.status is FAIL, found
-    assert "declared deterministic: compared bitwise" in found.message
-    assert (
-        "the bits depend on dO's layout" in found.message and "wrong elements" not in found.message
-    )
-    # Not declared deterministic, the same kernel is within its bounds.
-    loose = replace(bits, deterministic=False)
-    assert GRADIENT_CHECKS["gradient-do-layouts"](loose, case, "cpu").status is PASS
+    for adapter in (bits, replace(bits, deterministic=False)):
+        found = GRADIENT_CHECKS["gradient-do-layouts"](adapter, case, "cpu")
+        assert found.status is PASS, found
+        assert found.message.startswith(LAYOUT_BITS) and "dQ in " in found.message, found
     wrong = replace(NAIVE, name="contiguous-do", backward=reads_do_as_contiguous)
-    assert (
-        "reads the wrong elements"
-        in GRADIENT_CHECKS["gradient-do-layouts"](wrong, case, "cpu").message
-    )
+    found = GRADIENT_CHECKS["gradient-do-layouts"](wrong, case, "cpu")
+    assert found.status is FAIL and "reads the wrong elements" in found.message
+
+
+def test_gradient_do_layouts_names_a_backward_wrong_whatever_the_layout():
+    # No causal mask in the backward, and other roundings for a non-contiguous dO: the rows'
+    # exact gradients are 0 with a bound of 0, so the rounding difference is beyond it; the
+    # hint must not send the author to dO's strides alone.
+    def unmasked(q, k, v, do, *, causal=False, window=None, scale=None, mask=None):
+        return rounds_differently_when_do_is_strided(q, k, v, do, window=window, scale=scale)
+
+    bad = replace(NAIVE, name="unmasked-backward", backward=unmasked)
+    found = GRADIENT_CHECKS["gradient-do-layouts"](bad, small_case(n=16, nk=17, causal=True), "cpu")
+    assert found.status is FAIL, found
+    assert "wrong whatever dO's layout" in found.message and "mask" in found.message, found
 
 
 def test_batch_invariance_is_measured_undeclared_and_gated_declared():
