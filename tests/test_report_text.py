@@ -29,3 +29,16 @@ def test_one_wrong_shape_at_several_shapes_is_one_failure():
         "- **k fp16**: BAD-OUTPUT: k returned O of shape (...), expected (B, Hq, Nq, dv) = (...) "
         "— in 2 of 2 results (randn ×2)"
     ]
+
+
+def test_structural_checks_that_raised_count_as_failed_and_not_as_unjudged_forward_cases():
+    rows = [
+        _res("PASS", class_util={"flash": 0.5, "naive": 0.4}),
+        _res("PASS", part="structural"),
+        _res("FAIL", part="structural"),
+        _res("ERROR", part="structural", reasons=("TypeError: bwd() got 'causal'",)),
+        _res("BAD-OUTPUT", part="structural", reasons=("backward must return (dQ, dK, dV)",)),
+    ]
+    head = terminal_summary(rows, "cases")[0]
+    assert "structural: 4 checks, 3 failed (1 BAD-OUTPUT, 1 ERROR, 1 FAIL)" in head, head
+    assert not any("no output to judge" in line for line in terminal_summary(rows, "cases"))

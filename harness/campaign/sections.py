@@ -212,7 +212,9 @@ def fit_text(results: Iterable[Any]) -> str | None:
     no = [c for c, ok in fits if not ok]
     text = "errors fit: " + (", ".join(yes) if yes else "no class")
     text += f"; not {', '.join(no)}" if no else ""
-    unjudged = sum(1 for r in results if r.status.broken)
+    # Only forward accuracy cases (the records with a class fit) carry an output to judge:
+    # a structural or gradient check that raised is counted in its own part of the summary.
+    unjudged = sum(1 for r in results if r.status.broken and hasattr(r, "class_util"))
     apart = [
         f"{n} case{'s' if n > 1 else ''} {what}"
         for n, what in (

@@ -30,8 +30,12 @@ def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str)
     segments = [_counts(acc)] if acc else []
     if struct:
         ran = sum(s != Status.SKIP for s in struct)
-        sfail = sum(s == Status.FAIL for s in struct)
-        segments.append(f"structural: {ran} checks, {sfail} failed")
+        # A check that raised, hung or got a wrong shape failed too, and says how.
+        failed = [s for s in struct if s not in (Status.PASS, Status.SKIP, Status.NOT_APPLICABLE)]
+        text = f"structural: {ran} checks, {len(failed)} failed"
+        if any(s != Status.FAIL for s in failed):
+            text += f" ({_counts(failed)})"
+        segments.append(text)
     if grad:
         segments.append("gradients: " + _counts(grad))
     lines = [f"{k} {dt}: {'; '.join(segments)}"]
