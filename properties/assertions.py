@@ -87,8 +87,9 @@ def fail(
         summary = "; ".join([*v.reasons[:1], *v.diagnosis[:1]]) or str(v.verdict)
     if summary is None:
         summary = message.strip().splitlines()[0] if message.strip() else "failed"
+    sep = ":" if message.startswith("\n") else ": "  # a message that opens on its own line
     raise AttentionMismatch(
-        f"{prop} failed for {kernel}: {message}{where}", cid, result, f"{prop}: {summary}"
+        f"{prop} failed for {kernel}{sep}{message}{where}", cid, result, f"{prop}: {summary}"
     )
 
 

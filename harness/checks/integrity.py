@@ -131,7 +131,8 @@ def _guarded(call: Callable[[Before], KernelCall]) -> tuple[KernelCall, str | No
         if n:
             where = _first_change(saved[name], x)
             return got, (
-                f"modified its input {_LABELS.get(name, name)}: {n} elements changed ({where})"
+                f"modified its input {_LABELS.get(name, name)}: {n} element{'s' * (n != 1)} "
+                f"changed ({where})"
             )
     return got, None
 
