@@ -152,3 +152,31 @@ def test_a_replayed_output_of_the_wrong_shape_is_the_kernel_s_verdict(tmp_path):
     assert got == "BAD-OUTPUT"
     assert any(x.startswith("BAD-OUTPUT: bnhd returned O of shape (1, 8, 2, 4)") for x in lines)
     assert lines[-1].endswith("replayed: BAD-OUTPUT (same verdict)")
+
+
+def test_a_replayed_backward_that_raises_is_the_kernel_s_error_with_do_shown(tmp_path):
+    from flashcheck.harness.cases.store import save_case
+    from flashcheck.harness.checks.replay import replay
+    from flashcheck.kernels.naive import naive_numpy
+
+    def fwd(q, k, v, *, causal=False, scale=None):
+        return naive_numpy(q, k, v, causal=causal, scale=scale)
+
+    def bwd(q, k, v, do, *, causal=False, scale=None):
+        raise ValueError("assignment destination is read-only")  # as numpy says for an expanded dO
+
+    case = make_case(Recipe("fp32", "randn", 1, 2, 2, 2, 2, 2, 2, seed=0))
+    verdict = {"verdict": "ERROR", "message": "ValueError: ..."}
+    ctx = {"property": "gradient-do-layouts"}
+    cid = save_case(
+        case, kernel="k:f", device="cpu", verdict=verdict, context=ctx, directory=tmp_path
+    )
+    kern = flashcheck.kernel(fwd, name="inplace", api="numpy", backward=bwd)
+    lines = []
+    _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    assert got == "ERROR", lines
+    assert any("dO: its grad_output(), handed over as a contiguous array" in x for x in lines)
+    assert any(x.lstrip().startswith("dO (1, 2, 2, 2) = ") for x in lines), lines
+    said = "ERROR: the kernel raised inside gradient-do-layouts: ValueError: assignment"
+    assert any(x.startswith(said) for x in lines), lines
+    assert lines[-1].endswith("replayed: ERROR (same verdict)")

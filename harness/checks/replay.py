@@ -75,7 +75,12 @@ def replay(
         f"case {record['id']} (saved by {prop}, on {record.get('device')}): "
         f"{record.get('description', '')}"
     )
-    for line in input_lines(case, str(case_path(ref, directory))):
+    layout = None  # for a backward's case: dO, and how it is handed over
+    if prop == "gradient-do-layouts":  # the property hands it over in each layout itself
+        layout = "as a contiguous array, a strided view and one row expanded with stride 0"
+    elif backward:
+        layout = case.do_layout
+    for line in input_lines(case, str(case_path(ref, directory)), do_layout=layout):
         echo(line)
     try:
         res, verdict = _check(prop, adapter, case, dev, echo)
@@ -85,6 +90,9 @@ def replay(
     except KernelOutputError as err:  # a wrong shape or type: the kernel's verdict, as recorded
         res, verdict = None, str(Status.BAD_OUTPUT)
         echo(f"{verdict}: {err}")
+    except Exception as err:  # the kernel raised: its verdict (as the campaigns record it)
+        res, verdict = None, str(Status.ERROR)
+        echo(f"{verdict}: the kernel raised inside {prop}: {type(err).__name__}: {err}")
     if recorded is not None:
         same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
         echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
@@ -94,14 +102,18 @@ def replay(
 SMALL = 64  # the most elements a tensor may have to be printed by value
 
 
-def input_lines(case: Any, ref: str) -> list[str]:
+def input_lines(case: Any, ref: str, *, do_layout: str | None = None) -> list[str]:
     """How to get the case's inputs and, for a small case (every tensor of at most
     :data:`SMALL` elements), their exact values: a failure on a handful of numbers is read
-    more easily than loaded. ``ref``: the case's id or the path of its record."""
+    more easily than loaded. ``ref``: the case's id or the path of its record; ``do_layout``
+    (for a backward): how the upstream gradient dO is handed over, and dO is shown too."""
     named = {"q": case.q, "k": case.k, "v": case.v}
     if case.mask is not None:
         named["mask"] = case.mask
     lines = [f"inputs: flashcheck.load_case({ref!r}) rebuilds them bit for bit"]
+    if do_layout is not None:
+        named["dO"] = case.grad_output()
+        lines[0] += f" (dO: its grad_output(), handed over {do_layout})"
     if any(np.asarray(x).size > SMALL for x in named.values()):
         return lines
     for name, x in named.items():

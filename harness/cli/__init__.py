@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         help="re-run a saved failing case and print kernel vs oracle side by side",
         description="Re-run a case saved by a failing property (reports/cases/<id>.json + .npz) "
         "and print the kernel's worst elements next to the oracle's, the bounds and the verdict. "
-        "Exit status: 0 PASS, 1 FAIL, FAIL-HARD or TIMEOUT, 2 the case could not be replayed.",
+        "Exit status: 0 PASS, 1 FAIL, FAIL-HARD, BAD-OUTPUT, ERROR (the kernel raised) or "
+        "TIMEOUT, 2 the case could not be replayed.",
     )
     p_rep.add_argument("case", help="case id (or a path to <id>.json)")
     p_rep.add_argument(
