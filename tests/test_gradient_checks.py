@@ -82,6 +82,26 @@ def test_a_kernel_without_backward_gets_a_clear_error():
         flashcheck.kernel(fwd, backward="magic")
 
 
+def test_a_backward_that_cannot_take_the_forward_s_options_is_refused_when_declared():
+    def fwd(q, k, v, *, causal=False, scale=None):
+        return q
+
+    def no_options(q, k, v, do):
+        return q, k, v
+
+    def needs_more(q, k, v, do, mode, *, causal=False, scale=None):
+        return q, k, v
+
+    def takes_them(q, k, v, do, **options):
+        return q, k, v
+
+    with pytest.raises(ValueError, match=r"takes no causal or scale, which the forward takes"):
+        flashcheck.kernel(fwd, backward=no_options)
+    with pytest.raises(ValueError, match=r"missing a required argument: 'mode'"):
+        flashcheck.kernel(fwd, backward=needs_more)
+    assert flashcheck.kernel(fwd, backward=takes_them).backward is takes_them
+
+
 def test_the_upstream_gradient_is_a_function_of_the_inputs_and_is_saved(tmp_path):
     q, k, v = _inputs(b=1, hq=2, hk=1, nq=5, nk=7, d=8)
     a, b = Case.from_arrays(q, k, v), Case.from_arrays(q, k, v)
