@@ -310,6 +310,9 @@ def test_gate_exit_codes():
     assert gate_findings(grad, "fail") == ["gradients FAIL: k fp16", "gradients FAIL-HARD: k fp16"]
     # NOT-APPLICABLE says nothing about the kernel: no gate counts it
     assert gate_findings([_res("NOT-APPLICABLE", part="structural")], "fail") == []
+    # a property inside which the kernel raised is named
+    raised = _res("ERROR", part="structural")
+    assert gate_findings([raised], "fail-hard") == ["structural property nan-rule ERROR: k fp16"]
 
 
 @pytest.mark.slow

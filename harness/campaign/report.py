@@ -145,6 +145,8 @@ def _gated(r: ResultRecord, least: int) -> str | None:
     if isinstance(r, StructuralResult) and r.status == Status.FAIL:
         return f"structural property {r.property} failed"
     if r.status.severity >= least > 0:
+        if isinstance(r, StructuralResult):  # raised, hung or a wrong shape inside a property
+            return f"structural property {r.property} {r.status}"
         return f"gradients {r.status}" if isinstance(r, GradientResult) else str(r.status)
     return None
 
