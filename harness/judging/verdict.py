@@ -40,6 +40,7 @@ from ..core.status import Status
 from ..oracle.evaluate import OracleResult
 from ..oracle.tensor import CertifiedTensor
 from .classes import precision_reason, reduced_classes
+from .gradient_diagnosis import diagnose_gradient
 from .metrics import floored_ulp_error, floored_ulp_scale, summarize
 from .roundoff import TensorBounds
 from .tensor_verdict import LABELS, TensorVerdict, Verdict
@@ -387,7 +388,7 @@ def judge_gradients(
     :class:`~.gradient_bounds.GradientBounds` or any mapping of names to
     :class:`TensorBounds`; or ``None``) and the naive backward's errors
     (:func:`gradient_errors`, or ``None``)."""
-    return {
+    verdicts = {
         name: judge_tensor(
             name,
             y,
@@ -400,3 +401,8 @@ def judge_gradients(
         )
         for name, y in grads.items()
     }
+    if bounds is not None:
+        for name, v in verdicts.items():
+            if name != "dsinks" and v.verdict in (Status.FAIL, Status.FAIL_HARD):
+                v.reasons += diagnose_gradient(name, grads[name], ref[name].hi, bounds[name].det)
+    return verdicts
