@@ -12,6 +12,7 @@ and the drawn case. Tests that are not the suite's (a user's own, using
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +20,15 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Brief"]
+__all__ = ["Brief", "Outcome"]
 
 _SUITE = Path(__file__).resolve().parent
 
 
 @dataclass
-class _Outcome:
+class Outcome:
+    """One property test of one kernel and dtype, as the closing summary lists it."""
+
     test: str  # the property test's name
     param: str  # kernel-dtype
     outcome: str  # passed, FAILED, skipped
@@ -33,7 +36,19 @@ class _Outcome:
     replay: str | None = None
 
 
-def _unjudgeable(o: _Outcome) -> str:
+_PINNED = re.compile(r"^pinned case [0-9a-f]{16} \(.*?\)(: | lies outside )")
+_LAYOUT = re.compile(r"^(.* is a dense kernel): this test applies to .* only$")
+
+
+def _skip_group(why: str) -> str:
+    """One line for the skips that differ only in which pinned regression case or which
+    other layout's test they are: "pinned cases: this run tests fp32 only" rather than one
+    line per case (each case is still in pytest's own -rs list)."""
+    why = _PINNED.sub(lambda m: "pinned cases" + m.group(1).replace("lies", "lie"), why)
+    return _LAYOUT.sub(r"\1: tests of the varlen, paged and split-KV layouts", why)
+
+
+def _unjudgeable(o: Outcome) -> str:
     """For a failure because the kernel's output could not be judged (BAD-OUTPUT), its reason
     with the shapes and the property left out; else ``""``."""
     if o.outcome != "FAILED" or "BAD-OUTPUT: " not in o.reason:
@@ -47,7 +62,7 @@ def _unjudgeable(o: _Outcome) -> str:
 class Brief:
     """The pytest plugin object that shortens failures and prints the closing summary."""
 
-    outcomes: list[_Outcome] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
 
     @staticmethod
     def _in_suite(item: Any) -> bool:
@@ -71,14 +86,14 @@ class Brief:
             if report.skipped:
                 why = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
                 self.outcomes.append(
-                    _Outcome(name, param, "skipped", str(why).removeprefix("Skipped: "))
+                    Outcome(name, param, "skipped", str(why).removeprefix("Skipped: "))
                 )
             elif report.failed:
                 self.outcomes.append(self._failure(name, param, report, call))
             elif report.when == "call":
-                self.outcomes.append(_Outcome(name, param, "passed"))
+                self.outcomes.append(Outcome(name, param, "passed"))
 
-    def _failure(self, name: str, param: str, report: Any, call: Any) -> _Outcome:
+    def _failure(self, name: str, param: str, report: Any, call: Any) -> Outcome:
         exc = None if call.excinfo is None else call.excinfo.value
         # Hypothesis reports several distinct failures of one property as a group.
         found = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
@@ -86,7 +101,7 @@ class Brief:
         # plugin that loads this)
         if not all(hasattr(e, "case_id") and hasattr(e, "summary") for e in found):
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
-            return _Outcome(name, param, "FAILED", crash.splitlines()[0] if crash else "error")
+            return Outcome(name, param, "FAILED", crash.splitlines()[0] if crash else "error")
         texts = []
         for e in found:
             drawn = [n for n in getattr(e, "__notes__", ()) if n.startswith("Draw ")]
@@ -95,7 +110,7 @@ class Brief:
         report.longrepr = head + "\n\n".join(texts)
         replays = [f"flashcheck replay {e.case_id}" for e in found if e.case_id]
         more = f" (and {len(found) - 1} other distinct failure(s))" if len(found) > 1 else ""
-        return _Outcome(
+        return Outcome(
             name, param, "FAILED", found[0].summary + more, "\n      ".join(replays) or None
         )
 
@@ -105,7 +120,7 @@ class Brief:
             return
         tr = terminalreporter
         tr.section("flashcheck summary")
-        by: dict[str, list[_Outcome]] = defaultdict(list)
+        by: dict[str, list[Outcome]] = defaultdict(list)
         for o in self.outcomes:
             by[o.param].append(o)
         for param, rows in by.items():
@@ -114,7 +129,7 @@ class Brief:
             tr.line(f"{param}: {counts}")
             # A kernel whose output cannot be judged at all (a wrong shape, no tensor) fails
             # every property the same way: the first says how, the others are listed by name.
-            first: dict[str, _Outcome] = {}
+            first: dict[str, Outcome] = {}
             alike: dict[str, list[str]] = defaultdict(list)
             for o in rows:
                 key = _unjudgeable(o)
@@ -137,6 +152,6 @@ class Brief:
             skipped = defaultdict(list)
             for o in rows:
                 if o.outcome == "skipped":
-                    skipped[o.reason].append(o.test)
+                    skipped[_skip_group(o.reason)].append(o.test)
             for why, tests in skipped.items():
                 tr.line(f"  skipped {len(tests)}: {why}")

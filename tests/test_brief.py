@@ -5,7 +5,7 @@ several distinct ones."""
 from types import SimpleNamespace
 
 from flashcheck.properties.assertions import AttentionMismatch
-from flashcheck.properties.brief import Brief
+from flashcheck.properties.brief import Brief, Outcome
 
 
 def _report(exc):
@@ -68,4 +68,25 @@ def test_an_output_that_cannot_be_judged_is_shown_once_for_every_property_it_fai
         "  FAILED the same way (3 more): test_1, test_2, test_3",
         "  FAILED test_numbers: accuracy: FAIL-HARD",
         "      flashcheck replay idx",
+    ]
+
+
+def test_skips_that_differ_only_in_which_pinned_case_or_layout_share_one_line():
+    brief = Brief()
+    whys = [
+        "pinned case 227caa54621d21ae (negative_rows bf16 B=1 seed=7): this run tests fp32 only",
+        "pinned case 4dd02ba923f821a2 (nonfinite fp16 B=1 seed=0): this run tests fp32 only",
+        "pinned case b81c1a6a24dc3ea9 (subnormal fp32 window=(98, 0) seed=1) lies outside k's "
+        "contract: windows unsupported",
+        "k is a dense kernel: this test applies to varlen kernels only",
+        "k is a dense kernel: this test applies to paged kernels only",
+    ]
+    brief.outcomes += [Outcome(f"test_{i}", "k", "skipped", w) for i, w in enumerate(whys)]
+    tr = _Terminal()
+    brief.pytest_terminal_summary(tr)
+    assert tr.lines[1:] == [
+        "k: 5 skipped",
+        "  skipped 2: pinned cases: this run tests fp32 only",
+        "  skipped 1: pinned cases lie outside k's contract: windows unsupported",
+        "  skipped 2: k is a dense kernel: tests of the varlen, paged and split-KV layouts",
     ]
