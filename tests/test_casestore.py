@@ -77,3 +77,18 @@ def test_an_id_saved_by_a_report_is_found_in_its_folder(tmp_path, monkeypatch):
     assert record["id"] == cid
     with pytest.raises(CaseFileError, match="no case file"):
         load_case(cid, tmp_path / "elsewhere")  # a directory given is the only place looked
+
+
+def test_one_case_failing_two_properties_is_two_files_each_replaying_its_own(tmp_path):
+
+    case = make_case(Recipe("fp16", "randn", 1, 1, 1, 4, 4, 8, 8, 0))
+    ids = {
+        prop: save_case(
+            case, kernel="k", device="cpu", context={"property": prop}, directory=tmp_path
+        )
+        for prop in ("accuracy", "gradients", "options-applied")
+    }
+    assert len(set(ids.values())) == 3
+    assert ids["accuracy"] == case_id(case, "k")  # accuracy cases keep their ids
+    for prop, cid in ids.items():
+        assert load_case(cid, tmp_path)[1]["context"]["property"] == prop

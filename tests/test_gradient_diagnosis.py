@@ -20,6 +20,8 @@ def test_a_constant_factor_is_named_with_its_value():
     assert diagnose_gradient("dk", EXACT + 1e-7, EXACT, DET) == []  # within the bound
     noisy = 4 * EXACT + RNG.standard_normal(EXACT.shape) * 1e-2  # not a clean factor
     assert diagnose_gradient("dk", noisy, EXACT, DET) == []
+    one = EXACT[..., :1, :1]  # any ratio fits a single element: no reading
+    assert diagnose_gradient("dv", 0.19 * one, one, DET[..., :1, :1]) == []
 
 
 def test_gradient_where_nothing_may_flow_is_named():

@@ -426,7 +426,8 @@ class Campaign(Scheduler):
         (:func:`~flashcheck.harness.campaign.casefiles.worst_results`)."""
         todo = unsaved_worst(self._results, self.kernels, self.dtypes, self._saved, per_group)
         if todo:
-            self.echo(f"case files: re-running {len(todo)} worst or failing cases")
+            n = len(todo)
+            self.echo(f"case files: re-running {n} worst or failing case{'s' * (n != 1)}")
         files = CaseFiles(self.executor, self.kernels, self.devices, self.case_dir, self.echo)
         files.palette = self.preset.palette
         if self.budget.seconds is not None:  # failing cases first: they are what a replay needs

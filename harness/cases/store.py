@@ -71,9 +71,13 @@ def _options_json(case: Case) -> dict[str, Any]:
     return out
 
 
-def case_id(case: Case, kernel: str) -> str:
-    """Content hash of (kernel, dtype, input bits, mask, options): 16 hex digits."""
+def case_id(case: Case, kernel: str, prop: str | None = None) -> str:
+    """Content hash of (kernel, dtype, input bits, mask, options) and of the property that
+    saved it, if not the accuracy check: 16 hex digits. (One case failing two properties is
+    two files, each replaying its own check.)"""
     h = hashlib.sha256()
+    if prop not in (None, "accuracy"):  # (accuracy cases keep the ids they always had)
+        h.update(b"property" + prop.encode())
     h.update(kernel.encode())
     h.update(case.dtype.encode())
     for name in ("q", "k", "v"):
@@ -120,7 +124,7 @@ def save_case(
     """Write the case atomically and return its id (see the module docstring)."""
     out = case_dir(directory)
     out.mkdir(parents=True, exist_ok=True)
-    cid = case_id(case, kernel)
+    cid = case_id(case, kernel, (context or {}).get("property"))
     buf = io.BytesIO()
     arrays = {name: case.bits(name) for name in ("q", "k", "v")}
     if case.mask is not None:
@@ -174,9 +178,12 @@ def load_case(ref: str, directory: str | os.PathLike | None = None) -> tuple[Cas
     """Load a case by id or path; raise :class:`CaseFileError` with the reason if it is bad."""
     path = case_path(ref, directory)
     if not path.exists():
+        where = str(case_dir(directory))
+        if directory is None and "FLASHCHECK_CASE_DIR" not in os.environ:
+            where += " or reports/<name>/cases"  # (case_path looks there too)
         raise CaseFileError(
-            f"no case file {path}: pass an id saved under {case_dir(directory)} (or set "
-            "FLASHCHECK_CASE_DIR / --dir), or a path to <id>.json"
+            f"no case file {path}: pass an id saved under {where} (or set FLASHCHECK_CASE_DIR "
+            "/ --dir), or a path to <id>.json"
         )
     try:
         record = json.loads(path.read_text())
