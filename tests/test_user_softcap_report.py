@@ -93,12 +93,15 @@ SUITE_BUGS = {
     "cap_unscaled": "consistent with the soft-cap taken of the unscaled product",
     "cap_ignored": "softcap=",  # options-applied: "softcap=... did not change the output"
     "sink_scaled": "consistent with the sinks multiplied by the scale",
+    "cap_slope_missing": "test_gradients_with_softcap_and_sinks: gradients: FAIL",
 }
 
 
 def test_the_property_suite_draws_softcap_and_sinks_and_names_each_bug(user_dir):
     specs = [
-        a for k in ("correct", *SUITE_BUGS) for a in ("--flashcheck-kernel", f"user_softcap:{k}")
+        a
+        for k in ("correct", "manual", *SUITE_BUGS)
+        for a in ("--flashcheck-kernel", f"user_softcap:{k}")
     ]
     args = [
         "--pyargs",
@@ -122,6 +125,7 @@ def test_the_property_suite_draws_softcap_and_sinks_and_names_each_bug(user_dir)
     assert out.returncode == 1, text
     summary = text[text.index("flashcheck summary") :]
     assert "user_softcap:correct fp32: 2 passed" in summary, summary
+    assert "user_softcap:manual fp32: 3 passed\n" in summary, summary  # its gradients too
     for bug, named in SUITE_BUGS.items():
         lines = summary[summary.index(f"user_softcap:{bug} fp32:") :].splitlines()
         block = [lines[0], *itertools.takewhile(lambda x: x.startswith(" "), lines[1:])]

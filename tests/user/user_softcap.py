@@ -3,8 +3,8 @@
 ``correct`` is an fp32 textbook forward (torch autograd gives its gradients, the sinks' included);
 ``manual`` is the same forward with a hand-written backward. The others carry one real bug
 each: the cap applied to the unscaled dot product (FlashAttention PR #2402's class), the cap
-ignored (SGLang #33915's class), the sink multiplied by the softmax scale, and a sink gradient
-with the wrong sign.
+ignored (SGLang #33915's class), the sink multiplied by the softmax scale, a sink gradient
+with the wrong sign, and the cap's slope left out of the backward.
 """
 
 from functools import partial
@@ -86,7 +86,7 @@ def _backward(q, k, v, do, *, causal=False, scale=None, softcap=None, sinks=None
     do = do.float()
     dd = (do * o).sum(-1, keepdim=True)
     ds = p * (do @ vv.transpose(-1, -2) - dd)
-    if softcap:
+    if softcap and bug != "cap_slope_missing":
         ds = ds * (1 - (s / softcap).masked_fill(~keep, 0.0) ** 2)
     dq = ds @ kk * tau
     dk_h = ds.transpose(-1, -2) @ q.float() * tau
@@ -105,4 +105,8 @@ def _backward(q, k, v, do, *, causal=False, scale=None, softcap=None, sinks=None
 manual = flashcheck.kernel(correct, name="manual", backward=_backward)
 sink_grad_sign = flashcheck.kernel(
     correct, name="sink_grad_sign", backward=partial(_backward, bug="sink_grad_sign")
+)
+# The cap's slope 1 − tanh² left out of dS (as a backward through a detached tanh gives it).
+cap_slope_missing = flashcheck.kernel(
+    correct, name="cap_slope_missing", backward=partial(_backward, bug="cap_slope_missing")
 )
