@@ -28,7 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(path: Path, name: str):
+def load_module(path: Path, name: str):
+    """The Python file ``path`` imported as a module named ``name`` (a kernel file of another
+    revision beside this tree's)."""
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -57,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             text=True,
         ).stdout
         tmp.write_text(src)
-    new = _load(ROOT / "kernels" / "triton_flash.py", "triton_flash_this")
-    old = _load(tmp, "triton_flash_other")
+    new = load_module(ROOT / "kernels" / "triton_flash.py", "triton_flash_this")
+    old = load_module(tmp, "triton_flash_other")
     torch.manual_seed(0)
     dev = args.device
     if dev == "cuda":

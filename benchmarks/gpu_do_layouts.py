@@ -11,19 +11,13 @@ configuration and kernel, how many elements of dQ, dK, dV differ from the contig
 """
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bitwise_forward import load_module  # noqa: E402
 
 
 def _layouts(do, dev):
@@ -45,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from flashcheck.kernels.triton_flash import flash_attention
 
-    kernels = {"this": _load(ROOT / "kernels" / "triton_flash_bwd.py", "bwd_this")}
+    kernels = {"this": load_module(ROOT / "kernels" / "triton_flash_bwd.py", "bwd_this")}
     if args.against_file is not None:
-        kernels["old"] = _load(args.against_file, "bwd_old")
+        kernels["old"] = load_module(args.against_file, "bwd_old")
     dev = args.device
     configs = [  # (dtype, b, hq, hk, n, d, causal)
         (torch.float16, 2, 4, 2, 64, 40, True),

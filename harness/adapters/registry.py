@@ -27,7 +27,7 @@ from .builtin import project_kernels
 from .compilekeys import COMPILE_DIMS
 from .library import library_kernels
 from .softmax_options import SOFTMAX_OPTIONS
-from .spec_check import check_plain_signature
+from .spec_check import check_backward_signature, check_plain_signature
 
 __all__ = [
     "BUILTIN",
@@ -100,36 +100,6 @@ def accepted_options(fn: Callable[..., Any]) -> frozenset[str]:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return BASE_OPTIONS | named
     return named
-
-
-def _check_backward(backward: Callable[..., Any], opts: frozenset[str]) -> None:
-    """A backward function is called ``backward(q, k, v, do, **options)`` with the options the
-    forward takes (``opts``) that a case sets: one whose signature cannot take that call is a
-    declaration error, said when the kernel is declared rather than as an ERROR per case."""
-    try:
-        sig = inspect.signature(backward)
-    except (TypeError, ValueError):  # no signature to read (a builtin)
-        return
-    params = sig.parameters.values()
-    name = getattr(backward, "__name__", "backward")
-    try:
-        sig.bind(None, None, None, None)
-    except TypeError as err:
-        raise ValueError(
-            f"backward {name}{sig} cannot be called as backward(q, k, v, do, **options) ({err}): "
-            "give every parameter after do a default"
-        ) from None
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
-    missing = sorted(o for o in opts if o not in sig.parameters)
-    if missing:
-        keys = ", ".join(f"{o}=..." for o in missing)
-        said = " or ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
-        raise ValueError(
-            f"backward {name}{sig} takes no {said}, which the forward takes and "
-            f"flashcheck passes to both when a case sets them: add {keys} to the backward "
-            "(with the forward's defaults), or **options"
-        )
 
 
 def _names(value: Iterable[str] | str, allowed: Iterable[str], what: str) -> tuple[str, ...]:
@@ -274,7 +244,7 @@ def kernel(
     if fixed:
         opts = opts - {"mask"} if op == "attention" else frozenset()
     if callable(backward) and layout == "dense" and op == "attention":
-        _check_backward(backward, opts)
+        check_backward_signature(backward, opts)
     # Until a probe narrows them, the masks are those the signature can take at all.
     declared: dict[str, Any] = {"options": opts}
     undeclared_masks = frozenset(m for m in ALL_MASKS if m in opts)

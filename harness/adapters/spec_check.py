@@ -1,7 +1,8 @@
 """Whether a plain function can be a kernel as written: flashcheck calls it as a dense kernel,
 ``fn(q, k, v, **options)``. One whose signature cannot take that call, or names the arguments
 of another layout (FlashAttention's varlen, paged-cache or split-KV merge functions), is a
-usage error that says how to declare it, before any probe calls it."""
+usage error that says how to declare it, before any probe calls it. A backward function that
+cannot take the call flashcheck makes of it is refused the same way when it is declared."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LAYOUT_NAMES", "check_plain_signature"]
+__all__ = ["LAYOUT_NAMES", "check_backward_signature", "check_plain_signature"]
 
 
 # Parameter names that mark a function written for another layout than (B, H, N, d) tensors.
@@ -59,3 +60,33 @@ def check_plain_signature(fn: Callable[..., Any], spec: str) -> None:
             f"{spec}{sig} cannot be called as a kernel ({why}): flashcheck calls fn(q, k, v, *, "
             "causal=..., scale=..., ...) with (B, H, N, d) tensors and takes O or (O, LSE) back"
         ) from None
+
+
+def check_backward_signature(backward: Callable[..., Any], opts: frozenset[str]) -> None:
+    """A backward function is called ``backward(q, k, v, do, **options)`` with the options the
+    forward takes (``opts``) that a case sets: one whose signature cannot take that call is a
+    declaration error, said when the kernel is declared rather than as an ERROR per case."""
+    try:
+        sig = inspect.signature(backward)
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return
+    params = sig.parameters.values()
+    name = getattr(backward, "__name__", "backward")
+    try:
+        sig.bind(None, None, None, None)
+    except TypeError as err:
+        raise ValueError(
+            f"backward {name}{sig} cannot be called as backward(q, k, v, do, **options) ({err}): "
+            "give every parameter after do a default"
+        ) from None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    missing = sorted(o for o in opts if o not in sig.parameters)
+    if missing:
+        keys = ", ".join(f"{o}=..." for o in missing)
+        said = " or ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+        raise ValueError(
+            f"backward {name}{sig} takes no {said}, which the forward takes and "
+            f"flashcheck passes to both when a case sets them: add {keys} to the backward "
+            "(with the forward's defaults), or **options"
+        )

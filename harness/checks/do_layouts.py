@@ -46,9 +46,9 @@ _WRONG_ELEMENTS = (
     "it contiguous first"
 )
 _BEYOND = (
-    "a backward that assumes a contiguous dO reads other elements; or its gradients there are "
-    "wrong whatever dO's layout, and differ by their rounding (then the gradient accuracy "
-    "results fail too: a mask or a scale missing in the backward, say)"
+    "a backward that assumes a contiguous dO reads other elements, or its gradients there are "
+    "wrong whatever dO's layout and differ only by their rounding, when the gradient accuracy "
+    "results fail too: a mask or a scale missing in the backward, say"
 )
 LAYOUT_BITS = "the bits depend on dO's layout (measured; not gated): "
 

@@ -369,7 +369,8 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
     tested = []
     for label, other in variants:
         ref2 = oracle(other.q, other.k, other.v, **other.options())
-        tol = bound + kernel_bounds(adapter, other).o.det
+        other_det = kernel_bounds(adapter, other).o.det
+        tol = bound + other_det
         with np.errstate(invalid="ignore"):
             moved = (
                 np.isfinite(ref.o.hi)
@@ -398,14 +399,10 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
                 f"{label} did not change the output where it changes the exact answer (by up "
                 f"to {change:.3g})"
             )
-            # Wrong without the option too: the option may be applied and something else
-            # wrong (a row maximum that never goes below a sentinel, say); blaming the option
-            # would send the author to the wrong place.
+            # Wrong without the option too: the option may be applied and something else wrong
+            # (a row maximum that never goes below a sentinel, say), so do not blame it.
             with np.errstate(invalid="ignore"):
-                off = (
-                    np.abs(o2.astype(np.float64) - ref2.o.hi) > kernel_bounds(adapter, other).o.det
-                )
-            wrong = int((off & moved).sum())
+                wrong = int((moved & (np.abs(o2.astype(np.float64) - ref2.o.hi) > other_det)).sum())
             if wrong:
                 return StructuralResult.failed(
                     f"{said}, and without it the output is wrong there too ({wrong} of those "
