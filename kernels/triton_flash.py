@@ -59,6 +59,7 @@ __all__ = [
     "TANH_SMALL",
     "LaunchConfig",
     "bf16_dot_supported",
+    "check_approx_tanh",
     "check_inputs",
     "check_options",
     "flash_attention",
@@ -67,7 +68,10 @@ __all__ = [
     "launch_config",
     "option_constants",
     "portable_config",
+    "softcap_mode",
+    "tanh_approx",
     "tanh_fp32",
+    "tanh_of",
 ]
 
 ARITHMETIC = "flash"
@@ -115,13 +119,35 @@ def tanh_fp32(x):
 
 
 @triton.jit
+def tanh_approx(x):
+    """tanh by the GPU's ``tanh.approx.f32``: one MUFU operation, relative error up to about
+    ``2^-11`` (PTX ISA; measured over every fp32 argument in benchmarks/RESULTS.md). It is the
+    tanh of FlashAttention's and FlashInfer's soft-cap. NVIDIA GPUs only: the interpreter has no
+    inline assembly (:func:`softcap_mode` falls back to :func:`tanh_fp32` there)."""
+    return tl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def tanh_of(x, SOFTCAP: tl.constexpr):
+    """The soft-cap's tanh: :func:`tanh_approx` for ``SOFTCAP == 2``, :func:`tanh_fp32`
+    otherwise (:func:`softcap_mode`)."""
+    if SOFTCAP == 2:
+        t = tanh_approx(x)
+    else:
+        t = tanh_fp32(x)
+    return t
+
+
+@triton.jit
 def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
     """The scores of the options paths, in exp2 units (the softmax step then runs with
     ``qk_scale = 1``): ``tanh(s·c1)·c2`` with ``c1 = scale/cap``, ``c2 = cap·log2 e`` under a
     soft-cap; ``s·c1`` with ``c1 = scale·log2 e`` with sinks alone (the sink is a logit in the
     same units); ``s`` unchanged otherwise (the default path)."""
     if SOFTCAP:
-        s = tanh_fp32(s * c1) * c2
+        s = tanh_of(s * c1, SOFTCAP) * c2
     elif SINKS:
         s = s * c1
     return s
@@ -513,6 +539,16 @@ _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
     (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
 }
+# The soft-cap with tanh.approx.f32 at d = 128, any N: the short-key entries (several CTAs an
+# SM: two with registers capped at 128 non-causal, 64 x 64 tiles of one warpgroup causal). The
+# tanh's MUFU operation doubles the softmax's load on that unit, which one CTA's products then
+# hide under another's. On an H200 (benchmarks/probe_softcap_configs.py, benchmarks/RESULTS.md)
+# capped / plain went from 1.12-1.18 to 1.05-1.07 non-causal at N = 4K-16K, and from 1.06-1.13
+# to 0.95-1.00 causal.
+_HOPPER_APPROX_CAP: dict[tuple[int, bool], LaunchConfig] = {
+    (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
+}
 # Causal entries through TMA (host-built descriptors, 2026-11-26: 64 × 64 tiles, one warpgroup
 # a CTA, up to _SHORT keys, +9-13 % at N = 1K; 128 × 128 beyond, +5-7 %; benchmarks/RESULTS.md)
 # and what replaces each where the tensors' strides or addresses rule TMA out: the entries they
@@ -550,20 +586,23 @@ def _tma_ok(*tensors: Any) -> bool:
 _HOPPER_PICK: dict[tuple, LaunchConfig] = {}
 
 
-def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
+def launch_config(
+    q: Any, k: Any, v: Any, *, causal: bool, approx_cap: bool = False
+) -> LaunchConfig:
     """The launch configuration :func:`launch` uses for these tensors by default: ``_HOPPER``'s
     entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys; ``_H100``'s where
-    an H100 has one of its own), else
-    :func:`portable_config`. What depends only on the device, head dims, dtype, causality and
-    whether the keys are short is cached, so a call costs a dictionary lookup; the TMA
-    alignment check, which depends on the tensors' addresses, runs per call where needed, and
-    where it fails ``_WITHOUT_TMA``'s entry (or the same tiles through pointers) is used."""
+    an H100 has one of its own; ``_HOPPER_APPROX_CAP``'s for a soft-cap with the approximate
+    tanh, ``approx_cap``), else :func:`portable_config`. What depends only on the device, head
+    dims, dtype, causality and whether the keys are short is cached, so a call costs a
+    dictionary lookup; the TMA alignment check, which depends on the tensors' addresses, runs
+    per call where needed, and where it fails ``_WITHOUT_TMA``'s entry (or the same tiles
+    through pointers) is used."""
     d, dv = q.shape[3], v.shape[3]
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return portable_config(d, dv, q.element_size())
     short = k.shape[2] <= _SHORT
     bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
-    key = (q.device.index, d, dv, q.element_size(), bool(causal), short)
+    key = (q.device.index, d, dv, q.element_size(), bool(causal), short, approx_cap)
     hop = _HOPPER_PICK.get(key)
     if hop is None:
         import torch
@@ -575,6 +614,8 @@ def launch_config(q: Any, k: Any, v: Any, *, causal: bool) -> LaunchConfig:
             hop = table[(bucket, bool(causal))]
             if "H100" in torch.cuda.get_device_name(q.device):
                 hop = _H100.get((bucket, bool(causal), short), hop)
+            if approx_cap:
+                hop = _HOPPER_APPROX_CAP.get((bucket, bool(causal)), hop)
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
@@ -611,10 +652,22 @@ def option_constants(scale: float, softcap: float | None, sinks: Any) -> tuple[f
     return scale * _LOG2E, 1.0, 1.0
 
 
-def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=None, sinks=None):
+def softcap_mode(softcap: float | None, approx_tanh: bool) -> int:
+    """The kernels' ``SOFTCAP`` switch: 0 no cap, 1 the cap with :func:`tanh_fp32`, 2 with
+    :func:`tanh_approx` (asked for and on a GPU: under the interpreter, 1)."""
+    if not softcap:
+        return 0
+    return 2 if approx_tanh and not _interpreting() else 1
+
+
+def launch(
+    q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=None, sinks=None,
+    approx_tanh=False,
+):  # fmt: skip
     """Launch the forward on tensors :func:`flash_attention` has already checked (``window``
     normalised to ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` a
-    float or ``None``, ``sinks`` a float32 ``(Hq,)`` tensor on the device or ``None``);
+    float or ``None``, ``sinks`` a float32 ``(Hq,)`` tensor on the device or ``None``,
+    ``approx_tanh`` a bool);
     ``config`` overrides the launch configuration (tuning and probe scripts). Returns
     ``(O, LSE)``."""
     import torch
@@ -623,7 +676,8 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=N
     _, hk, nk, dv = v.shape
     o = torch.empty((bsz, hq, nq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((bsz, hq, nq), dtype=torch.float32, device=q.device)
-    cfg = launch_config(q, k, v, causal=causal) if config is None else config
+    mode = softcap_mode(softcap, approx_tanh)
+    cfg = launch_config(q, k, v, causal=causal, approx_cap=mode == 2) if config is None else config
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv), cfg.dv_floor)
     if cfg.block_m >= 128:
@@ -657,7 +711,7 @@ def launch(q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=N
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
-        SOFTCAP=bool(softcap), SINKS=sinks is not None,
+        SOFTCAP=mode, SINKS=sinks is not None,
         num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
@@ -762,6 +816,15 @@ def check_options(q: Any, softcap: Any, sinks: Any) -> tuple[float | None, Any]:
     return cap, sinks
 
 
+def check_approx_tanh(approx_tanh: Any) -> None:
+    """``approx_tanh`` must be a bool (it only matters with a soft-cap)."""
+    if not isinstance(approx_tanh, bool):
+        raise ValueError(
+            f"approx_tanh must be True (the GPU's tanh.approx.f32 for the soft-cap) or False "
+            f"(an fp32 tanh within 2 ulp, the default), got {approx_tanh!r}"
+        )
+
+
 def flash_attention(
     q: Any,
     k: Any,
@@ -773,6 +836,7 @@ def flash_attention(
     allow_tf32: bool = False,
     softcap: float | None = None,
     sinks: Any = None,
+    approx_tanh: bool = False,
 ) -> tuple[Any, Any]:
     """FlashAttention-2 forward: ``O = softmax(scale·QKᵀ + mask)·V`` and ``LSE`` (natural log).
 
@@ -781,14 +845,18 @@ def flash_attention(
     bfloat16 and float32, any strides; ``Hq`` a multiple of ``Hk``; ``d, dv ≤ 256``. ``scale``
     defaults to ``1/sqrt(d)``. ``window=(left, right)``: ``None``/``-1`` for unbounded.
     ``softcap=c``: every score ``s = scale·q·k`` becomes ``c·tanh(s/c)`` before masking (tanh
-    by :func:`tanh_fp32`). ``sinks``: one float32 logit ``σ_h`` per query head, a softmax
+    by :func:`tanh_fp32`, within 2 fp32 ulp; with ``approx_tanh=True`` by the GPU's
+    ``tanh.approx.f32``, FlashAttention's choice: faster, relative error up to about ``2^-11``,
+    so the scores near the cap are off by up to ``c·2^-11``; the interpreter keeps
+    :func:`tanh_fp32`). ``sinks``: one float32 logit ``σ_h`` per query head, a softmax
     column without a value row (``LSE_i = log(e^σ_h + Σ_j e^s_ij)``; a row that keeps no key
     has ``O = 0``, ``LSE = σ_h``). Both are compile-time branches: without them the kernel is
     the one it was. Returns ``O`` in the input dtype and ``LSE`` in float32.
     """
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
     cap, sinks = check_options(q, softcap, sinks)
+    check_approx_tanh(approx_tanh)
     return launch(
         q, k, v, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32, softcap=cap,
-        sinks=sinks,
+        sinks=sinks, approx_tanh=approx_tanh,
     )  # fmt: skip

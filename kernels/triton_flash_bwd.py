@@ -73,11 +73,13 @@ import triton
 import triton.language as tl
 
 from flashcheck.kernels.triton_flash import (
+    check_approx_tanh,
     check_inputs,
     check_options,
     launch,
     option_constants,
-    tanh_fp32,
+    softcap_mode,
+    tanh_of,
 )
 
 __all__ = [
@@ -164,7 +166,7 @@ def _dkdv_rows(
         if SOFTCAP:
             # The forward's capped logit tanh(s·c1)·c2 (exp2 units), and the slope 1 − tanh²
             # that dS passes through to the raw score.
-            th = tanh_fp32(st * c1)
+            th = tanh_of(st * c1, SOFTCAP)
             x = th * c2 - lse2[None, :]
         else:
             x = st * qk_scale - lse2[None, :]
@@ -350,7 +352,7 @@ def _dq_keys(
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if SOFTCAP:  # as in _dkdv_rows
-            th = tanh_fp32(s * c1)
+            th = tanh_of(s * c1, SOFTCAP)
             x = th * c2 - lse2[:, None]
         else:
             x = s * qk_scale - lse2[:, None]
@@ -534,7 +536,7 @@ def _scaled_dq(acc: torch.Tensor, sm_scale: float, dtype: torch.dtype) -> torch.
 
 def launch_backward(
     q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None, softcap=None,
-    sinks=None, deterministic=True,
+    sinks=None, deterministic=True, approx_tanh=False,
 ):  # fmt: skip
     """Launch the backward on tensors :func:`flash_attention_backward` has already checked
     (``window`` as ``(left, right)`` with -1 for unbounded, ``scale`` a float, ``softcap`` and
@@ -572,7 +574,7 @@ def launch_backward(
     opts = {"CAUSAL": bool(causal), "WINDOW": window is not None, "BLOCK_M": cfg.block_m,
             "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
             "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
-            "num_stages": cfg.stages, "SOFTCAP": bool(softcap)}  # fmt: skip
+            "num_stages": cfg.stages, "SOFTCAP": softcap_mode(softcap, approx_tanh)}  # fmt: skip
     dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
     terms = torch.empty_like(delta) if sinks is not None else delta
     _bwd_preprocess[(triton.cdiv(nq, dq_m), bsz * hq)](
@@ -617,6 +619,7 @@ def flash_attention_backward(
     softcap: float | None = None,
     sinks: Any = None,
     deterministic: bool = True,
+    approx_tanh: bool = False,
 ) -> tuple[Any, ...]:
     """FlashAttention-2 backward of ``O = softmax(scale·QKᵀ + mask)·V`` for the upstream ``dO``.
 
@@ -632,7 +635,8 @@ def flash_attention_backward(
     keep no key get ``dQ = 0`` and add nothing to ``dK``, ``dV``.
 
     ``softcap`` and ``sinks`` as for the forward (and the same as given to it): with a cap,
-    ``dS`` is multiplied by the slope ``1 − tanh²(s/c)`` (tanh recomputed); with sinks, the
+    ``dS`` is multiplied by the slope ``1 − tanh²(s/c)`` (tanh recomputed, by the forward's
+    tanh: pass the forward's ``approx_tanh``); with sinks, the
     result gains ``dσ_h = −Σ_{b,i} exp(σ_h − LSE_i)·D_i`` (float32, ``(Hq,)``) after dV.
 
     ``deterministic=True`` (the default): a second kernel recomputes S and dP per row block and
@@ -652,6 +656,7 @@ def flash_attention_backward(
         )
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
     cap, sinks = check_options(q, softcap, sinks)
+    check_approx_tanh(approx_tanh)
     bsz, hq, nq, _ = q.shape
     dv = v.shape[3]
     for name, x in (("o", o), ("do", do)):
@@ -676,7 +681,7 @@ def flash_attention_backward(
         raise ValueError("o, lse and do must be on the device of q, k, v")
     return launch_backward(
         q, k, v, o, lse, do, causal=causal, window=window, scale=sc, allow_tf32=allow_tf32,
-        softcap=cap, sinks=sinks, deterministic=deterministic,
+        softcap=cap, sinks=sinks, deterministic=deterministic, approx_tanh=approx_tanh,
     )  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """Soft-capping and attention sinks in the Triton forward and backward, under TRITON_INTERPRET=1
 (tox sets it), fp16 and fp32, or on a CUDA GPU: the tanh's accuracy, the checks of the oracle and
 the flash-class bounds (dσ included), rows that keep no key, the sink gradient through autograd,
-and the mask-free and prefetching paths changing no bit with the options on."""
+and the mask-free and prefetching paths changing no bit with the options on; on a GPU, the
+soft-cap with the approximate tanh (approx_tanh=True) within the bounds its declaration sets."""
 
 import os
 
@@ -138,3 +139,52 @@ def test_bad_options_raise_value_errors_that_say_what_to_pass():
         flash_attention(q, k, v, sinks=torch.zeros(3, device=DEV))
     with pytest.raises(ValueError, match="float32"):
         flash_attention(q, k, v, sinks=torch.zeros(4, dtype=torch.float64, device=DEV))
+
+
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="tanh.approx.f32 is an NVIDIA GPU instruction: under the interpreter approx_tanh=True "
+    "keeps the accurate tanh",
+)
+
+
+@needs_gpu
+@pytest.mark.parametrize("fmt", ["fp16", "fp32"])
+@pytest.mark.parametrize("which", ["softcap", "both"])
+def test_the_approximate_tanh_passes_the_oracle_within_its_bounds(fmt, which):
+    q, k, v = _inputs(DTYPES[fmt], seed=21 + len(which), nq=24, nk=33)
+    opts = {"causal": True, "save": "never", **_opts(OPTIONS[which])}
+    res = flashcheck.check("triton-approx-tanh", q, k, v, **opts)
+    assert res.passed, res.verdict.reasons
+    grads = flashcheck.check_gradients("triton-approx-tanh", q, k, v, **opts)
+    assert grads.passed, grads.reasons
+
+
+@needs_gpu
+def test_the_approximate_tanh_is_the_gpu_instruction_and_fails_declared_accurate():
+    # One nonzero product per score (its error one rounding) and 8 keys (the sums' few): every
+    # tanh argument s/c lies in [0.589, 0.591], at the instruction's largest measured error
+    # (2^-16.46 at 0.5899). The capped logits, ~10.6, then share an error of ~1e-4 nats, which
+    # moves LSE about 5x beyond the accurate tanh's fp32 bound (an emulated relative error of
+    # 2e-6 already fails it). On the campaign's random cases both declarations pass: the dot
+    # products' and sums' terms of the bound dwarf the tanh's there.
+    cap, n, d = 20.0, 8, 4
+    q = torch.zeros(1, 1, n, d, device=DEV)
+    k = torch.zeros(1, 1, n, d, device=DEV)
+    q[..., 0] = 1.0
+    k[..., 0] = torch.linspace(0.589, 0.591, n, device=DEV) * cap * d**0.5
+    v = torch.randn(1, 1, n, d, generator=torch.Generator().manual_seed(3)).to(DEV)
+    lse1 = flash_attention(q, k, v, softcap=cap)[1]
+    lse2 = flash_attention(q, k, v, softcap=cap, approx_tanh=True)[1]
+    assert not torch.equal(lse1, lse2)
+
+    def approx(q, k, v, *, causal=False, scale=None, softcap=None):
+        opts = {"causal": causal, "scale": scale, "softcap": softcap}
+        return flash_attention(q, k, v, approx_tanh=True, **opts)
+
+    kern = flashcheck.kernel(approx, name="approx declared accurate", arithmetic="flash")
+    res = flashcheck.check(kern, q, k, v, softcap=cap, save="never")
+    assert not res.passed
+    assert any('tanh="approx"' in r for r in res.verdict.reasons), res.verdict.reasons
+    declared = flashcheck.kernel(approx, name="approx", arithmetic="flash", tanh="approx")
+    assert flashcheck.check(declared, q, k, v, softcap=cap, save="never").passed

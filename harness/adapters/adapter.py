@@ -104,6 +104,8 @@ class Kernel:
     ``backward_score_limit``: the largest ``scale·Σ|q||k|`` the backward is specified for (a
     FlashAttention-2 backward recomputes P from fp32 scores and LSE, each rounded by about
     ``2^-24·|s|``: at huge logits P itself overflows).
+    ``tanh``: the soft-cap's tanh, ``"accurate"`` (within 2 fp32 ulp) or ``"approx"`` (the GPU's
+    ``tanh.approx.f32``): it sets the tanh's term in the bounds of soft-capped cases.
     ``compile_keys``: the dimensions (Recipe field names, ``compilekeys.COMPILE_DIMS``) whose
     every new value costs a compile; generators draw them from a palette
     (:mod:`~flashcheck.harness.adapters.palette`). ``compile_seconds``: one compile (0: unknown).
@@ -139,6 +141,7 @@ class Kernel:
     backward_arithmetic: str = "unknown"
     backward_score_limit: float | None = None
     nan_inputs: str = "propagate"
+    tanh: str = "accurate"
     compile_keys: tuple[str, ...] = ()
     compile_seconds: float = 0.0
     unsupported: tuple[tuple[str, str], ...] = ()

@@ -117,6 +117,13 @@ def _detached(sinks):
     return None if sinks is None else sinks.detach()
 
 
+def _triton_approx(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
+    from ...kernels.triton_flash import flash_attention
+
+    opts = {"causal": causal, "window": window, "scale": scale, "approx_tanh": True}
+    return flash_attention(q, k, v, softcap=softcap, sinks=_detached(sinks), **opts)
+
+
 def _triton_tf32(q, k, v, *, causal, window, scale, mask=None, softcap=None, sinks=None):
     from ...kernels.triton_flash import flash_attention
 
@@ -126,7 +133,7 @@ def _triton_tf32(q, k, v, *, causal, window, scale, mask=None, softcap=None, sin
 
 def _triton_backward(
     q, k, v, do, *, causal, window, scale, mask=None, allow_tf32=False, softcap=None, sinks=None,
-    deterministic=True,
+    deterministic=True, approx_tanh=False,
 ):  # fmt: skip
     """The Triton FA2 backward, after the Triton forward (for O and LSE); ``(dQ, dK, dV)``, and
     ``dσ`` after them with sinks. Two-kernel (bitwise reproducible) unless ``deterministic`` is
@@ -135,7 +142,7 @@ def _triton_backward(
     from ...kernels.triton_flash_bwd import flash_attention_backward
 
     opts = {"causal": causal, "window": window, "scale": scale, "allow_tf32": allow_tf32}
-    opts.update(softcap=softcap, sinks=_detached(sinks))
+    opts.update(softcap=softcap, sinks=_detached(sinks), approx_tanh=approx_tanh)
     o, lse = flash_attention(q, k, v, **opts)
     return flash_attention_backward(q, k, v, o, lse, do, deterministic=deterministic, **opts)
 
@@ -145,6 +152,13 @@ def _triton_atomic_backward(
 ):
     opts = {"causal": causal, "window": window, "scale": scale, "softcap": softcap}
     return _triton_backward(q, k, v, do, sinks=sinks, deterministic=False, **opts)
+
+
+def _triton_approx_backward(
+    q, k, v, do, *, causal, window, scale, mask=None, softcap=None, sinks=None
+):
+    opts = {"causal": causal, "window": window, "scale": scale, "softcap": softcap}
+    return _triton_backward(q, k, v, do, sinks=sinks, approx_tanh=True, **opts)
 
 
 def _triton_tf32_backward(
@@ -275,6 +289,25 @@ def _triton_kernels() -> dict[str, Kernel]:
             backward_score_limit=BWD_FLASH_SCORES,
             deterministic=True,
             batch_invariant=True,
+        ),
+        # triton with the soft-cap's tanh by the GPU's tanh.approx.f32 (FlashAttention's
+        # choice); its bounds take that tanh's error. GPU only: the interpreter keeps the
+        # accurate tanh, so there it would only repeat "triton".
+        "triton-approx-tanh": Kernel(
+            "triton-approx-tanh",
+            _triton_approx,
+            "flash",
+            api="torch",
+            devices=("cuda",),
+            masks=frozenset({"causal", "window"}),
+            options=frozenset({"causal", "window", "scale", "softcap", "sinks"}),
+            check_available=triton_available,
+            backward=_triton_approx_backward,
+            backward_arithmetic="flash",
+            backward_score_limit=BWD_FLASH_SCORES,
+            deterministic=True,
+            batch_invariant=True,
+            tanh="approx",
         ),
         # triton's forward; its gradients are the fused backward's, whose dQ sums by atomic
         # adds in a run-dependent order on a GPU: neither bitwise property is promised.

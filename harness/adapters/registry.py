@@ -22,6 +22,7 @@ from typing import Any
 from ..cases.case import FP8_DTYPES
 from ..core.layouts import LAYOUTS
 from ..judging.bounds import ARITHMETIC_CLASSES
+from ..judging.roundoff import tanh_error
 from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
 from .builtin import project_kernels
 from .compilekeys import COMPILE_DIMS
@@ -59,7 +60,7 @@ SUITE_KERNELS = (
 # Built-in kernels a campaign runs only when named: triton-atomic is triton's forward with the
 # fused backward (checked against the oracle by the tests); in every default campaign it would
 # repeat triton's forward work, and its gradients vary run to run on a GPU.
-NAMED_ONLY = frozenset({"triton-atomic"})
+NAMED_ONLY = frozenset({"triton-atomic", "triton-approx-tanh"})
 
 
 def builtin_kernels() -> dict[str, Kernel]:
@@ -135,6 +136,7 @@ def kernel(
     backward_arithmetic: str = "unknown",
     backward_score_limit: float | None = None,
     nan_inputs: str = "propagate",
+    tanh: str = "accurate",
     compile_keys: Iterable[str] | None = None,
     layout: str = "dense",
     op: str = "attention",
@@ -180,6 +182,12 @@ def kernel(
             ``"any"`` (finite outputs there are accepted as a convention, e.g.
             ``nan_to_num`` on the probabilities); finite inputs must give finite outputs
             either way.
+        tanh: how a soft-capped kernel computes tanh: ``"accurate"`` (within 2 ulp of fp32,
+            as CUDA's ``tanhf`` and CPU libraries) or ``"approx"`` (the GPU's
+            ``tanh.approx.f32``, as FlashAttention's and FlashInfer's soft-cap: relative error
+            up to ``2^-16``, measured over every fp32 argument on an H200). It sets the tanh's
+            term in the bounds; a kernel with the approximate tanh declared ``"accurate"``
+            fails at large caps.
         compile_keys: the dimensions among ``dtype``, ``nq``, ``nk``, ``d``, ``dv``,
             ``causal`` whose every new value costs the kernel a compile (autotuning, constexpr
             shapes): then every generator draws them from a small palette. ``()`` declares
@@ -222,6 +230,7 @@ def kernel(
         raise ValueError(
             f"backward_arithmetic must be one of {ARITHMETIC_CLASSES}, got {backward_arithmetic!r}"
         )
+    tanh_error(tanh)  # raises, saying what to pass
     if nan_inputs not in NAN_POLICIES:
         raise ValueError(
             f"nan_inputs must be one of {NAN_POLICIES} ('any' accepts finite outputs where a "
@@ -292,6 +301,7 @@ def kernel(
         backward_arithmetic=backward_arithmetic,
         backward_score_limit=backward_score_limit,
         nan_inputs=nan_inputs,
+        tanh=tanh,
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         layout=layout,
         op=op,

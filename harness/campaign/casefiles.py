@@ -22,7 +22,7 @@ from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
 from ..cases.store import save_case
-from ..checks.accuracy import check_case, check_gradients_case
+from ..checks.accuracy import campaign_gradient_bounds, check_case, check_gradients_case
 from ..core.status import Status
 from .executor import Executor, GradientReference
 from .grouping import affinity
@@ -210,7 +210,7 @@ class CaseFiles:
         adapter = self.kernels[spec]
         # The bounds the recorded verdict used (the runner's gradient part), so the replay
         # agrees.
-        bounds = gref.every.parts.get(adapter.backward_arithmetic, gref.every)
+        bounds = campaign_gradient_bounds(adapter, case, gref.every)
         res = check_gradients_case(
             adapter, case, device=dev, grads=grads, ref=gref.ref, naive=gref.naive, bounds=bounds
         )

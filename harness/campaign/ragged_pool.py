@@ -80,11 +80,13 @@ class RaggedReferences:
             return
         refs = CaseReferences()
         fwd = {"arithmetic": adapter.arithmetic, "key_block": adapter.key_block}
+        fwd["tanh"] = adapter.tanh
         for b in range(case.sequences):
             if case.lengths(b)[0]:
                 refs.forward[b] = self._task(forward_reference, case.sequence(b), fwd)
         if adapter.backward is not None and varlen_backward_supports(adapter, case) is None:
             bwd = {"arithmetic": adapter.backward_arithmetic, "key_block": adapter.key_block}
+            bwd["tanh"] = adapter.tanh
             for b, seq in gradient_sequences(case).items():
                 refs.gradients[b] = self._task(gradient_reference, seq, bwd)
         self.tasks += len(refs.forward) + len(refs.gradients)

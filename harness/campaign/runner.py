@@ -40,7 +40,7 @@ from ..adapters.palette import compile_key
 from ..adapters.worker import KernelRef
 from ..cases.case import Case
 from ..cases.families import Recipe, make_case
-from ..checks.accuracy import check_case
+from ..checks.accuracy import campaign_gradient_bounds, check_case
 from ..core.progress import Progress
 from ..core.resultlog import ResultLog
 from ..core.status import Status
@@ -275,8 +275,8 @@ class Campaign(Scheduler):
     def _collect_group(self, item: Item, group: Group) -> None:
         ref: Reference = group.reference.result()
         # Every class's bounds, computed once per case, serve the kernels of that class.
-        bounds_cache: dict = {("unknown", None): ref.every}
-        bounds_cache.update({(cls, None): b for cls, b in ref.every.parts.items()})
+        bounds_cache: dict = {("unknown", None, "accurate"): ref.every}
+        bounds_cache.update({(cls, None, "accurate"): b for cls, b in ref.every.parts.items()})
         for spec, job in group.runs.items():
             common = {
                 **self._common(item, spec, group.case, group.recipe),
@@ -310,8 +310,7 @@ class Campaign(Scheduler):
             grads = job_outcome(job)
             rec = unjudged_record(GradientResult, common, grads)
             if rec is None:
-                cls = self.kernels[spec].backward_arithmetic
-                bounds = ref.every.parts.get(cls, ref.every)  # (unknown: the loosest of all)
+                bounds = campaign_gradient_bounds(self.kernels[spec], group.case, ref.every)
                 named = {"dq": grads.dq, "dk": grads.dk, "dv": grads.dv}
                 if grads.dsinks is not None:
                     named["dsinks"] = grads.dsinks

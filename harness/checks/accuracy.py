@@ -29,7 +29,7 @@ from ..cases.store import save_case
 from ..core.semantics import as_exact_array
 from ..core.status import Status
 from ..judging.bounds import Bounds, problem_bounds
-from ..judging.diagnosis import explain
+from ..judging.diagnosis import CONSISTENT, explain
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.verdict import baseline_error, gradient_errors, judge, judge_gradients
 from ..oracle.evaluate import OracleResult, problem_oracle
@@ -37,7 +37,9 @@ from .check_results import CheckResult, GradientCheckResult
 from .text import format_check, format_gradient_check
 
 __all__ = [
+    "bounds_key",
     "call",
+    "campaign_gradient_bounds",
     "case_oracle",
     "check",
     "check_case",
@@ -52,6 +54,14 @@ __all__ = [
     "naive_gradient_reference",
     "naive_reference",
 ]
+
+
+# A soft-capped forward beyond the accurate tanh's bounds but within the approximate one's.
+APPROX_TANH = (
+    f"{CONSISTENT}an approximate tanh in the soft-cap (the GPU's tanh.approx.f32, as "
+    'FlashAttention\'s): its errors fit those bounds; declare tanh="approx" in flashcheck.kernel '
+    "if the kernel uses it"
+)
 
 
 @cache
@@ -104,8 +114,28 @@ def kernel_bounds(adapter: Kernel, case: Case, **kw: Any) -> Bounds:
     ``unknown``: the loosest of every known class); ``kw`` as for
     :func:`~flashcheck.harness.judging.bounds.problem_bounds`."""
     return problem_bounds(
-        case.problem, arithmetic=adapter.arithmetic, key_block=adapter.key_block, **kw
+        case.problem,
+        arithmetic=adapter.arithmetic,
+        key_block=adapter.key_block,
+        tanh=adapter.tanh,
+        **kw,
     )
+
+
+def bounds_key(adapter: Kernel, case: Case) -> tuple:
+    """What the forward bounds of ``adapter`` on ``case`` depend on besides the case: the class,
+    the key block and, on a soft-capped case, the kernel's tanh (``bounds_cache``'s key; a
+    campaign fills the keys of the accurate tanh from every class's bounds)."""
+    return (adapter.arithmetic, adapter.key_block, adapter.tanh if case.softcap else "accurate")
+
+
+def campaign_gradient_bounds(adapter: Kernel, case: Case, every: GradientBounds) -> GradientBounds:
+    """The gradient bounds of ``adapter``'s backward class on ``case`` out of ``every`` (class
+    ``unknown``, whose parts are every class's bounds with the accurate tanh); computed anew for
+    a kernel whose approximate tanh changes them (a soft-capped case)."""
+    if adapter.tanh != "accurate" and case.softcap:
+        return kernel_gradient_bounds(adapter, case)
+    return every.parts.get(adapter.backward_arithmetic, every)
 
 
 def kernel_gradient_bounds(adapter: Kernel, case: Case) -> GradientBounds:
@@ -115,6 +145,7 @@ def kernel_gradient_bounds(adapter: Kernel, case: Case) -> GradientBounds:
         case.grad_output(),
         arithmetic=adapter.backward_arithmetic,
         key_block=adapter.key_block,
+        tanh=adapter.tanh,
     )
 
 
@@ -137,7 +168,7 @@ def check_case(
     """
     out = adapter.run(case, device) if output is None else output
     ref = case_oracle(case) if ref is None else ref
-    key = (adapter.arithmetic, adapter.key_block)
+    key = bounds_key(adapter, case)
     if bounds_cache is not None and key in bounds_cache:
         bounds = bounds_cache[key]
     else:
@@ -149,6 +180,11 @@ def check_case(
     if verdict.verdict == Status.FAIL_HARD and bounds is not None:
         lse = None if out.lse is None else (out.lse, ref.lse.hi, bounds.lse.det)
         explain(verdict, case.problem, out.o, ref.o.hi, bounds.o.det, lse=lse)
+        if case.softcap and adapter.tanh == "accurate":
+            alt = kernel_bounds(replace(adapter, tanh="approx"), case)
+            fits = judge(out.o, out.lse, ref, alt, naive_ulp=n_ulp, naive_lse_err=n_lse)
+            if fits.verdict != Status.FAIL_HARD:
+                verdict.diagnosis.append(APPROX_TANH)
     return CheckResult(adapter.name, device, case, out, ref, bounds, verdict)
 
 

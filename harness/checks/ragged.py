@@ -36,7 +36,7 @@ from ..judging.tensor_verdict import Verdict
 from ..judging.verdict import judge
 from ..oracle.combine import CombineResult, combine_oracle
 from . import accuracy
-from .accuracy import check_case
+from .accuracy import bounds_key, check_case
 from .check_results import CheckResult, Replayable
 from .ragged_references import SequenceReference, forward_reference
 from .text import format_check
@@ -190,12 +190,14 @@ def check_ragged_case(
             continue
         seq = case.sequence(b)
         if references is None:
-            pre = forward_reference(seq, arithmetic=adapter.arithmetic, key_block=adapter.key_block)
+            pre = forward_reference(
+                seq, arithmetic=adapter.arithmetic, key_block=adapter.key_block, tanh=adapter.tanh
+            )
         else:
             pre = references(b)
         # A sequence with no keys has no bounds (its reference says None): its rows must be
         # exactly O = 0, LSE = −inf, which the judge demands of such rows by itself.
-        bounds = {(adapter.arithmetic, adapter.key_block): pre.bounds}
+        bounds = {bounds_key(adapter, seq): pre.bounds}
         got = _sequence_output(case, out, b)
         res.sequences.append(
             check_case(

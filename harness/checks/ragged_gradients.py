@@ -214,7 +214,10 @@ def check_varlen_gradients(
         rows, keys = case.batch.query_rows(b), case.batch.key_rows(b)
         if references is None:
             pre = gradient_reference(
-                seqs[b], arithmetic=adapter.backward_arithmetic, key_block=adapter.key_block
+                seqs[b],
+                arithmetic=adapter.backward_arithmetic,
+                key_block=adapter.key_block,
+                tanh=adapter.tanh,
             )
         else:
             pre = references(b)

@@ -58,11 +58,14 @@ class GradientSequenceReference:
     seconds: float
 
 
-def forward_reference(seq: Case, *, arithmetic: str, key_block: int | None) -> SequenceReference:
+def forward_reference(
+    seq: Case, *, arithmetic: str, key_block: int | None, tanh: str = "accurate"
+) -> SequenceReference:
     """The oracle, the naive baseline and the bounds of class ``arithmetic`` (blocks of
     ``key_block`` keys) of the dense sequence ``seq``. A sequence with no keys gets the oracle
     only: its exact result (``O = 0``, ``LSE = −inf``) is demanded as such, and the bounds'
-    reductions over the keys would be empty."""
+    reductions over the keys would be empty. ``tanh``: the kernel's soft-cap tanh
+    (:func:`~flashcheck.harness.judging.bounds.error_bounds`)."""
     if not isinstance(seq, Case):
         raise TypeError(f"seq must be a dense Case (RaggedCase.sequence(b)), got {type(seq)}")
     t0 = time.perf_counter()
@@ -70,12 +73,12 @@ def forward_reference(seq: Case, *, arithmetic: str, key_block: int | None) -> S
     if seq.k.shape[2] == 0:
         return SequenceReference(ref, (None, None), None, time.perf_counter() - t0)
     naive = naive_reference(seq, ref)
-    bounds = problem_bounds(seq.problem, arithmetic=arithmetic, key_block=key_block)
+    bounds = problem_bounds(seq.problem, arithmetic=arithmetic, key_block=key_block, tanh=tanh)
     return SequenceReference(ref, naive, bounds, time.perf_counter() - t0)
 
 
 def gradient_reference(
-    seq: Case, *, arithmetic: str, key_block: int | None
+    seq: Case, *, arithmetic: str, key_block: int | None, tanh: str = "accurate"
 ) -> GradientSequenceReference:
     """The oracle's gradients for ``seq`` and its ``dO`` (:meth:`Case.grad_output`), the naive
     backward's errors and the gradient bounds of the backward class ``arithmetic``."""
@@ -85,6 +88,6 @@ def gradient_reference(
     ref = gradient_oracle(seq)
     naive = naive_gradient_reference(seq, ref)
     bounds = problem_gradient_bounds(
-        seq.problem, seq.grad_output(), arithmetic=arithmetic, key_block=key_block
+        seq.problem, seq.grad_output(), arithmetic=arithmetic, key_block=key_block, tanh=tanh
     )
     return GradientSequenceReference(ref, naive, bounds, time.perf_counter() - t0)

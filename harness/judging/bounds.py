@@ -67,6 +67,7 @@ from .roundoff import (
     finite,
     gamma,
     records,
+    tanh_error,
     weight_growth,
 )
 
@@ -105,6 +106,7 @@ def error_bounds(
     descale_k: Any = None,
     descale_v: Any = None,
     out_fmt: Any = None,
+    tanh: str = "accurate",
 ) -> Bounds:
     """Deterministic and probabilistic bounds on ``|Ô − O|`` and ``|LSÊ − LSE|``: a :class:`Bounds`.
 
@@ -124,6 +126,8 @@ def error_bounds(
             of the same arithmetic, which share those roundings).
         descale_q, descale_k, descale_v: FP8 inputs' descales (as the oracle takes them);
             ``out_fmt`` the format an FP8 kernel stores O in (default bf16).
+        tanh: the soft-cap's tanh: ``"accurate"`` (within 2 fp32 ulp) or ``"approx"`` (the GPU's
+            ``tanh.approx.f32``, relative error up to ``2^-16`` as measured on an H200).
     """
     problem = make_problem(
         q,
@@ -147,6 +151,7 @@ def error_bounds(
         lam=lam,
         fp32_only=fp32_only,
         out_fmt=out_fmt,
+        tanh=tanh,
     )
 
 
@@ -159,6 +164,7 @@ def problem_bounds(
     lam: float = LAMBDA,
     fp32_only: bool = False,
     out_fmt: Any = None,
+    tanh: str = "accurate",
 ) -> Bounds:
     """:func:`error_bounds` of a validated problem (a case's ``problem``): the same arrays,
     without converting the inputs again. ``out_fmt``: the output format of an FP8 problem's
@@ -171,8 +177,9 @@ def problem_bounds(
         raise ValueError(f"key_block must be a positive int or None, got {key_block!r}")
     fmt = problem.fmt if problem.fp8 is None else problem.fp8.fmt  # names the classes
     store = fmt if problem.fp8 is None else (BF16 if out_fmt is None else format_of(out_fmt))
+    rho = tanh_error(tanh)
     if arithmetic == "unknown":
-        opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only, "out_fmt": out_fmt}
+        opts = {"rows": rows, "lam": lam, "fp32_only": fp32_only, "out_fmt": out_fmt, "tanh": tanh}
         parts = {
             c: problem_bounds(problem, arithmetic=c, **opts) for c in applicable_classes(fmt.name)
         }
@@ -203,7 +210,7 @@ def problem_bounds(
             opts = None
             if problem.has_options:
                 sink = None if problem.sinks is None else float(problem.sinks[h])
-                opts = (problem.softcap, sink)
+                opts = (problem.softcap, sink, rho)
                 if sink is not None:
                     kk, vv, keep = with_sink(kk, vv, keep)
             step = max(1, _CHUNK // max(1, nk * dv))
@@ -231,7 +238,8 @@ def problem_bounds(
 def _rows(q, k, v, keep, tau, fmts, arith: str, key_block, lam, fp32_only=False, opts=None):
     """Bounds for a chunk of rows of one (batch, head), all float64 (over 80 lines: the terms of
     docs/error-bounds.md in order, each reusing the arrays before it). ``opts``: ``(softcap,
-    sink)`` of :mod:`.option_terms` (with a sink, ``k``, ``v``, ``keep`` hold its slot first).
+    sink, tanh's relative error)`` of :mod:`.option_terms` (with a sink, ``k``, ``v``, ``keep``
+    hold its slot first).
     ``fmts``: the input format and the output's; the FP8 classes round P to e4m3 (e5m2)."""
     fmt, store = fmts
     fp8 = arith.startswith("flash-fp8")
@@ -249,7 +257,9 @@ def _rows(q, k, v, keep, tau, fmts, arith: str, key_block, lam, fp32_only=False,
     a = abs(tau) * (np.abs(q) @ np.abs(k).T)
     extra = 0.0
     if opts is not None:
-        s, a, extra = cap_scores(s, a, cap=opts[0], sink=opts[1], u_store=up if naive else 0.0)
+        s, a, extra = cap_scores(
+            s, a, cap=opts[0], sink=opts[1], u_store=up if naive else 0.0, rho=opts[2]
+        )
     s = np.where(keep, s, -np.inf)
     m = np.where(has, s.max(axis=1, initial=-np.inf), 0.0)
     with np.errstate(invalid="ignore", over="ignore"):

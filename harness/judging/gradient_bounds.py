@@ -56,7 +56,7 @@ from .bounds import problem_bounds
 from .classes import applicable_classes, floor_classes
 from .gradient_terms import Context, Sums, chunk_bounds, finish_sums
 from .option_terms import SinkTerms, sink_keep, with_sink
-from .roundoff import LAMBDA, SAFETY, TensorBounds, finite
+from .roundoff import LAMBDA, SAFETY, TensorBounds, finite, tanh_error
 
 __all__ = [
     "GRADIENTS",
@@ -121,6 +121,7 @@ def gradient_bounds(
     lam: float = LAMBDA,
     softcap: float | None = None,
     sinks: Any = None,
+    tanh: str = "accurate",
 ) -> GradientBounds:
     """Deterministic and probabilistic bounds on ``|dQ̂ − dQ|``, ``|dK̂ − dK|``, ``|dV̂ − dV|``
     (and ``|dσ̂ − dσ|`` with sinks).
@@ -134,6 +135,7 @@ def gradient_bounds(
         key_block, query_block: the backward's block sizes, which set the depth of its fp32
             sums (dQ sums over keys, dK and dV over query rows); ``None``: any blocking.
         lam: the ``λ`` of the probabilistic bounds (> 0).
+        tanh: the soft-cap's tanh, as for :func:`~flashcheck.harness.judging.bounds.error_bounds`.
 
     Returns:
         :class:`GradientBounds`.
@@ -148,6 +150,7 @@ def gradient_bounds(
         key_block=key_block,
         query_block=query_block,
         lam=lam,
+        tanh=tanh,
     )
 
 
@@ -159,6 +162,7 @@ def problem_gradient_bounds(
     key_block: int | None = None,
     query_block: int | None = None,
     lam: float = LAMBDA,
+    tanh: str = "accurate",
 ) -> GradientBounds:
     """:func:`gradient_bounds` of an already validated problem (a case's
     :attr:`~flashcheck.harness.cases.case.Case.problem`): the same arrays, without converting
@@ -181,7 +185,7 @@ def problem_gradient_bounds(
         )
     if arithmetic == "unknown":
         parts = {
-            c: problem_gradient_bounds(problem, do, arithmetic=c, lam=lam)
+            c: problem_gradient_bounds(problem, do, arithmetic=c, lam=lam, tanh=tanh)
             for c in applicable_classes(fmt.name)
         }
         each = [parts[c] for c in floor_classes(fmt.name)]
@@ -195,17 +199,18 @@ def problem_gradient_bounds(
         # The forward that produced O and LSE, with any key blocking (its own block size is
         # not the backward's).
         with np.errstate(over="ignore", invalid="ignore"):  # inf bounds for huge logits
-            fwd = problem_bounds(problem, arithmetic=arithmetic, lam=lam)
-    return _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam)
+            fwd = problem_bounds(problem, arithmetic=arithmetic, lam=lam, tanh=tanh)
+    return _bounds(problem, dout, arithmetic, fwd, (key_block, query_block), lam, tanh_error(tanh))
 
 
-def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> GradientBounds:
+def _bounds(problem, dout, arithmetic, fwd, blocks, lam, rho) -> GradientBounds:
     """The bounds of one known class, kv head by kv head, in chunks of query rows (over 80
     lines: one loop nest whose per-kv-head sums every query head of the group adds to)."""
     fmt = problem.fmt
     bsz, hq, hk, nq, nk, d, dv = problem.shape
     naive = arithmetic == "naive"
     tau = 1.0 / math.sqrt(d) if problem.scale is None else problem.scale
+    key_block, query_block = blocks
     ctx = Context(
         fmt,
         arithmetic,
@@ -215,6 +220,7 @@ def _bounds(problem, dout, arithmetic, fwd, key_block, query_block, lam) -> Grad
         None if naive else query_block,
         d,
         dv,
+        rho,
     )
     out = {
         "dq_det": np.zeros((bsz, hq, nq, d)),

@@ -19,6 +19,7 @@ from .roundoff import (
     FTZ,
     HALF_SUB32,
     RHO_EXP,
+    RHO_TANH,
     SAFETY,
     TF32_SUB,
     U32,
@@ -44,6 +45,7 @@ class Context:
     query_block: int | None
     d: int
     dv: int
+    tanh_rho: float = RHO_TANH  # the soft-cap tanh's relative error (roundoff.TANH_ERRORS)
 
     @property
     def naive(self) -> bool:
@@ -138,7 +140,9 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
     extra = g = 0.0
     if opts is not None:
         cap, sink, sink_terms = opts
-        s, a, extra = cap_scores(s_raw, a, cap=cap, sink=sink, u_store=u_f if naive else 0.0)
+        s, a, extra = cap_scores(
+            s_raw, a, cap=cap, sink=sink, u_store=u_f if naive else 0.0, rho=ctx.tanh_rho
+        )
     s = np.where(keep, s_raw if opts is None else s, -np.inf)
     m = np.where(has, s.max(axis=1, initial=-np.inf), 0.0)
     e = np.where(keep, np.exp(s - m[:, None]), 0.0)
@@ -279,7 +283,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             if naive:  # q·τ stored in F, S stored in F, s/c in fp32
                 s_err = s_err + (u_f + 2 * U32) * a + q_sub * k_abs_rows + u_f * np.abs(s_raw)
                 s_err = s_err + sub_f
-            g_hi, e_g = cap_slope(s_raw, s_err, cap, keep=keep, sink=sink)
+            g_hi, e_g = cap_slope(s_raw, s_err, cap, keep=keep, sink=sink, rho=ctx.tanh_rho)
             g_hi = g_hi + e_g  # from here on: a bound on |ĝ|
             # The absolute terms (subnormal roundings of dS32 and of its product by ĝ, dS
             # rounded into F) do not shrink with ĝ: they are added again, unscaled.

@@ -40,20 +40,27 @@ def sink_keep(keep: np.ndarray) -> np.ndarray:
 
 
 def cap_scores(
-    s: np.ndarray, a: np.ndarray, *, cap: float | None, sink: float | None, u_store: float
+    s: np.ndarray,
+    a: np.ndarray,
+    *,
+    cap: float | None,
+    sink: float | None,
+    u_store: float,
+    rho: float = RHO_TANH,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The logits the softmax sees, their dot-product size and the options' own rounding.
 
     ``s``, ``a``: the scores ``τ·q·k`` and ``|τ|·|q|·|k|`` (with the sink's slot first when
     ``sink`` is given); ``u_store``: the unit roundoff the scores are stored in before the cap
-    (the naive class's input format; 0 for the classes that cap fp32 scores). Returns ``(y, a,
+    (the naive class's input format; 0 for the classes that cap fp32 scores); ``rho``: the
+    tanh's relative error (``TANH_ERRORS`` of :mod:`.roundoff`). Returns ``(y, a,
     extra)``: the capped scores (the sink's slot holds ``σ``, its ``a`` is 0), and the extra
     absolute logit error per key, in nats."""
     extra = np.zeros_like(s)
     y = s
     if cap is not None:
         y = cap * np.tanh(s / cap)
-        extra = (RHO_TANH + 2 * U32) * np.abs(y) + (2 * U32 + u_store) * np.abs(s)
+        extra = (rho + 2 * U32) * np.abs(y) + (2 * U32 + u_store) * np.abs(s)
     if sink is not None:
         y = y.copy()
         a = a.copy()
@@ -61,16 +68,16 @@ def cap_scores(
     return y, a, extra
 
 
-def cap_slope(s_raw, score_err, cap: float, *, keep, sink):
+def cap_slope(s_raw, score_err, cap: float, *, keep, sink, rho: float = RHO_TANH):
     """Bounds on the slope ``g = 1 − tanh²(s/c)`` a kernel recomputes for the backward: ``g_hi``,
     the largest exact slope within the score's error ``score_err`` (the slope falls with
     ``|s|``), and ``e_g ≥ |ĝ − g|`` for ``ĝ = fl(1 − fl(t̂²))``, ``t̂`` the kernel's tanh
-    (its argument off by ``score_err/c``, its own error ``RHO_TANH·|t|``)."""
+    (its argument off by ``score_err/c``, its own error ``rho·|t|``)."""
     z = np.abs(s_raw) / cap
     dz = score_err / cap
     g_hi = 1.0 - np.tanh(np.maximum(z - dz, 0.0)) ** 2
     th = np.tanh(z)
-    dth = g_hi * dz + RHO_TANH * th
+    dth = g_hi * dz + rho * th
     e_g = (2 * th + dth) * dth * (1 + 2 * U32) + U32 * (th + dth) ** 2 + U32
     g_hi, e_g = np.where(keep, g_hi, 0.0), np.where(keep, e_g, 0.0)
     if sink is not None:  # the sink's slot is not capped
