@@ -431,3 +431,20 @@ def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
     assert out.returncode == 0, text
     assert "1 skipped" in text and " passed" not in text, text
     assert "the kernel returns no LSE" in text, text
+
+
+@pytest.mark.slow
+def test_the_suite_reports_gradient_bits_that_depend_on_the_layout_of_do(tmp_path):
+    # Before, `flashcheck test` passed such a kernel without a word; the report said it.
+    shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
+    exe = Path(sys.executable).with_name("flashcheck")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
+    args = ["test", "user_backward:layout_bits", "--dtype", "fp32", "--", "-k", "layout_of_do"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
+    out = subprocess.run(
+        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "gradient bits the same for every dO layout: no (with dO as a strided view" in text, text
+    assert "within twice their bounds" in text, text
