@@ -2,6 +2,7 @@
 installed command, on kernels a user declares outside the package (tests/user/user_backward.py):
 a correct one passes, each planted backward bug is named, a failure replays."""
 
+import re
 import shutil
 import sys
 from dataclasses import replace
@@ -246,6 +247,21 @@ def test_report_on_a_backward_that_breaks_integrity_names_the_tensor(
     if named is not None:
         assert named in text and "flashcheck replay" in text, text
         assert f"structural property {check} failed: user_backward:{kernel}" in text
+
+
+def test_a_backward_that_raises_in_a_property_gets_a_case_file_that_replays_the_error(user_dir):
+    # Before, the re-run for the case file raised as well and nothing was saved: the report
+    # named the failure with no way to replay it.
+    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "structural"]
+    out = run_flashcheck([*args, "--kernel", "user_backward:views_do", "--no-render"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "structural property gradient-do-layouts ERROR: user_backward:views_do" in text, text
+    assert "gave no result" not in text, text
+    (cid,) = re.findall(r"flashcheck replay (\w+) --dir", text)
+    out = run_flashcheck(["replay", cid, "--dir", "reports/user_backward-views_do/cases"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "ERROR" in text and "view" in text, text
 
 
 def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatch):

@@ -43,10 +43,14 @@ def _worst_first(r: ResultRecord) -> tuple[int, float, str]:
     return (-r.status.severity, -r.score, r.key)
 
 
+_SAVED_STRUCTURAL = (Status.FAIL, Status.ERROR, Status.BAD_OUTPUT)
+
+
 def worst_results(results: Sequence[ResultRecord], per_group: int = 3) -> list[ResultRecord]:
     """The results of one kernel and dtype worth a case file: the worst judged forward case and
     up to ``per_group - 1`` more failing ones, the worst judged gradient case, and the first
-    failing case of each structural property."""
+    failing case of each structural property (a FAIL, or a check where the kernel raised or
+    returned the wrong shape; not one where it hung, which its re-run would wait out again)."""
     forward = sorted(
         (
             r
@@ -62,7 +66,7 @@ def worst_results(results: Sequence[ResultRecord], per_group: int = 3) -> list[R
     )
     first: dict[str, ResultRecord] = {}
     for r in results:
-        if isinstance(r, StructuralResult) and r.status == Status.FAIL:
+        if isinstance(r, StructuralResult) and r.status in _SAVED_STRUCTURAL:
             first.setdefault(r.property, r)
     return [*pick, *grad[:1], *first.values()]
 
@@ -88,6 +92,14 @@ def _payload(job: Any) -> Any:
     """The value of a kernel job, or the failed :class:`Outcome` it ended in."""
     got: Outcome = job.result()
     return got.value if got.ok else got
+
+
+def _no_value(got: Outcome, prop: str) -> dict[str, Any] | None:
+    """The verdict of a re-run that gave no value: ERROR, TIMEOUT or BAD-OUTPUT, saved as such
+    so that the replay shows it again (``None`` for a kernel that declined the input)."""
+    if got.status is Status.SKIP:
+        return None
+    return {"verdict": str(got.status), "property": prop, "message": got.message}
 
 
 @dataclass
@@ -199,11 +211,7 @@ class CaseFiles:
         dev = self.devices[spec]
         grads = _payload(self._job(spec, r, lambda: self._submit_backward(spec, r, case)))
         if isinstance(grads, Outcome):
-            self.echo(
-                f"warning: re-running the backward of {spec} on {r.key} for its "
-                f"case file failed: {grads}"
-            )
-            return None
+            return self._failed_rerun(grads, f"the backward of {spec} on {r.key}", "gradients")
         gref = grad_refs[r.recipe]
         if not isinstance(gref, GradientReference):  # a future submitted by save_worst
             gref = grad_refs[r.recipe] = gref.result()
@@ -216,20 +224,28 @@ class CaseFiles:
         )
         return res.as_dict()
 
+    def _failed_rerun(self, got: Outcome, what: str, prop: str) -> dict[str, Any] | None:
+        """A re-run without a value: its case is saved with that status (a kernel that raised,
+        hung or returned the wrong shape does so again on replay); one that declined the input
+        is not saved, with a warning."""
+        verdict = _no_value(got, prop)
+        if verdict is None:
+            self.echo(f"warning: re-running {what} for its case file gave no result: {got}")
+        return verdict
+
     def _structural(self, spec: str, r: StructuralResult, case: Case) -> dict[str, Any] | None:
         prop = r.property
         got = _payload(self._job(spec, r, lambda: self._submit_check(spec, r, case)))
         if isinstance(got, Outcome):
-            self.echo(f"warning: re-running {prop} of {spec} on {r.key} failed: {got}")
-            return None
+            return self._failed_rerun(got, f"{prop} of {spec} on {r.key}", prop)
         return {"verdict": str(got.status), "property": prop, "message": got.message}
 
     def _accuracy(self, spec: str, r: ResultRecord, case: Case) -> dict[str, Any] | None:
         dev = self.devices[spec]
         out = _payload(self._job(spec, r, lambda: self._submit_run(spec, r, case)))
         if isinstance(out, Outcome):
-            self.echo(f"warning: re-running {spec} on {r.key} for its case file failed: {out}")
-            return None
+            prop = r.property if isinstance(r, StructuralResult) else "accuracy"
+            return self._failed_rerun(out, f"{spec} on {r.key}", prop)
         ahead = self._refs.get(r.recipe)
         if ahead is None:
             res = check_case(self.kernels[spec], case, device=dev, output=out)

@@ -129,3 +129,13 @@ def _layout_bits(q, k, v, do, *, causal=False, scale=None):
 
 
 layout_bits = flashcheck.kernel(_forward, name="layout_bits", backward=_layout_bits)
+
+
+def _views_do(q, k, v, do, *, causal=False, scale=None):
+    """Bug: reshapes dO with .view, which raises for a dO that is not contiguous (the expanded
+    gradient of O.sum(), a slice)."""
+    flat = do.view(-1, do.shape[-1])
+    return _backward(q, k, v, flat.view(do.shape), causal=causal, scale=scale)
+
+
+views_do = flashcheck.kernel(_forward, name="views_do", backward=_views_do)
