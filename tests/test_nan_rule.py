@@ -133,3 +133,24 @@ def test_options_applied_calls_nan_in_fully_masked_rows_the_convention_it_is():
         planted(nan_rows), small_case(n=20, nk=16, causal=True), "cpu"
     )
     assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (with causal=True)")
+
+
+def test_nan_rule_names_a_top_left_mask_that_drops_the_nan_instead_of_the_declaration():
+    """Nq = 2, Nk = 4, causal, NaN in k[1]: bottom-right, both rows keep key 1 (j <= i + 2);
+    top-left, row 0 keeps key 0 alone. A top-left kernel's row 0 comes out finite: the hint
+    must name the mask, not suggest nan_inputs="any". A kernel zeroing NaN rows is not named."""
+    q = np.ones((1, 1, 2, 2), np.float32)
+    k = np.ones((1, 1, 4, 2), np.float32)
+    k[0, 0, 1, 0] = np.nan
+    case = Case(q, k, np.ones((1, 1, 4, 2), np.float32), causal=True)
+
+    def top_left(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=causal, top_left=True)
+
+    found = CHECKS["nan-rule"](planted(top_left), case, "cpu")
+    assert found.status is FAIL
+    assert "consistent with a causal mask aligned top-left" in found.message, found
+    assert "nan_inputs" not in found.message, found
+    found = CHECKS["nan-rule"](planted(nan_to_zero_rows), case, "cpu")
+    assert found.status is FAIL and "top-left" not in found.message, found
+    assert 'declare nan_inputs="any"' in found.message, found

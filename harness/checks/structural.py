@@ -219,6 +219,34 @@ def _zero(x: np.ndarray, which) -> np.ndarray:
     return np.where(which(x), 0.0, x)
 
 
+TOP_LEFT_MISSED = (
+    "; consistent with a causal mask aligned top-left (query i keeps keys j <= i): the NaN sits "
+    "at keys that alignment drops (flashcheck aligns causal bottom-right, as FlashAttention: "
+    "j <= i + Nk - Nq)"
+)
+
+
+def _missed_by_top_left(
+    case: Case, p: Any, bh: tuple[int, int], missed: np.ndarray, nan_out: np.ndarray
+) -> bool:
+    """Whether the kernel's NaN in (b, h) are those of a causal mask aligned top-left: every
+    output a NaN input missed (``missed``, (Nq, dv)) is one that alignment does not involve it
+    in, and every output it does involve it in is NaN (``nan_out``), some at least. With
+    Nq < Nk top-left keeps fewer keys than bottom-right, so such a kernel leaves those NaN out,
+    and declaring ``nan_inputs="any"`` would hide a mask bug. A kernel that zeroes NaN misses
+    the outputs of both alignments and is not named."""
+    _, _, _, nq, nk, *_ = case.shape
+    if not case.causal or case.window is not None or case.mask is not None or nq >= nk:
+        return False
+    b, h = bh
+    kvh = p.kv_head(h)
+    rows = np.arange(nq)
+    keep = np.arange(nk)[None, :] <= rows[:, None]
+    qq, kk, vv = (_zero(x, np.isinf) for x in (p.q[b, h], p.k[b, kvh], p.v[b, kvh]))
+    _, involved = nan_rows_and_cols(qq, kk, vv, keep)
+    return bool(involved.any()) and not (missed & involved).any() and nan_out[involved].all()
+
+
 def _top_left_hint(case: Case, leak: np.ndarray, empty: np.ndarray) -> str:
     """The diagnosis of NaN in rows a bottom-right causal mask empties (``empty``, (B, Hq, Nq)):
     under a top-left alignment exactly those rows keep keys with a NaN or inf input, and some
@@ -330,6 +358,8 @@ def _nan_rule_on(adapter: Kernel, case: Case, device: str) -> StructuralResult:
                     f"{src} did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
                     f"({int(missed.sum())} such outputs in (b={b}, h={h}))"
                 )
+                if _missed_by_top_left(case, p, (b, h), missed, np.isnan(out.o[b, h])):
+                    return StructuralResult.failed(f"{found}{TOP_LEFT_MISSED}")
                 if adapter.nan_inputs == "any":
                     return StructuralResult.passed(
                         f'{CONVENTION}NaN inputs give finite outputs (declared nan_inputs="any"):'
