@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare env
 from flashcheck.harness.bench import grad_check  # noqa: E402
 from flashcheck.harness.bench.check import judge_rows, reference, sample_rows  # noqa: E402
 from flashcheck.harness.bench.option_tables import option_overheads  # noqa: E402
-from flashcheck.harness.bench.providers import BENCH_SOFTCAP, bench_sinks  # noqa: E402
+from flashcheck.harness.bench.providers import BENCH_SOFTCAP, PROVIDERS, bench_sinks  # noqa: E402
 from flashcheck.harness.bench.render import render_bench  # noqa: E402
 from flashcheck.harness.bench.shapes import OPTION_PROVIDERS, Shape, plan  # noqa: E402
 from flashcheck.harness.bench.summary import load_results, only_pass  # noqa: E402
@@ -115,3 +115,29 @@ def test_options_section_gives_time_ratios_against_the_goal(tmp_path):
     md = render_bench(path, figures=False).read_text()
     assert "## Soft-capping and sinks (`--pass fwd`)" in md
     assert "triton+softcap 1.05 (within the goal), triton+sinks 1.20 (over the goal)" in md
+
+
+def test_forward_check_takes_the_approximate_tanh_of_its_provider():
+    # triton+softcap-approx is judged with the bounds of tanh="approx": an output whose tanh
+    # is off by 2^-16.5 (alternating in sign over the keys) passes them, using less of them
+    # than of the accurate tanh's (which this random case does not exceed: the dot products'
+    # terms dominate it; tests/test_approx_tanh.py has cases where they do not).
+    q, k, v, _ = (x * 2 for x in _inputs(dtype=torch.float32))
+    cap = BENCH_SOFTCAP
+    rows = sample_rows(q.shape[2], seed=0)
+    ref = reference(q, k, v, causal=True, rows=rows, softcap=cap)
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    sign = 1 - 2 * (torch.arange(k.shape[2], dtype=torch.float64) % 2)
+    s = cap * torch.tanh(s / cap) * (1 + 2**-16.5 * sign)
+    n = s.shape[-1]
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = torch.softmax(s, -1) @ v.double()
+    b, hs = q.shape[0] - 1, [0, q.shape[1] - 1]
+    o_rows = o.float()[b, hs][:, rows].double().numpy()[None]
+    approx, accurate = judge_rows(o_rows, ref, "flash", "approx"), judge_rows(o_rows, ref, "flash")
+    assert approx["verdict"] == "PASS"
+    # the same errors use less of the approximation's (larger) bounds
+    assert approx["det_util"] < accurate["det_util"], (approx, accurate)
+    wide, narrow = ref.bounds("flash", "approx").o.det, ref.bounds("flash").o.det
+    assert (wide >= narrow).all() and (wide > narrow).any()
+    assert PROVIDERS["triton+softcap-approx"].tanh == "approx"

@@ -74,14 +74,15 @@ class Reference:
     inputs: tuple[Any, Any, Any]
     softcap: float | None = None
     sinks: np.ndarray | None = None
-    _bounds: dict[str, Bounds] = field(default_factory=dict)
+    _bounds: dict[tuple[str, str], Bounds] = field(default_factory=dict)
 
-    def bounds(self, arithmetic: str) -> Bounds:
+    def bounds(self, arithmetic: str, tanh: str = "accurate") -> Bounds:
         """Bounds of ``arithmetic`` on the sample (``"unknown"``: the loosest class at or above
-        the input format's precision, as in the error report), cached."""
-        if arithmetic not in self._bounds:
+        the input format's precision, as in the error report), with the soft-cap's ``tanh``,
+        cached."""
+        if (arithmetic, tanh) not in self._bounds:
             q, k, v = self.inputs
-            self._bounds[arithmetic] = error_bounds(
+            self._bounds[(arithmetic, tanh)] = error_bounds(
                 q,
                 k,
                 v,
@@ -90,8 +91,9 @@ class Reference:
                 rows=self.rows,
                 softcap=self.softcap,
                 sinks=self.sinks,
+                tanh=tanh,
             )
-        return self._bounds[arithmetic]
+        return self._bounds[(arithmetic, tanh)]
 
 
 def reference(
@@ -123,9 +125,12 @@ def reference(
     return Reference(rows, causal, ref, naive, (qs, ks, vs), softcap, sk)
 
 
-def judge_rows(o_rows: np.ndarray, ref: Reference, arithmetic: str) -> dict[str, Any]:
-    """Verdict of one provider's sampled output: status, max floored ulp, naive ulp, bound use."""
-    v = judge(o_rows, None, ref.ref, ref.bounds(arithmetic), naive_ulp=ref.naive_ulp)
+def judge_rows(
+    o_rows: np.ndarray, ref: Reference, arithmetic: str, tanh: str = "accurate"
+) -> dict[str, Any]:
+    """Verdict of one provider's sampled output: status, max floored ulp, naive ulp, bound use
+    (``tanh``: the soft-cap's, as the provider declares it)."""
+    v = judge(o_rows, None, ref.ref, ref.bounds(arithmetic, tanh), naive_ulp=ref.naive_ulp)
     return {
         "verdict": v.verdict,
         "max_ulp": v.max_ulp,

@@ -227,14 +227,16 @@ class GradReference:
     seconds: float = 0.0
     softcap: float | None = None
     sinks: np.ndarray | None = None  # the logits of the checked heads (first, last)
-    _bounds: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    _bounds: dict[tuple, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
-    def bounds(self, arithmetic: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def bounds(
+        self, arithmetic: str, tanh: str = "accurate"
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``{grad: (deterministic, probabilistic)}`` for the checked elements of
-        ``arithmetic`` (dK, dV absent in ``fp64`` mode), cached."""
-        if arithmetic not in self._bounds:
+        ``arithmetic`` and the soft-cap's ``tanh`` (dK, dV absent in ``fp64`` mode), cached."""
+        if (arithmetic, tanh) not in self._bounds:
             qs, ks, vs, dos, keep = self.dq_inputs
-            opts = {"softcap": self.softcap}
+            opts = {"softcap": self.softcap, "tanh": tanh}
             bq = gradient_bounds(
                 qs, ks, vs, dos, arithmetic=arithmetic, mask=keep, sinks=self.sinks, **opts
             )
@@ -247,8 +249,8 @@ class GradReference:
                 for g in ("dk", "dv"):
                     det, prob = bk[g].det, bk[g].prob
                     out[g] = (det[:, :, self.keys], prob[:, :, self.keys])
-            self._bounds[arithmetic] = out
-        return self._bounds[arithmetic]
+            self._bounds[(arithmetic, tanh)] = out
+        return self._bounds[(arithmetic, tanh)]
 
 
 def grad_reference(
@@ -332,10 +334,13 @@ def grad_reference(
     )
 
 
-def judge_grads(grads: dict[str, np.ndarray], ref: GradReference, arithmetic: str) -> dict:
+def judge_grads(
+    grads: dict[str, np.ndarray], ref: GradReference, arithmetic: str, tanh: str = "accurate"
+) -> dict:
     """Verdict of one provider's sampled gradients (from :func:`sampled_grads`): the worst of
-    dQ, dK, dV, with each one's max floored ulp, naive ulp and bound utilization."""
-    bounds = ref.bounds(arithmetic)
+    dQ, dK, dV, with each one's max floored ulp, naive ulp and bound utilization (``tanh``: the
+    soft-cap's, as the provider declares it)."""
+    bounds = ref.bounds(arithmetic, tanh)
     per: dict[str, Any] = {}
     for g in ("dq", "dk", "dv"):
         base = ref.dq_ref if g == "dq" else ref.kv_ref

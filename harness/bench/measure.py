@@ -278,7 +278,7 @@ def run_shape(
                 refs[prov.options] = reference(
                     *sets[0], causal=shape.causal, rows=rows, **_options(prov, sets[0])
                 )
-            r["check"] = judge_rows(r.pop("o_rows"), refs[prov.options], prov.arithmetic)
+            r["check"] = judge_rows(r.pop("o_rows"), refs[prov.options], prov.arithmetic, prov.tanh)
     for r in recs:
         r["check_s"] = time.perf_counter() - t0
     del sets
@@ -320,7 +320,7 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
                 refs[prov.options] = _short(exc, [])
         ref = refs[prov.options]
         r["check"] = (
-            judge_grads(r.pop("grads"), ref, prov.backward_arithmetic)
+            judge_grads(r.pop("grads"), ref, prov.backward_arithmetic, prov.tanh)
             if not isinstance(ref, str)
             else {"verdict": "unchecked", "reasons": [f"no reference: {ref}"]}
         )

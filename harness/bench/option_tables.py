@@ -12,7 +12,7 @@ __all__ = ["OVERHEAD_GOAL", "option_overheads", "option_sections"]
 
 # The goal for an option's cost: its time at most this many times the plain kernel's.
 OVERHEAD_GOAL = 1.10
-VARIANTS = ("triton+softcap", "triton+sinks")
+VARIANTS = ("triton+softcap", "triton+softcap-approx", "triton+sinks")
 
 
 def _time_ratio(a: SpeedRecord | None, b: SpeedRecord | None) -> float | None:
@@ -50,8 +50,9 @@ def option_sections(everything: BenchResults) -> list[str]:
         L += [
             f"## Soft-capping and sinks (`--pass {pass_}`): cost against the same kernel",
             "",
-            f"`triton+softcap` runs with `softcap={_cap()}`, `triton+sinks` with one sink logit "
-            "per head; each is timed beside plain `triton` on the same inputs. Time ratio = "
+            f"`triton+softcap` runs with `softcap={_cap()}`, `triton+softcap-approx` the same "
+            "with the GPU's approximate tanh (`approx_tanh=True`), `triton+sinks` with one sink "
+            "logit per head; each is timed beside plain `triton` on the same inputs. Time ratio = "
             f"the variant's time over plain `triton`'s (goal: ≤ {OVERHEAD_GOAL:.2f}); every "
             "output passed its oracle check with the option applied, or is marked ✗.",
             "",

@@ -20,7 +20,8 @@ same
   deterministic two-kernel backward.
 - ``triton+softcap``, ``triton+sinks``: the project's kernel with one softmax option on
   (:data:`BENCH_SOFTCAP`; :func:`bench_sinks`), timed beside plain ``triton`` on the same inputs
-  so the option's cost is a ratio of one run (the ``options`` part).
+  so the option's cost is a ratio of one run (the ``options`` part); ``triton+softcap-approx``
+  the cap with the GPU's approximate tanh (``approx_tanh=True``, judged with its bounds).
 
 A user's kernel (``flashcheck bench --kernel MODULE:FUNCTION``) becomes a provider of its own
 (:mod:`flashcheck.harness.bench.kernel_providers`); :func:`provider_table` is the table of one
@@ -84,6 +85,7 @@ class Provider:
     # The softmax options it computes (its outputs are checked against the oracle with them).
     softcap: float | None = None
     sinks: bool = False
+    tanh: str = "accurate"  # the soft-cap's tanh, as flashcheck.kernel(tanh=...) declares it
     head_dims: tuple[int, ...] | None = None
     takes_causal: bool = True
     has_backward: bool = True
@@ -151,11 +153,13 @@ def _option_kwargs(q: Any, k: Any, softcap: float | None, sinks: bool) -> dict[s
     return out
 
 
-def _triton(tf32: bool, softcap: float | None = None, sinks: bool = False):
+def _triton(tf32: bool, softcap: float | None = None, sinks: bool = False, approx: bool = False):
     def build(q, k, v, causal):
         from ...kernels.triton_flash import flash_attention
 
         opts = _option_kwargs(q, k, softcap, sinks)
+        if approx:
+            opts["approx_tanh"] = True
 
         def fn(q, k, v):
             return flash_attention(q, k, v, causal=causal, allow_tf32=tf32, **opts)[0]
@@ -166,13 +170,19 @@ def _triton(tf32: bool, softcap: float | None = None, sinks: bool = False):
 
 
 def _triton_grad(
-    tf32: bool, softcap: float | None = None, sinks: bool = False, deterministic: bool = True
+    tf32: bool,
+    softcap: float | None = None,
+    sinks: bool = False,
+    deterministic: bool = True,
+    approx: bool = False,
 ):
     def build(q, k, v, causal):
         from ...kernels.triton_flash_bwd import flash_attention_differentiable
 
         opts = _option_kwargs(q, k, softcap, sinks)
         opts["deterministic"] = deterministic
+        if approx:
+            opts["approx_tanh"] = True
 
         def fn(q, k, v):
             return flash_attention_differentiable(q, k, v, causal=causal, allow_tf32=tf32, **opts)
@@ -306,6 +316,19 @@ PROVIDERS: dict[str, Provider] = {
         build_grad=_triton_grad(False, softcap=BENCH_SOFTCAP),
         grad_module=_TRITON_BWD,
         softcap=BENCH_SOFTCAP,
+    ),
+    "triton+softcap-approx": Provider(
+        "triton+softcap-approx",
+        _ALL,
+        256,
+        False,
+        "flash",
+        _triton(False, softcap=BENCH_SOFTCAP, approx=True),
+        backward_arithmetic="flash",
+        build_grad=_triton_grad(False, softcap=BENCH_SOFTCAP, approx=True),
+        grad_module=_TRITON_BWD,
+        softcap=BENCH_SOFTCAP,
+        tanh="approx",
     ),
     "triton+sinks": Provider(
         "triton+sinks",

@@ -29,7 +29,7 @@ MEMORY_HEADS = 8
 # The plain providers: tf32 takes fp32 inputs only; the option variants run in "options".
 GRID_PROVIDERS = tuple(p for p in PROVIDERS if p != "triton-tf32" and "+" not in p)
 FP32_PROVIDERS = ("triton", "triton-tf32", "sdpa-efficient", "sdpa-math", "flex", "naive")
-OPTION_PROVIDERS = ("triton", "triton+softcap", "triton+sinks")
+OPTION_PROVIDERS = ("triton", "triton+softcap", "triton+softcap-approx", "triton+sinks")
 PARTS = ("grid", "width", "memory", "fp32", "options")
 PASSES = ("fwd", "bwd", "fwd+bwd")
 # FLOPs of a pass in units of the forward's 4·N²·d: the backward runs five GEMMs of the
