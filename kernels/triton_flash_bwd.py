@@ -692,14 +692,16 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, causal, window, scale, allow_tf32, softcap=None, sinks=None,
-        deterministic=True,
+        deterministic=True, approx_tanh=False,
     ):  # fmt: skip
         window, sc = check_inputs(q, k, v, window=window, scale=scale)
         cap, sinks = check_options(q, softcap, sinks)
+        check_approx_tanh(approx_tanh)
         opts = {"causal": causal, "window": window, "scale": sc, "allow_tf32": allow_tf32}
-        o, lse = launch(q, k, v, **opts, softcap=cap, sinks=sinks)
+        opts.update(softcap=cap, approx_tanh=approx_tanh)
+        o, lse = launch(q, k, v, **opts, sinks=sinks)
         ctx.save_for_backward(q, k, v, o, lse, sinks)
-        ctx.opts = {**opts, "softcap": cap, "deterministic": deterministic}
+        ctx.opts = {**opts, "deterministic": deterministic}
         return o
 
     @staticmethod
@@ -707,7 +709,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         q, k, v, o, lse, sinks = ctx.saved_tensors
         grads = launch_backward(q, k, v, o, lse, do, **ctx.opts, sinks=sinks)
         dsinks = grads[3] if sinks is not None else None
-        return *grads[:3], None, None, None, None, None, dsinks, None
+        return *grads[:3], None, None, None, None, None, dsinks, None, None
 
 
 def flash_attention_differentiable(
@@ -722,15 +724,16 @@ def flash_attention_differentiable(
     softcap: float | None = None,
     sinks: Any = None,
     deterministic: bool = True,
+    approx_tanh: bool = False,
 ) -> Any:
     """``O`` of :func:`flashcheck.kernels.triton_flash.flash_attention` (same arguments), with
     gradients to ``q``, ``k``, ``v`` (and ``sinks``) through :func:`flash_attention_backward`
-    (``deterministic`` as there)."""
+    (``deterministic`` as there; ``approx_tanh`` for both passes)."""
     if not isinstance(deterministic, bool):
         raise ValueError(
             "deterministic must be True (bitwise reproducible dQ, the default) or False (dQ by "
             f"atomic adds), got {deterministic!r}"
         )
     return FlashAttentionFunction.apply(
-        q, k, v, causal, window, scale, allow_tf32, softcap, sinks, deterministic
+        q, k, v, causal, window, scale, allow_tf32, softcap, sinks, deterministic, approx_tanh
     )
