@@ -147,10 +147,11 @@ def compile_forward(
     old_tanh: bool = False,
     sinks: bool = False,
     config: object = None,
+    approx_tanh: bool = False,
 ) -> tuple[str, str, int]:
     """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
     configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
-    (benchmarks/gpu_softcap_speed.py's copy). Returns
+    (benchmarks/gpu_softcap_speed.py's copy); ``approx_tanh``: the cap by tanh.approx.f32. Returns
     (PTX, SASS or '', scores per thread per block)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -197,7 +198,7 @@ def compile_forward(
         "BLOCK_D": 128, "BLOCK_DV": 128, "PRECISION": "ieee", "TMA": cfg.tma,
         "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
-        "SOFTCAP": softcap, "SINKS": sinks,
+        "SOFTCAP": (2 if approx_tanh else 1) if softcap else 0, "SINKS": sinks,
     }  # fmt: skip
     sig, attrs = {}, {}
     for i, name in enumerate(names):
@@ -308,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sass", action="store_true", help="count SASS loops too")
     ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
+    ap.add_argument("--approx-tanh", action="store_true", help="the cap's tanh by tanh.approx.f32")
     ap.add_argument(
         "--tile",
         help="compile this launch configuration instead of the table's: BLOCK_M,BLOCK_N,WARPS,"
@@ -334,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
-                config=config,
+                config=config, approx_tanh=args.approx_tanh,
             )  # fmt: skip
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
             label += " sinks=yes" if args.sinks else ""

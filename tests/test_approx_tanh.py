@@ -62,11 +62,18 @@ def test_the_approximate_tanh_passes_declared_approx_and_fails_declared_accurate
     fn = _kernel(APPROX)
     approx = flashcheck.kernel(fn, name="approx", arithmetic="naive", tanh="approx")
     accurate = flashcheck.kernel(fn, name="accurate", arithmetic="naive")
+    assert "softmax options softcap (tanh approx)" in approx.contract_lines()
     res = flashcheck.check(approx, q, k, v, softcap=CAP, save="never")
     assert res.passed, res.verdict.reasons
     res = flashcheck.check(accurate, q, k, v, softcap=CAP, save="never")
     assert res.verdict.verdict == "FAIL-HARD", res.verdict.reasons
     assert any('declare tanh="approx"' in r for r in res.verdict.reasons), res.verdict.reasons
+    # Undeclared (class unknown), the fp32 errors also fit tf32 products: the tanh reading
+    # replaces that one, which would send the author to declare tf32.
+    undeclared = flashcheck.kernel(fn, name="undeclared")
+    res = flashcheck.check(undeclared, q, k, v, softcap=CAP, save="never")
+    assert any('declare tanh="approx"' in r for r in res.verdict.reasons), res.verdict.reasons
+    assert not any("tf32" in r for r in res.verdict.reasons), res.verdict.reasons
     # Without a cap the declaration changes nothing.
     assert flashcheck.check(accurate, q, k, v, save="never").passed
 

@@ -122,3 +122,27 @@ def test_an_lse_in_base_2_is_named(uk):
     ]
     ok = flashcheck.check(flashcheck.kernel(lse_natural, api="numpy"), case, save="never")
     assert ok.passed and not ok.verdict.diagnosis
+
+
+def test_a_soft_cap_applied_after_the_causal_mask_is_named():
+    # tanh(−inf) = −1: the masked keys get the score −c and leak into every row's softmax.
+    import torch
+
+    def cap_after_mask(q, k, v, *, causal=False, scale=None, softcap=None):
+        q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
+        k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
+        s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        if causal:
+            nq, nk = s.shape[-2:]
+            drop = torch.arange(nk)[None, :] > torch.arange(nq)[:, None] + (nk - nq)
+            s = s.masked_fill(drop, float("-inf"))
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        return (torch.softmax(s, -1) @ v).float().numpy()
+
+    r = Recipe("fp32", "randn", 1, 2, 2, 16, 16, 16, 16, seed=0, causal=True, cap_factor=0.3)
+    kern = flashcheck.kernel(cap_after_mask, api="numpy", dtypes=("fp32",))
+    res = flashcheck.check(kern, make_case(r), save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    named = res.verdict.diagnosis
+    assert named and named[0].startswith(CONSISTENT + "the soft-cap applied after the mask"), named

@@ -448,3 +448,11 @@ def test_the_suite_reports_gradient_bits_that_depend_on_the_layout_of_do(tmp_pat
     assert out.returncode == 0, text
     assert "gradient bits the same for every dO layout: no (with dO as a strided view" in text, text
     assert "within twice their bounds" in text, text
+    # a backward that raises on a strided dO: the line says so, not "yes, bitwise"
+    args[1] = "user_backward:views_do"
+    out = subprocess.run(
+        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "gradient bits the same for every dO layout: not known: it failed" in text, text

@@ -262,6 +262,10 @@ class Kernel:
         ]
         if self.op == "combine" or self.layout != "dense":
             lines[0] += "; split-KV merge" if self.op == "combine" else f"; layout {self.layout}"
+        softmax = sorted((self.options or frozenset()) & {"softcap", "sinks"})
+        if softmax:
+            tanh = f" (tanh {self.tanh})" if "softcap" in softmax else ""
+            lines.append(f"softmax options {', '.join(softmax)}{tanh}")
         if self.compile_keys:
             cost = f" (about {self.compile_seconds:.2g} s each)" if self.compile_seconds else ""
             lines.append(f"compile keys {', '.join(self.compile_keys)}{cost}")

@@ -4,11 +4,15 @@ Each item is a planned case with a cap and/or sinks set relative to its own scor
 (:mod:`flashcheck.harness.cases.softmax_families`): the cap a fraction of the largest score
 magnitude, each head's sink an offset from that head's largest score. The scenarios, in order
 (a preset takes the first ``options_cases`` forward and ``options_gradient_cases`` gradient
-ones per dtype, cycling):
+ones per dtype, cycling), ordered so that the first few give a kernel taking one option alone
+cases of that option (a kernel taking only ``softcap`` once got one forward case and no gradient
+case in the smoke preset, and passed with its cap applied after the causal mask):
 
+- causal rows with scores around the cap (0.3·max|s|), the cap alone: a cap applied after the
+  mask turns the masked scores' −inf into −c, and those keys leak into the softmax;
+- causal rows with Nq > Nk that keep no key, with a sink: O = 0 and LSE = σ exactly;
 - scores far beyond the cap (huge logits, cap 0.02·max|s|: every row flattened towards uniform);
 - a sink 40 above every score: it takes almost all the weight, O ≈ 0 and LSE ≈ σ;
-- causal rows with Nq > Nk that keep no key, with a sink: O = 0 and LSE = σ exactly;
 - both options, scores around the cap and a sink among the scores;
 - an invisible sink (40 below every score), a cap at the largest score of a spiked row, both
   options on huge logits (a cap above the scores, a sink just above them).
@@ -37,17 +41,19 @@ __all__ = [
 
 # (family, options): recipe fields, plus ``masked_rows`` (Nq > Nk, causal: rows that keep no key).
 OPTION_SCENARIOS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("randn", {"causal": True, "cap_factor": 0.3}),
+    ("randn", {"causal": True, "masked_rows": True, "sink_offset": -3.0}),
     ("huge_logits", {"cap_factor": 0.02}),
     ("randn", {"sink_offset": 40.0}),
-    ("randn", {"causal": True, "masked_rows": True, "sink_offset": -3.0}),
     ("randn", {"cap_factor": 0.3, "sink_offset": 0.0}),
     ("randn", {"sink_offset": -40.0}),
     ("spike", {"cap_factor": 1.0}),
     ("huge_logits", {"cap_factor": 4.0, "sink_offset": 3.0}),
 )
 OPTION_GRADIENT_SCENARIOS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("randn", {"cap_factor": 0.3, "sink_offset": 0.0}),
+    ("randn", {"causal": True, "cap_factor": 0.3}),
     ("randn", {"causal": True, "masked_rows": True, "sink_offset": 3.0}),
+    ("randn", {"cap_factor": 0.3, "sink_offset": 0.0}),
     ("huge_logits", {"cap_factor": 0.02}),
     ("randn", {"sink_offset": 40.0}),
 )

@@ -44,6 +44,7 @@ def _reference(
     inputs: AttentionProblem | None = None,
     cap: object = _SAME,
     cap_before_scale: bool = False,
+    cap_after_mask: bool = False,
     sinks: object = _SAME,
     no_max: type | None = None,
     floor: type | None = None,
@@ -54,7 +55,9 @@ def _reference(
     the queries, a column) that keeps nothing gives 0. ``inputs``: a problem whose q, k, v
     replace ``p``'s (an FP8 descale applied twice or not at all). ``cap`` and ``sinks``: the
     soft-cap and the sink logits (default ``p``'s; ``None``: left out); ``cap_before_scale``:
-    the cap taken of the unscaled product ``q·k`` and the scale applied after it. ``no_max``: a
+    the cap taken of the unscaled product ``q·k`` and the scale applied after it;
+    ``cap_after_mask``: the cap applied after the mask set dropped scores to −inf, which it
+    turns into −c (every key then takes part, a dropped one with the score −c). ``no_max``: a
     numpy float type; the softmax then taken as exp(s) / Σ exp(s), without subtracting the row
     maximum, each exp and the sum rounded to that type, so that they overflow (to inf, and
     inf / inf = NaN) and underflow (0 / 0) where a kernel computing in it would. ``floor``: a
@@ -81,7 +84,10 @@ def _reference(
                     s = tau * (c * np.tanh(dot / c))
                 else:
                     s = c * np.tanh(tau * dot / c)
-                s = np.where(kp, s, -np.inf)
+                if cap_after_mask and c is not None:
+                    s, kp = np.where(kp, s, -c), np.ones_like(kp)
+                else:
+                    s = np.where(kp, s, -np.inf)
                 m = s.max(axis=axis, keepdims=True)
                 # A sink (over the keys only): a logit in the denominator with no value row.
                 sig = None if sink is None or axis != -1 else float(np.asarray(sink)[h])
@@ -216,6 +222,14 @@ def _alternatives(p: AttentionProblem) -> list[tuple[str, dict]]:
                 {"cap_before_scale": True},
             )
         )
+        if p.causal or p.window is not None or p.mask is not None:
+            alts.append(
+                (
+                    "the soft-cap applied after the mask (c·tanh(−inf/c) = −c: the dropped keys "
+                    "get the score −c and take part in the softmax; cap the scores, then mask)",
+                    {"cap_after_mask": True},
+                )
+            )
     if p.sinks is not None:
         alts.append(("sinks ignored", {"sinks": None}))
         if tau != 1:
