@@ -151,3 +151,16 @@ def test_kernels_that_could_not_run_here_are_not_said_to_lack_the_options():
     absent = next(x for x in lines if x.startswith("Not run"))
     assert "sdpa-math" in lacking and "triton-tf32" not in lacking and "flex" not in lacking
     assert "triton-tf32" in absent and "flex" in absent and "sdpa-math" not in absent
+
+
+def test_a_case_given_options_after_it_was_made_prints_an_expression_that_rebuilds_them():
+    # The property suite sets the cap and sinks on a made case; its printed draw once read as
+    # the recipe alone, which rebuilt the case without them (and passed).
+    case = replace(make_case(PLAIN), softcap=1.25, sinks=np.array([0.5, -2.0, 3.0, 1.0], "f4"))
+    text = repr(case)
+    assert text.startswith("replace(make_case(Recipe(") and "softcap=1.25" in text
+    back = eval(text.split("  # ")[0], {"replace": replace, "np": np, "make_case": make_case,
+                                        "Recipe": Recipe})  # fmt: skip
+    assert back.softcap == case.softcap and np.array_equal(back.sinks, case.sinks)
+    np.testing.assert_array_equal(back.q, case.q)
+    assert "replace(" not in repr(make_case(PLAIN))

@@ -191,7 +191,18 @@ class Case:
         rec = self.params.get("recipe")
         if rec is not None:
             args = ", ".join(f"{key}={val!r}" for key, val in rec.items())
-            return f"make_case(Recipe({args}))  # {self.describe()}"
+            expr = f"make_case(Recipe({args}))"
+            # Options set on the made case (the property suite's soft-caps and sinks), not by
+            # the recipe: the expression sets them too (dataclasses.replace, numpy as np).
+            extra = []
+            if self.softcap is not None and rec.get("cap_factor") is None:
+                extra.append(f"softcap={self.softcap!r}")
+            if self.sinks is not None and rec.get("sink_offset") is None:
+                logits = [float(x) for x in np.asarray(self.sinks).ravel()]
+                extra.append(f"sinks=np.array({logits!r}, np.float32)")
+            if extra:
+                expr = f"replace({expr}, {', '.join(extra)})"
+            return f"{expr}  # {self.describe()}"
         body = self.describe()
         if self.q.size + self.k.size + self.v.size <= 96:
             bits = {n: [hex(int(x)) for x in self.bits(n).ravel()] for n in ("q", "k", "v")}
