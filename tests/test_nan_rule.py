@@ -154,3 +154,20 @@ def test_nan_rule_names_a_top_left_mask_that_drops_the_nan_instead_of_the_declar
     found = CHECKS["nan-rule"](planted(nan_to_zero_rows), case, "cpu")
     assert found.status is FAIL and "top-left" not in found.message, found
     assert 'declare nan_inputs="any"' in found.message, found
+
+
+def test_nan_rule_names_both_readings_where_the_top_left_mask_involves_no_nan():
+    """Nq = 1, Nk = 2, causal, NaN in k[1] only: top-left, row 0 keeps key 0 alone, so no
+    output involves a NaN; a kernel zeroing NaN gives the same finite row. Both are named."""
+    q = np.ones((1, 1, 1, 2), np.float32)
+    k = np.ones((1, 1, 2, 2), np.float32)
+    k[0, 0, 1, 0] = np.nan
+    case = Case(q, k, np.ones((1, 1, 2, 2), np.float32), causal=True)
+
+    def top_left(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=causal, top_left=True)
+
+    found = CHECKS["nan-rule"](planted(top_left), case, "cpu")
+    assert found.status is FAIL
+    assert "either the kernel drops those keys (a causal mask aligned top-left" in found.message
+    assert 'or it suppresses NaN on purpose (then declare nan_inputs="any"' in found.message

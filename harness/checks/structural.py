@@ -226,25 +226,38 @@ TOP_LEFT_MISSED = (
 )
 
 
+TOP_LEFT_OR_POLICY = (
+    "; either the kernel drops those keys (a causal mask aligned top-left, query i keeping keys "
+    "j <= i, does: flashcheck aligns causal bottom-right, as FlashAttention: j <= i + Nk - Nq), "
+    'or it suppresses NaN on purpose (then declare nan_inputs="any" in flashcheck.kernel, or '
+    "--nan-inputs any)"
+)
+
+
 def _missed_by_top_left(
     case: Case, p: Any, bh: tuple[int, int], missed: np.ndarray, nan_out: np.ndarray
-) -> bool:
-    """Whether the kernel's NaN in (b, h) are those of a causal mask aligned top-left: every
-    output a NaN input missed (``missed``, (Nq, dv)) is one that alignment does not involve it
-    in, and every output it does involve it in is NaN (``nan_out``), some at least. With
-    Nq < Nk top-left keeps fewer keys than bottom-right, so such a kernel leaves those NaN out,
-    and declaring ``nan_inputs="any"`` would hide a mask bug. A kernel that zeroes NaN misses
-    the outputs of both alignments and is not named."""
+) -> str:
+    """Whether the kernel's NaN in (b, h) are those of a causal mask aligned top-left: ``"yes"``
+    where every output a NaN input missed (``missed``, (Nq, dv)) is one that alignment does not
+    involve it in, and every output it does involve it in is NaN (``nan_out``), some at least;
+    ``"maybe"`` where the first holds but that alignment involves no NaN input at all (a kernel
+    zeroing NaN looks the same there); ``"no"`` otherwise. With Nq < Nk top-left keeps fewer
+    keys than bottom-right, so such a kernel leaves those NaN out, and declaring
+    ``nan_inputs="any"`` would hide a mask bug."""
     _, _, _, nq, nk, *_ = case.shape
     if not case.causal or case.window is not None or case.mask is not None or nq >= nk:
-        return False
+        return "no"
     b, h = bh
     kvh = p.kv_head(h)
     rows = np.arange(nq)
     keep = np.arange(nk)[None, :] <= rows[:, None]
     qq, kk, vv = (_zero(x, np.isinf) for x in (p.q[b, h], p.k[b, kvh], p.v[b, kvh]))
     _, involved = nan_rows_and_cols(qq, kk, vv, keep)
-    return bool(involved.any()) and not (missed & involved).any() and nan_out[involved].all()
+    if (missed & involved).any():
+        return "no"
+    if not involved.any():
+        return "maybe"
+    return "yes" if nan_out[involved].all() else "no"
 
 
 def _top_left_hint(case: Case, leak: np.ndarray, empty: np.ndarray) -> str:
@@ -358,8 +371,11 @@ def _nan_rule_on(adapter: Kernel, case: Case, device: str) -> StructuralResult:
                     f"{src} did not reach O{(b, h, i, c)} = {float(out.o[b, h, i, c])!r} "
                     f"({int(missed.sum())} such outputs in (b={b}, h={h}))"
                 )
-                if _missed_by_top_left(case, p, (b, h), missed, np.isnan(out.o[b, h])):
+                top_left = _missed_by_top_left(case, p, (b, h), missed, np.isnan(out.o[b, h]))
+                if top_left == "yes":
                     return StructuralResult.failed(f"{found}{TOP_LEFT_MISSED}")
+                if top_left == "maybe" and adapter.nan_inputs != "any":
+                    return StructuralResult.failed(f"{found}{TOP_LEFT_OR_POLICY}")
                 if adapter.nan_inputs == "any":
                     return StructuralResult.passed(
                         f'{CONVENTION}NaN inputs give finite outputs (declared nan_inputs="any"):'
