@@ -8,6 +8,7 @@ The contracts are kept in the pytest config's stash under :data:`KERNELS`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -124,17 +125,33 @@ def resolve_all(
                     raise pytest.UsageError(f"{spec} cannot run here: {why[0]}")
             call = partial(worker.run, KernelRef.of(kern, spec), device=dev)
             runner = _noticed(call, spec, limit)
+            alone = len(specs) == 1 or spec not in _builtin_suite()
+            if "dtypes" not in kern.pending and alone:  # declared: refused before the probe
+                _refuse_dtypes(spec, kern.dtypes, dtypes)
             if kern.pending:  # seconds to minutes for a kernel that compiles per shape
                 print(f"flashcheck: probing the contract of {spec} on {dev} ...", flush=True)
             t0 = time.monotonic()
             # (a kernel of a ragged layout is probed in this process: under the same limit)
             with limit_calls(CallLimit(limit)):
                 out[spec] = resolved(kern, dev, runner)
+            if alone:
+                _refuse_dtypes(spec, out[spec].dtypes, dtypes)
             if kern.pending:
                 keys = out[spec].compile_keys
                 what = f"; it compiles per {', '.join(keys)}" if keys else ""
                 print(f"flashcheck: probed {spec} in {time.monotonic() - t0:.0f} s{what}")
     return out
+
+
+def _refuse_dtypes(spec: str, have: Sequence[str], wanted: Sequence[str] | None) -> None:
+    """A usage error where ``--dtype`` asks for none of the kernel's dtypes: every test would
+    be skipped and the run exit 0 (``flashcheck report`` refuses the same request)."""
+    if wanted and not set(have) & set(wanted):
+        raise pytest.UsageError(
+            f"{spec} runs none of --dtype {', '.join(wanted)}: its dtypes are "
+            f"{', '.join(have) or 'none'} (declared, or found by the probe); ask for one of "
+            "those, or leave --dtype out"
+        )
 
 
 # Seconds a probe call runs before the terminal says that it is still waiting for it.

@@ -299,3 +299,12 @@ def test_case_files_reuse_the_campaigns_gradient_references(tmp_path, monkeypatc
     assert len(computed) == len(set(computed))  # one reference per recipe
     saved = {r.key for r in data.case_files.values()}
     assert saved & {r.key for r in data.gradients}  # the worst gradient case has a file
+
+
+def test_flashcheck_test_refuses_a_dtype_outside_the_declared_ones(user_dir):
+    # It used to skip every test and exit 0 ("runs on no dtype here"); report exits 2.
+    out = run_flashcheck(["test", "user_backward:flash_no_lse", "--dtype", "fp32"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert "runs none of --dtype fp32: its dtypes are fp16" in text, text
+    assert "probing" not in text, text  # declared: refused before the probe
