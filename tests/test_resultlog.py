@@ -23,6 +23,10 @@ def test_results_file_survives_a_torn_write(tmp_path):
     with pytest.raises(ResultLogError, match="another configuration") as err:
         ResultLog.open(path, {"type": "header", "config": {"a": 2}})
     assert "a: 1 on file, 2 now" in str(err.value)  # the setting that differs, by name
+    with pytest.raises(ResultLogError, match="another configuration") as err:
+        ResultLog.open(path, {"type": "header", "config": {"a": 1, "parts": ["options"]}})
+    # (a setting not given is the default, not "None")
+    assert "parts: the default on file, ['options'] now" in str(err.value), err.value
     (tmp_path / "junk.jsonl").write_text("not json\n")
     with pytest.raises(ResultLogError):
         read_records(tmp_path / "junk.jsonl")

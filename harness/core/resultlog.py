@@ -136,4 +136,9 @@ def _differences(old: Any, new: Any) -> str:
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return f"{old!r} on file"
     keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
-    return "; ".join(f"{k}: {old.get(k)!r} on file, {new.get(k)!r} now" for k in keys)
+    return "; ".join(f"{k}: {_shown(old.get(k))} on file, {_shown(new.get(k))} now" for k in keys)
+
+
+def _shown(value: Any) -> str:
+    """A setting as the refusal names it: ``None`` (not given) is the default."""
+    return "the default" if value is None else repr(value)
