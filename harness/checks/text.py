@@ -82,7 +82,30 @@ def format_check(res: Any, *, worst: int = 5) -> str:
         if res.bounds is not None:
             cells += [f"{row['det_bound']:.4g}", f"{row['prob_bound']:.4g}"]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + _worst_lse(res, worst))
+
+
+def _worst_lse(res: Any, worst: int) -> list[str]:
+    """The worst LSE rows beside the oracle, where LSE exceeds its deterministic bound (an
+    LSE-only failure showed only O's table, all zeros)."""
+    v = res.verdict
+    if res.output.lse is None or res.bounds is None or not v.lse_det_util > 1:
+        return []
+    got = np.asarray(res.output.lse, dtype=np.float64)
+    exact = np.asarray(res.ref.lse.hi, dtype=np.float64)
+    det = np.asarray(res.bounds.lse.det, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.abs(got - exact)
+        util = np.where(np.isnan(err), np.inf, err / det)
+    order = np.argsort(-np.nan_to_num(util, nan=np.inf), axis=None)[:worst]
+    lines = ["", "worst LSE rows, by bound utilization:"]
+    lines += ["| (b, h, i) | kernel | oracle (hi) | abs err | det bound |", "|---|---|---|---|---|"]
+    for flat in order:
+        i = np.unravel_index(flat, got.shape)
+        cells = [str(tuple(int(x) for x in i)), f"{got[i]:.9g}", f"{exact[i]:.17g}"]
+        cells += [_number(float(err[i])), f"{det[i]:.4g}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def format_gradient_check(res: Any, *, worst: int = 3) -> str:
