@@ -8,6 +8,7 @@ tanh worse than any class admits. At a cap of 20 the error moves the fp32 LSE fa
 bounds of an accurate tanh."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +127,26 @@ def test_an_unknown_tanh_is_refused_with_the_choices():
     q, k, v = (x.numpy() for x in _inputs(5, n=4, d=4))
     with pytest.raises(ValueError, match="'approx'"):
         error_bounds(q, k, v, arithmetic="flash", softcap=CAP, tanh="approximate")
+
+
+def test_a_case_saved_from_a_declared_kernel_replays_with_the_declaration(tmp_path, monkeypatch):
+    # flashcheck.kernel(fn, tanh="approx") keeps fn's name; the case file named the plain
+    # function, and its replay judged it undeclared (FAIL-HARD where check() said PASS).
+    from flashcheck.harness.checks.replay import replay
+
+    (tmp_path / "capmod.py").write_text(
+        "import flashcheck\n"
+        "from test_approx_tanh import APPROX, _kernel\n"
+        "def fn(q, k, v, *, causal=False, scale=None, softcap=None):\n"
+        "    return _kernel(APPROX)(q, k, v, causal=causal, scale=scale, softcap=softcap)\n"
+        "declared = flashcheck.kernel(fn, arithmetic='naive', tanh='approx')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import capmod
+
+    q, k, v = _inputs(1)
+    res = flashcheck.check(capmod.declared, q, k, v, softcap=CAP, save="always", case_dir=tmp_path)
+    assert res.passed
+    _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
+    assert record["kernel"] == "capmod:declared" and verdict == "PASS", (record, verdict)

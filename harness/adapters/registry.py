@@ -37,6 +37,7 @@ __all__ = [
     "SUITE_KERNELS",
     "as_kernel",
     "builtin_kernels",
+    "declared_spec",
     "entry_point_kernels",
     "kernel",
     "resolve",
@@ -385,6 +386,33 @@ def as_kernel(obj: Any, spec: str | None = None) -> Kernel:
         f"expected a kernel: a function, a flashcheck.kernel(...) or a spec string, got "
         f"{type(obj).__name__}"
     )
+
+
+# What a declaration sets beyond the function (compared to find the one a kernel came from).
+_DECLARED = (
+    "arithmetic", "tanh", "nan_inputs", "deterministic", "batch_invariant", "backward",
+    "backward_arithmetic", "key_block", "layout", "op",
+)  # fmt: skip
+
+
+def declared_spec(kern: Kernel) -> str:
+    """A spec that resolves to ``kern``'s declaration, for a case file: its name, unless that
+    is the default ``module:function`` of a ``flashcheck.kernel(fn, ...)`` bound to another
+    name of that module, then ``module:that_name`` (the one declaration of ``fn`` there with
+    the same settings). Before, a case saved by ``flashcheck.check(declared, ...)`` replayed the
+    plain function, without the declaration (its tanh, class, NaN policy, ...)."""
+    module_name, colon, attr = kern.name.partition(":")
+    module = sys.modules.get(module_name) if colon else None
+    if module is None or isinstance(getattr(module, attr, None), Kernel):
+        return kern.name
+    same = [
+        key
+        for key, obj in vars(module).items()
+        if isinstance(obj, Kernel)
+        and obj.fn is kern.fn
+        and all(getattr(obj, f) == getattr(kern, f) for f in _DECLARED)
+    ]
+    return f"{module_name}:{same[0]}" if len(same) == 1 else kern.name
 
 
 def resolve(spec: str) -> Kernel:

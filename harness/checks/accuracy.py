@@ -23,7 +23,7 @@ from typing import Any
 from ..adapters.adapter import Kernel, KernelGradients, KernelOutput
 from ..adapters.builtin import project_kernels
 from ..adapters.probe import default_probe_device
-from ..adapters.registry import as_kernel
+from ..adapters.registry import as_kernel, declared_spec
 from ..cases.case import FP8_DTYPES, Case
 from ..cases.store import save_case
 from ..core.semantics import as_exact_array
@@ -239,7 +239,8 @@ def _device(adapter: Kernel, q: Any, device: str | None) -> str:
 
 def _save(res: Any, case: Case, adapter: Kernel, device: str, save: str, case_dir, **kw):
     if save == "always" or (save == "failure" and not res.passed):
-        res.case_id = save_case(case, kernel=adapter.name, device=device, directory=case_dir, **kw)
+        spec = declared_spec(adapter)
+        res.case_id = save_case(case, kernel=spec, device=device, directory=case_dir, **kw)
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
 
 
