@@ -35,7 +35,9 @@ __all__ = [
 def failure_margin(res: CheckResult) -> float:
     """How close the case is to failing: the largest of the deterministic-bound utilizations
     (O and LSE) and ``max_ulp / (2·E_naive + 1)``, the empirical rule's utilization. Above 1
-    the case fails; a FAIL-HARD for another reason (NaN/Inf, masked rows) scores just above 1.
+    from a deterministic bound the case fails; above 1 from the empirical rule it fails only
+    where the probabilistic bound is exceeded too (the rule needs both), so a PASS can score
+    above 1. A FAIL-HARD for another reason (NaN/Inf, masked rows) scores just above 1.
     """
     v = res.verdict
     if not math.isfinite(v.max_ulp):  # NaN/Inf where the exact result is finite
