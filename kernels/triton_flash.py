@@ -120,8 +120,9 @@ def tanh_fp32(x):
 
 @triton.jit
 def tanh_approx(x):
-    """tanh by the GPU's ``tanh.approx.f32``: one MUFU operation, relative error up to about
-    ``2^-11`` (PTX ISA; measured over every fp32 argument in benchmarks/RESULTS.md). It is the
+    """tanh by the GPU's ``tanh.approx.f32``: one MUFU operation; its relative error, measured
+    over every fp32 argument on an H200, is at most ``2^-16.46`` (benchmarks/RESULTS.md;
+    NVIDIA documents a looser figure, other GPU generations are unmeasured). It is the
     tanh of FlashAttention's and FlashInfer's soft-cap. NVIDIA GPUs only: the interpreter has no
     inline assembly (:func:`softcap_mode` falls back to :func:`tanh_fp32` there)."""
     return tl.inline_asm_elementwise(
@@ -846,12 +847,12 @@ def flash_attention(
     defaults to ``1/sqrt(d)``. ``window=(left, right)``: ``None``/``-1`` for unbounded.
     ``softcap=c``: every score ``s = scale·q·k`` becomes ``c·tanh(s/c)`` before masking (tanh
     by :func:`tanh_fp32`, within 2 fp32 ulp; with ``approx_tanh=True`` by the GPU's
-    ``tanh.approx.f32``, FlashAttention's choice: faster, relative error up to about ``2^-11``,
-    so the scores near the cap are off by up to ``c·2^-11``; the interpreter keeps
-    :func:`tanh_fp32`). ``sinks``: one float32 logit ``σ_h`` per query head, a softmax
-    column without a value row (``LSE_i = log(e^σ_h + Σ_j e^s_ij)``; a row that keeps no key
-    has ``O = 0``, ``LSE = σ_h``). Both are compile-time branches: without them the kernel is
-    the one it was. Returns ``O`` in the input dtype and ``LSE`` in float32.
+    ``tanh.approx.f32``, FlashAttention's choice: faster, relative error at most ``2^-16.46``
+    as measured on an H200, so the capped scores are off by up to about ``c·2^-16``; the
+    interpreter keeps :func:`tanh_fp32`). ``sinks``: one float32 logit ``σ_h`` per query head,
+    a softmax column without a value row (``LSE_i = log(e^σ_h + Σ_j e^s_ij)``; a row that
+    keeps no key has ``O = 0``, ``LSE = σ_h``). Both are compile-time branches: without them
+    the kernel is the one it was. Returns ``O`` in the input dtype and ``LSE`` in float32.
     """
     window, sc = check_inputs(q, k, v, window=window, scale=scale)
     cap, sinks = check_options(q, softcap, sinks)
