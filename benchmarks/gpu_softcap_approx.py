@@ -22,6 +22,7 @@ from pathlib import Path
 
 import triton
 import triton.language as tl
+from gpu_softcap_speed import check_capped  # the same fp64 check of a capped output
 
 from flashcheck.harness.bench.timing import time_interleaved
 from flashcheck.kernels.triton_flash import tanh_approx, tanh_fp32
@@ -74,32 +75,6 @@ def sweep(approx: bool, sign: int) -> tuple[float, float]:
     return worst, where
 
 
-def _reference(q, k, v, cap, causal, rows):
-    """fp64 attention with the soft-cap at query ``rows`` of every head: (O, LSE, Σ p·|v|)."""
-    import torch
-
-    q64, k64, v64 = (t.double() for t in (q, k, v))
-    s = q64[:, :, rows] @ k64.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    s = cap * torch.tanh(s / cap)
-    if causal:
-        cols = torch.arange(k.shape[2], device=q.device)
-        s = s.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
-    p = torch.softmax(s, -1)
-    return p @ v64, torch.logsumexp(s, -1), p @ v64.abs()
-
-
-def _check(out, q, k, v, cap, causal, rows) -> tuple[float, float]:
-    """(max floored bf16 ulps of O, max LSE error relative to max(1, |LSE|))."""
-    import torch
-
-    o_ref, lse_ref, w = _reference(q, k, v, cap, causal, rows)
-    o, lse = out[0][:, :, rows].double(), out[1][:, :, rows].double()
-    mag = torch.maximum(o_ref.abs(), w).clamp_min(1e-30)
-    ulp = torch.exp2(torch.floor(torch.log2(mag)) - 7)  # bf16: 8 significant bits
-    ulps = ((o - o_ref).abs() / ulp).max().item()
-    return ulps, ((lse - lse_ref).abs() / lse_ref.abs().clamp_min(1)).max().item()
-
-
 def _bind(fn, *args, **kw):
     return lambda: fn(*args, **kw)
 
@@ -120,7 +95,7 @@ def _speeds(args, fwd, bwd) -> list[dict]:
             fns = [_bind(fwd, q, k, v, causal=causal, **o) for o in caps]
             rows = torch.randperm(n, generator=torch.Generator().manual_seed(n))[:256]
             rows = rows.sort().values.to("cuda")
-            checks = [_check(f(), q, k, v, args.cap, causal, rows) for f in fns[1:]]
+            checks = [check_capped(f(), q, k, v, args.cap, causal, rows) for f in fns[1:]]
             fwd_out = [f() for f in fns]
             bfns = [
                 _bind(bwd, q, k, v, r[0], r[1], do, causal=causal, **o)

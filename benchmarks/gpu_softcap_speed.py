@@ -94,7 +94,7 @@ def prediction() -> str:
     )
 
 
-def _reference(q, k, v, cap, causal, rows):
+def capped_reference(q, k, v, cap, causal, rows):
     """fp64 attention with the soft-cap at query ``rows`` of every head: (O, LSE)."""
     import torch
 
@@ -109,14 +109,14 @@ def _reference(q, k, v, cap, causal, rows):
     return p @ v64, lse, p @ v64.abs()
 
 
-def _check(out, q, k, v, cap, causal, rows):
+def check_capped(out, q, k, v, cap, causal, rows):
     """(max floored bf16 ulps of O, max LSE error relative to max(1, |LSE|)). The ulp is that of
     the larger of |O| and its floor W = Σ_j p_j·|v_j| (flashcheck's floored ULP): where a row's
     average cancels (causal rows of a few keys), an error is measured against the size of the
     terms that made it, not against what is left."""
     import torch
 
-    o_ref, lse_ref, w = _reference(q, k, v, cap, causal, rows)
+    o_ref, lse_ref, w = capped_reference(q, k, v, cap, causal, rows)
     o, lse = out[0][:, :, rows].double(), out[1][:, :, rows].double()
     mag = torch.maximum(o_ref.abs(), w).clamp_min(1e-30)
     ulp = torch.exp2(torch.floor(torch.log2(mag)) - 7)  # bf16: 8 significant bits
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             fns = _variants(new, old, q, k, v, causal=causal, cap=args.cap)
             rows = torch.randperm(n, generator=torch.Generator().manual_seed(n))[:256]
             rows = rows.sort().values.to("cuda")
-            checks = [_check(f(), q, k, v, args.cap, causal, rows) for f in fns[1:]]
+            checks = [check_capped(f(), q, k, v, args.cap, causal, rows) for f in fns[1:]]
             ok = all(u <= 4 and e <= 1e-4 for u, e in checks)
             failed += not ok
             ms = time_interleaved(fns, reps=args.reps)

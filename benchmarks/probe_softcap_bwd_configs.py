@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from probe_softcap_configs import bench_inputs  # the same shapes and inputs as the forward's
+
 from flashcheck.harness.bench.timing import time_interleaved
 from flashcheck.kernels.triton_flash import flash_attention
 from flashcheck.kernels.triton_flash_bwd import BackwardConfig as B
@@ -40,12 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for spec in args.shapes.split(","):
         n, causal = int(spec.split(":")[0]), spec.split(":")[1] == "1"
-        b, h, d = max(1, 16384 // n), 16, 128
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v, do = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(4)
-        )
+        q, k, v, do = bench_inputs(n, 4)
+        d = q.shape[-1]
         opts = {"causal": causal, "window": None, "scale": d**-0.5, "allow_tf32": False}
         o, lse = flash_attention(q, k, v, causal=causal)
         oc, lsec = flash_attention(q, k, v, causal=causal, softcap=2.0, approx_tanh=True)

@@ -37,6 +37,18 @@ CANDIDATES = {
 }
 
 
+def bench_inputs(n: int, count: int) -> list:
+    """``count`` bf16 tensors of shape (B, 16, n, 128), B·n = 16K, N(0, 1), seeded by n."""
+    import torch
+
+    b, h, d = max(1, 16384 // n), 16, 128
+    g = torch.Generator(device="cuda").manual_seed(n)
+    return [
+        torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
+        for _ in range(count)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -48,12 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for spec in args.shapes.split(","):
         n, causal = int(spec.split(":")[0]), spec.split(":")[1] == "1"
-        b, h, d = max(1, 16384 // n), 16, 128
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(3)
-        )
+        q, k, v = bench_inputs(n, 3)
+        d = q.shape[-1]
         opts = {"causal": causal, "window": None, "scale": d**-0.5, "allow_tf32": False}
         own = launch_config(q, k, v, causal=causal)
         fns = [partial(launch, q, k, v, **opts)]
