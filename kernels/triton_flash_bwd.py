@@ -505,10 +505,19 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
-    """Tiles for head dims ``d``, ``dv`` and an input of ``dtype_bytes``. The dK/dV program keeps
-    two fp32 accumulators of ``block_n × d`` in registers besides its k and v tiles, so fp32
-    gets small tiles (not tuned)."""
+def backward_config(
+    d: int,
+    dv: int,
+    dtype_bytes: int,
+    *,
+    approx_cap: bool = False,
+    causal: bool = True,
+    fused: bool = False,
+) -> BackwardConfig:
+    """Tiles for head dims ``d``, ``dv`` and an input of ``dtype_bytes`` (``approx_cap``: a
+    soft-cap with the approximate tanh; ``causal``; ``fused``: dQ by atomic adds inside the
+    dK/dV program). The dK/dV program keeps two fp32 accumulators of ``block_n × d`` in
+    registers besides its k and v tiles, so fp32 gets small tiles (not tuned)."""
     if _interpreting():
         # The interpreter's cost is per tile operation; 32-wide tiles still cross block edges
         # at the test lengths 17, 33 and 65.
@@ -522,6 +531,18 @@ def backward_config(d: int, dv: int, dtype_bytes: int) -> BackwardConfig:
     # despite recomputing P twice.
     if max(d, dv) > 128:
         return BackwardConfig(32, 128, 8, 3, True, 128, 32, 8, 3, kv_apart=True)
+    if max(d, dv) > 64 and approx_cap:
+        # The capped dQ program at 128 rows spilled 40-48 registers where the plain one spills
+        # 32-34 and still wins; 64 rows spill none. On an H200 (bf16, d = 128, N = 4K,
+        # benchmarks/gpu_softcap_bwd_split.py --dq) its dQ kernel took 0.93x / 0.70x the time
+        # at 128 rows (non-causal / causal), the same bits (dQ's key blocks sum in one order).
+        return BackwardConfig(32, 64, 4, 3, True, 64, 32, 4, 3)
+    if max(d, dv) > 64 and not (causal or fused):
+        # Without a mask, 128-key dK/dV programs of two warpgroups: on an H200 (bf16, d = 128,
+        # benchmarks/gpu_softcap_bwd_split.py --dkdv) the dK/dV kernel took 0.98x / 0.89x /
+        # 0.91x the time of the 64-key, one-warpgroup tile at N = 1K / 4K / 16K, the same bits.
+        # Causal it lost at N = 1K (1.11x); the atomic path's extra tile was not tried there.
+        return BackwardConfig(64, 128, 8, 3, True, 128, 32, 4, 3)
     if max(d, dv) > 64:
         return BackwardConfig(32, 64, 4, 3, True, 128, 32, 4, 3)
     return BackwardConfig(32, 128, 4, 3, True, 64, 64, 4, 3)
@@ -551,7 +572,15 @@ def launch_backward(
     # in some elements from the one of the same values contiguous (benchmarks/RESULTS.md). One
     # copy of dO, when it is not contiguous, makes the gradients independent of its layout.
     do = do.contiguous()
-    cfg = backward_config(d, dv, q.element_size()) if config is None else config
+    mode = softcap_mode(softcap, approx_tanh)
+    if config is None:
+        # A window counts as causal here: its tiles were not measured apart.
+        masked = bool(causal) or window is not None
+        cfg = backward_config(
+            d, dv, q.element_size(), approx_cap=mode == 2, causal=masked, fused=not deterministic
+        )
+    else:
+        cfg = config
     # Past d = 128 (kv_apart) the fused program's tile does not fit a GPU's shared memory, so
     # dQ comes from the dQ kernel there whatever `deterministic` says.
     fused = not deterministic and not cfg.kv_apart
@@ -574,7 +603,7 @@ def launch_backward(
     opts = {"CAUSAL": bool(causal), "WINDOW": window is not None, "BLOCK_M": cfg.block_m,
             "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
             "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
-            "num_stages": cfg.stages, "SOFTCAP": softcap_mode(softcap, approx_tanh)}  # fmt: skip
+            "num_stages": cfg.stages, "SOFTCAP": mode}  # fmt: skip
     dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
     terms = torch.empty_like(delta) if sinks is not None else delta
     _bwd_preprocess[(triton.cdiv(nq, dq_m), bsz * hq)](

@@ -306,6 +306,27 @@ def test_dq_tiles_reach_the_dq_kernel_only():
         assert not torch.equal(kv_only[0], dq_only[0])
 
 
+def test_backward_tiles_by_mask_path_and_cap(monkeypatch):
+    # The GPU tiles at d = 128, 16-bit inputs (measured on an H200, benchmarks/RESULTS.md):
+    # 128-key dK/dV programs only without a mask on the two-kernel path; 64-row dQ programs
+    # for the cap with the approximate tanh; the interpreter keeps its own small tiles.
+    from flashcheck.kernels import triton_flash_bwd as fb
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    plain = fb.backward_config(128, 128, 2)
+    assert plain == fb.backward_config(128, 128, 2, causal=True)
+    assert plain[:4] == (32, 64, 4, 3) and plain.for_dq() == (128, 32, 4, 3)
+    wide = fb.backward_config(128, 128, 2, causal=False)
+    assert wide[:4] == (64, 128, 8, 3) and wide.for_dq() == plain.for_dq()
+    assert fb.backward_config(128, 128, 2, causal=False, fused=True) == plain
+    capped = fb.backward_config(128, 128, 2, causal=False, approx_cap=True)
+    assert capped[:4] == plain[:4] and capped.for_dq() == (64, 32, 4, 3)
+    assert fb.backward_config(64, 64, 2, causal=False) == fb.backward_config(64, 64, 2)
+    assert fb.backward_config(128, 128, 4, causal=False) == fb.backward_config(128, 128, 4)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert fb.backward_config(128, 128, 2, causal=False) == BackwardConfig(32, 32, 4, 1)
+
+
 @pytest.mark.parametrize(
     "shape", [GRID[0], GRID[2], (1, 4, 1, 45, 70, 24, 16, True, None)], ids=_sid
 )
