@@ -308,3 +308,21 @@ def test_flashcheck_test_refuses_a_dtype_outside_the_declared_ones(user_dir):
     assert out.returncode == 2, text
     assert "runs none of --dtype fp32: its dtypes are fp16" in text, text
     assert "probing" not in text, text  # declared: refused before the probe
+
+
+def test_check_and_check_gradients_refuse_an_input_outside_the_declared_contract(ub):
+    # They used to judge it: an fp32 input of a kernel declared fp16 passed without a word, and
+    # a causal input of one declaring no mask failed FAIL-HARD as if the kernel were wrong.
+    half = replace(ub.textbook_autograd, dtypes=("fp16",), masks=frozenset(), pending=frozenset())
+    q, k, v = _inputs(np.float32, b=1, hq=1, hk=1)
+    with pytest.raises(ValueError, match=r"outside textbook_autograd's declared contract: fp32 "):
+        flashcheck.check(half, q, k, v, save="never")
+    with pytest.raises(ValueError, match=r"not among its dtypes \(fp16\)"):
+        flashcheck.check_gradients(half, q, k, v, save="never")
+    q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    with pytest.raises(ValueError, match="causal masks unsupported"):
+        flashcheck.check(half, q, k, v, causal=True, save="never")
+    with pytest.raises(ValueError, match="causal masks unsupported"):
+        flashcheck.check_gradients(half, q, k, v, causal=True, save="never")
+    assert flashcheck.check(half, q, k, v, save="never").passed
+    assert flashcheck.check_gradients(half, q, k, v, save="never").passed

@@ -307,6 +307,7 @@ def check(
     ``save``: ``"failure"`` (default) writes the case to ``case_dir`` (default
     ``$FLASHCHECK_CASE_DIR`` or ``reports/cases``) when the verdict is not PASS, ``"always"``
     every time, ``"never"`` not at all; the result's ``replay`` is the command that re-runs it.
+    An input outside the kernel's declared contract raises ``ValueError`` with the reason.
     """
     opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
     opts.update(softcap=softcap, sinks=sinks)
@@ -320,6 +321,7 @@ def check(
             f"the input needs {outside} but {adapter.name} takes no keyword of that name: add "
             "it to the function's signature, or leave the option out"
         )
+    _refuse_outside_contract(adapter, case, device, adapter.supports(case, device))
     res = check_case(adapter, case, device=device)
     context = {"property": "accuracy", "api": "check"}
     _save(
@@ -379,10 +381,26 @@ def check_gradients(
     if do_layout != case.do_layout:
         case = replace(case, do_layout=do_layout)  # checks the name (and an expanded do's rows)
     device = _device(adapter, q, device)
+    _refuse_outside_contract(adapter, case, device, adapter.backward_supports(case, device))
     res = check_gradients_case(adapter, case, device=device)
     context = {"property": "gradients", "api": "check_gradients"}
     _save(res, case, adapter, device, save, case_dir, verdict=res.as_dict(), context=context)
     return res
+
+
+def _refuse_outside_contract(adapter: Kernel, case: Case, device: str, why: str | None) -> None:
+    """Raise ``ValueError`` when ``case`` lies outside what ``adapter`` declares (its dtypes,
+    masks, shapes, options or score limit; ``why`` from ``supports``): a verdict there would
+    judge the kernel on inputs it never promised to take. Fields not declared are not probed
+    here and take no part."""
+    if case.dtype not in adapter.dtypes:
+        why = f"{case.dtype} is not among its dtypes ({', '.join(adapter.dtypes) or 'none'})"
+    if why is not None:
+        raise ValueError(
+            f"this input is outside {adapter.name}'s declared contract: {why}. Pass an input "
+            "inside it, or declare the contract wider (flashcheck.kernel(fn, dtypes=..., "
+            "masks=..., ...))"
+        )
 
 
 def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
