@@ -345,6 +345,27 @@ def test_resuming_with_other_options_is_refused(tmp_path):
     assert run_report(replace(opts, seed=3, fresh=True), echo=lambda *a, **k: None) == 0
 
 
+def test_a_clash_with_another_campaign_is_refused_before_the_probe(tmp_path, monkeypatch):
+    # It used to be found after probing the kernels (minutes for a kernel that compiles).
+    from dataclasses import replace
+
+    from flashcheck.harness.campaign import report
+    from flashcheck.harness.core.resultlog import ResultLogError
+
+    opts = ReportOptions(
+        name="r", preset="smoke", kernels=("naive-numpy",), dtypes=("fp16",), out=str(tmp_path),
+        isolate=False, render=False,
+    )  # fmt: skip
+    assert run_report(opts, echo=lambda *a, **k: None) == 0
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed before the clash was found")
+
+    monkeypatch.setattr(report, "_probe", no_probe)
+    with pytest.raises(ResultLogError, match="another configuration"):
+        run_report(replace(opts, seed=3), echo=lambda *a, **k: None)
+
+
 @pytest.mark.parametrize("cmd", [[], ["report"], ["render"], ["kernels"], ["replay"]])
 def test_help_reads(cmd):
     from flashcheck.harness.cli import main

@@ -31,3 +31,17 @@ def test_results_file_survives_a_torn_write(tmp_path):
     with pytest.raises(ResultLogError):
         read_records(tmp_path / "junk.jsonl")
     assert json.loads(path.read_text().splitlines()[0])["schema"] == "flashcheck-results/1"
+
+
+def test_check_resumable_says_what_open_would_refuse(tmp_path):
+    path = tmp_path / "r.jsonl"
+    header = {"type": "header", "config": {"a": 1}}
+    ResultLog.check_resumable(path, header)  # no file yet: nothing to refuse
+    ResultLog.open(path, header).close()
+    ResultLog.check_resumable(path, header)
+    with pytest.raises(ResultLogError, match="a: 1 on file, 2 now"):
+        ResultLog.check_resumable(path, {"type": "header", "config": {"a": 2}})
+    ResultLog.check_resumable(path, {"type": "header", "config": {"a": 2}}, fresh=True)
+    (tmp_path / "junk.jsonl").write_text('{"type": "header"}\n')
+    with pytest.raises(ResultLogError, match="not a flashcheck results file"):
+        ResultLog.check_resumable(tmp_path / "junk.jsonl", header)

@@ -174,9 +174,11 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     cfg = header.config
     # The kernels run in this process: each call under --timeout (--no-isolate: none).
     limit = CallLimit(opts.timeout) if opts.isolate else None
+    results_path = out_dir / "results.jsonl"
+    # A clash with another campaign's results is said before the probe, not after it.
+    ResultLog.check_resumable(results_path, header.to_json(), fresh=opts.fresh)
     with limit_calls(limit):
         adapters = _probe(declared, devices, cfg.dtypes, echo)
-    results_path = out_dir / "results.jsonl"
     try:
         with (
             ResultLog.open(results_path, header.to_json(), fresh=opts.fresh) as log,

@@ -363,6 +363,8 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             with measure(clock, "set-up"):
                 setup = _setup(opts)
             results_path = setup.results_path
+            # A clash with another campaign's results is said before the probe, not after it.
+            ResultLog.check_resumable(results_path, setup.header.to_json(), fresh=opts.fresh)
             with measure(clock, "probing"):
                 adapters = _probe(executor, setup, opts, echo)
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:

@@ -100,17 +100,20 @@ class ResultLog:
         if good < path.stat().st_size:
             with open(path, "r+b") as f:
                 f.truncate(good)
-        if not records or records[0].get("schema") != SCHEMA:
-            raise ResultLogError(f"{path} is not a flashcheck results file; use --fresh")
-        old = records[0].get("config")
-        new = jsonable(header.get("config"))
-        if old != new:
-            raise ResultLogError(
-                f"{path} holds a campaign with another configuration ({_differences(old, new)}); "
-                "re-run with the same options to resume it, or pass --name NAME for a new "
-                "report beside it (--fresh replaces it)"
-            )
+        _refuse_another(path, records, header)
         return cls(path, records)
+
+    @staticmethod
+    def check_resumable(
+        path: str | os.PathLike, header: dict[str, Any], *, fresh: bool = False
+    ) -> None:
+        """Raise :class:`ResultLogError` now where :meth:`open` would refuse ``path`` (another
+        campaign's results, or not a results file), so that a command can say so before its
+        slow set-up (probing, compiling) rather than after."""
+        path = Path(path)
+        if fresh or not path.exists() or path.stat().st_size == 0:
+            return
+        _refuse_another(path, _scan(path)[0], header)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record durably (one write, flush, fsync)."""
@@ -129,6 +132,19 @@ class ResultLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _refuse_another(path: Path, records: list[dict[str, Any]], header: dict[str, Any]) -> None:
+    if not records or records[0].get("schema") != SCHEMA:
+        raise ResultLogError(f"{path} is not a flashcheck results file; use --fresh")
+    old = records[0].get("config")
+    new = jsonable(header.get("config"))
+    if old != new:
+        raise ResultLogError(
+            f"{path} holds a campaign with another configuration ({_differences(old, new)}); "
+            "re-run with the same options to resume it, or pass --name NAME for a new "
+            "report beside it (--fresh replaces it)"
+        )
 
 
 def _differences(old: Any, new: Any) -> str:
