@@ -15,13 +15,13 @@ from .batch_invariance import batch_invariance
 from .conformance import conformance, gradient_conformance
 from .do_layouts import gradient_do_layouts
 from .integrity import gradient_integrity, integrity
+from .nan_rule import nan_rule
 from .structural import (
     StructuralResult,
     batch_head_independence,
     determinism,
     gradient_determinism,
     key_permutation,
-    nan_rule,
     options_applied,
     padded_buffers,
 )
