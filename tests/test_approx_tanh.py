@@ -150,3 +150,29 @@ def test_a_case_saved_from_a_declared_kernel_replays_with_the_declaration(tmp_pa
     assert res.passed
     _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
     assert record["kernel"] == "capmod:declared" and verdict == "PASS", (record, verdict)
+
+
+def test_a_declaration_in_another_module_than_its_function_replays_with_it(tmp_path, monkeypatch):
+    # The function in one module, flashcheck.kernel(...) in another: the case file named the
+    # function's module and its plain function, and the replay lost the declaration.
+    from flashcheck.harness.checks.replay import replay
+
+    (tmp_path / "capfn.py").write_text(
+        "from test_approx_tanh import APPROX, _kernel\n"
+        "def fn(q, k, v, *, causal=False, scale=None, softcap=None):\n"
+        "    return _kernel(APPROX)(q, k, v, causal=causal, scale=scale, softcap=softcap)\n"
+    )
+    (tmp_path / "capdecl.py").write_text(
+        "import flashcheck\n"
+        "import capfn\n"
+        "declared = flashcheck.kernel(capfn.fn, arithmetic='naive', tanh='approx')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import capdecl
+
+    q, k, v = _inputs(1)
+    res = flashcheck.check(capdecl.declared, q, k, v, softcap=CAP, save="always", case_dir=tmp_path)
+    assert res.passed
+    _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
+    assert record["kernel"] == "capdecl:declared" and verdict == "PASS", (record, verdict)

@@ -114,6 +114,8 @@ class Kernel:
     (:func:`flashcheck.harness.adapters.probe.resolved` fills them in).
     ``layout`` (``"dense"``, ``"varlen"``, ``"paged"``) and ``op`` (``"attention"``,
     ``"combine"``): how the kernel is called (:mod:`~flashcheck.harness.adapters.ragged_call`).
+    ``declared_in``: the module that called :func:`flashcheck.kernel` (a saved case names the
+    declaration there when the function lives elsewhere).
     """
 
     name: str
@@ -148,6 +150,7 @@ class Kernel:
     pending: frozenset[str] = frozenset()
     layout: str = "dense"
     op: str = "attention"
+    declared_in: str = ""
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name!r}: {'; '.join(self.contract_lines()[:3])}>"

@@ -211,6 +211,7 @@ def kernel(
     if fn is None:
         given = {key: val for key, val in locals().items() if key != "fn"}
         return lambda f: kernel(f, **given)
+    declared_in = sys._getframe(1).f_globals.get("__name__", "")
     if not callable(fn):
         raise TypeError(f"kernel() takes the attention function itself, got {type(fn).__name__}")
     if arithmetic not in ARITHMETIC_CLASSES:
@@ -307,6 +308,7 @@ def kernel(
         pending=frozenset(f for f in CONTRACT_FIELDS if f not in declared),
         layout=layout,
         op=op,
+        declared_in=declared_in,
         **{"masks": undeclared_masks, **declared},
     )
 
@@ -399,20 +401,29 @@ def declared_spec(kern: Kernel) -> str:
     """A spec that resolves to ``kern``'s declaration, for a case file: its name, unless that
     is the default ``module:function`` of a ``flashcheck.kernel(fn, ...)`` bound to another
     name of that module, then ``module:that_name`` (the one declaration of ``fn`` there with
-    the same settings). Before, a case saved by ``flashcheck.check(declared, ...)`` replayed the
-    plain function, without the declaration (its tanh, class, NaN policy, ...)."""
+    the same settings), else the same in the module the declaration was made in. Before, a
+    case saved by ``flashcheck.check(declared, ...)`` replayed the plain function, without
+    the declaration (its tanh, class, NaN policy, ...)."""
     module_name, colon, attr = kern.name.partition(":")
     module = sys.modules.get(module_name) if colon else None
     if module is None or isinstance(getattr(module, attr, None), Kernel):
         return kern.name
-    same = [
-        key
-        for key, obj in vars(module).items()
-        if isinstance(obj, Kernel)
-        and obj.fn is kern.fn
-        and all(getattr(obj, f) == getattr(kern, f) for f in _DECLARED)
-    ]
-    return f"{module_name}:{same[0]}" if len(same) == 1 else kern.name
+    # The function's module first, then the one the declaration was made in (a script's
+    # __main__ cannot be imported by a later replay).
+    for where in dict.fromkeys([module_name, kern.declared_in]):
+        found = sys.modules.get(where) if where and where != "__main__" else None
+        if found is None:
+            continue
+        same = [
+            key
+            for key, obj in vars(found).items()
+            if isinstance(obj, Kernel)
+            and obj.fn is kern.fn
+            and all(getattr(obj, f) == getattr(kern, f) for f in _DECLARED)
+        ]
+        if len(same) == 1:
+            return f"{where}:{same[0]}"
+    return kern.name
 
 
 def resolve(spec: str) -> Kernel:
