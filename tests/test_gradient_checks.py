@@ -326,3 +326,33 @@ def test_check_and_check_gradients_refuse_an_input_outside_the_declared_contract
         flashcheck.check_gradients(half, q, k, v, causal=True, save="never")
     assert flashcheck.check(half, q, k, v, save="never").passed
     assert flashcheck.check_gradients(half, q, k, v, save="never").passed
+
+
+def test_a_declaration_is_named_by_its_own_name_and_a_plain_record_says_how_to_replay(
+    tmp_path, monkeypatch
+):
+    # check() named a module-level declaration `good = flashcheck.kernel(good_fn, ...)` after
+    # its function (good_fn) where `flashcheck test mod:good` said good; and a gradient case
+    # saved from a declaration no module binds named the plain function, whose replay failed
+    # with "declares no backward" and nothing on how to replay it.
+    (tmp_path / "plainmod.py").write_text(
+        "import flashcheck, torch\n"
+        "def good_fn(q, k, v, *, causal=False, scale=None):\n"
+        "    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)\n"
+        "    if causal:\n"
+        "        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float('-inf'))\n"
+        "    return (torch.softmax(s, -1) @ v.float()).to(q.dtype)\n"
+        "def no_causal(q, k, v, *, causal=False, scale=None):\n"
+        "    return good_fn(q, k, v, scale=scale)\n"
+        "good = flashcheck.kernel(good_fn, backward='autograd')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import plainmod
+
+    q, k, v = _inputs(np.float32, b=1, hq=1, hk=1, nq=8, nk=8)
+    assert flashcheck.check(plainmod.good, q, k, v, save="never").kernel == "plainmod:good"
+    inline = flashcheck.kernel(plainmod.no_causal, backward="autograd")
+    res = flashcheck.check_gradients(inline, q, k, v, causal=True, case_dir=tmp_path)
+    assert not res.passed
+    with pytest.raises(RuntimeError, match=r"plainmod:no_causal, which declares none.*--kernel"):
+        replay(res.case_id, directory=tmp_path, echo=lambda *_: None)

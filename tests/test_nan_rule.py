@@ -1,4 +1,4 @@
-"""The NaN rule (checks/structural.py): NaN inputs reach every output they are involved in,
+"""The NaN rule (checks/nan_rule.py): NaN inputs reach every output they are involved in,
 finite inputs give finite outputs, ±inf inputs excuse no kernel that swallows NaN, and NaN in
 a fully masked row is named as the convention difference it is (top-left causal only where
 the NaN rows tell the two apart). Each with a planted numpy kernel that fails it."""
@@ -88,14 +88,20 @@ def test_nan_rule_names_a_top_left_causal_mask_only_where_the_nan_rows_tell_it_a
     found = CHECKS["nan-rule"](planted(nan_rows), case, "cpu")
     assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (2 rows)")
     assert hint not in found.message
-    # Nq = 2, Nk = 1, k = inf: the one empty row keeps the inf key top-left; NaN there fits
-    # both readings, and the convention is named alone (it was named top-left)
+    # Nq = 2, Nk = 1, k = inf: the one empty row keeps the inf key top-left, and a kernel
+    # ignoring the mask keeps it too; NaN there fits the convention as well, so both are
+    # named, and not as a convention difference alone (a user's trial: an ignored causal
+    # mask was reported as "convention difference")
     one = np.ones((1, 1, 1, 2), np.float32)
     case = Case(np.ones((1, 1, 2, 2), np.float32), one * np.inf, one, causal=True)
     for kernel in (top_left, nan_rows):
         found = CHECKS["nan-rule"](planted(kernel), case, "cpu")
-        assert found.message.startswith(f"{CONVENTION}fully masked rows give NaN (1 rows)")
-        assert hint not in found.message
+        assert found.message.startswith(
+            "fully masked rows give NaN (1 rows), not O = 0: either the NaN-for-masked-rows "
+            "convention"
+        ), found.message
+        assert "the mask is not applied: row 0 of (b=0, h=0) drops key 0, whose " in found.message
+        assert "k[0, 0, 0, 0] = inf" in found.message and hint not in found.message
 
 
 def nan_to_zero_rows(q, k, v, *, causal=False, window=None, scale=None, mask=None):
@@ -171,3 +177,27 @@ def test_nan_rule_names_both_readings_where_the_top_left_mask_involves_no_nan():
     assert found.status is FAIL
     assert "either the kernel drops those keys (a causal mask aligned top-left" in found.message
     assert 'or it suppresses NaN on purpose (then declare nan_inputs="any"' in found.message
+
+
+def test_nan_rule_names_a_mask_not_applied_where_dropped_keys_hold_inf():
+    """Causal, Nq = Nk = 4, k's last key +inf: only row 3 keeps it. A kernel that ignores
+    causal puts it in every row, and rows 0-2, whose inputs are finite, go NaN."""
+    q = np.ones((1, 1, 4, 2), np.float32)
+    k = np.ones((1, 1, 4, 2), np.float32)
+    k[0, 0, 3, 0] = np.inf
+    case = Case(q, k, np.ones((1, 1, 4, 2), np.float32), causal=True)
+
+    def ignores_causal(q, k, v, *, causal=False, window=None, scale=None, mask=None):
+        return _softmax_numpy(q, k, v, causal=False, top_left=False)
+
+    found = CHECKS["nan-rule"](planted(ignores_causal), case, "cpu")
+    assert found.status is FAIL
+    assert found.message.startswith(
+        "NaN/Inf leaked into 6 outputs whose inputs are finite (the row's q and every key its "
+        "mask keeps)"
+    ), found.message
+    assert found.message.endswith(
+        "; consistent with the mask not applied: row 0 of (b=0, h=0) drops key 3, whose "
+        "k[0, 0, 3, 0] = inf"
+    ), found.message
+    assert CHECKS["nan-rule"](planted(naive_fn), case, "cpu").status is PASS

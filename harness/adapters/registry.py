@@ -378,7 +378,10 @@ def as_kernel(obj: Any, spec: str | None = None) -> Kernel:
     """``obj`` as a :class:`Kernel`: a Kernel itself, a spec string (:func:`resolve`), or a
     plain function (its contract to be probed on first use)."""
     if isinstance(obj, Kernel):
-        return replace(obj, name=spec) if spec is not None and spec != obj.name else obj
+        # A declaration bound to another name than its function's is shown, and saved, by
+        # that name (flashcheck test named it so; check() named the function).
+        name = declared_spec(obj) if spec is None else spec
+        return replace(obj, name=name) if name != obj.name else obj
     if isinstance(obj, str):
         return resolve(obj)
     if callable(obj):

@@ -95,6 +95,29 @@ def _top_left_hint(case: Case, leak: np.ndarray, empty: np.ndarray) -> str:
     )
 
 
+def _dropped_nonfinite(case: Case, rows: np.ndarray) -> str:
+    """For the ``rows`` ((B, Hq, Nq) booleans) of a masked case: the first non-finite k or v
+    row among the keys the mask drops for one of them, named with its index (``""`` if none,
+    or the case has no mask). An output going non-finite there is what a kernel that does not
+    apply the mask gives."""
+    if not (case.causal or case.window is not None or case.mask is not None):
+        return ""
+    p = make_problem(case.q, case.k, case.v, **case.options())
+    for b, h, i in np.argwhere(rows):
+        kvh = p.kv_head(int(h))
+        drop = ~p.keep(int(b), int(h), np.array([i]))[0]
+        for name, x in (("k", p.k[b, kvh]), ("v", p.v[b, kvh])):
+            bad = np.flatnonzero(drop & ~np.isfinite(x).all(-1))
+            if bad.size:
+                j = int(bad[0])
+                c = int(np.argmax(~np.isfinite(x[j])))
+                return (
+                    f"row {int(i)} of (b={int(b)}, h={int(h)}) drops key {j}, whose "
+                    f"{name}[{int(b)}, {kvh}, {j}, {c}] = {float(x[j, c])!r}"
+                )
+    return ""
+
+
 def _nan_source(qq, kk, vv, keep_row, i: int, c: int, bhk: tuple[int, int, int]) -> str:
     """The NaN input that output ``(i, c)`` of one (batch, head) involves, named with its
     index in the case's tensors (q's row, a kept key's k row, a kept key's v column)."""
@@ -150,16 +173,26 @@ def _nan_rule_on(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     leak = np.isfinite(ref.o.hi) & ~np.isfinite(out.o)
     if leak.any():
         masked = np.isneginf(ref.lse.hi)[..., None] & np.ones_like(leak)
+        dropped = _dropped_nonfinite(case, leak.any(-1))
         if not (leak & ~masked).any():
+            rows = f"fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not O = 0"
+            if dropped:
+                # Not necessarily a convention: a kernel that ignores the mask gives the same.
+                return StructuralResult.failed(
+                    f"{rows}: either the NaN-for-masked-rows convention (flashcheck's contract "
+                    f"is O = 0, as FlashAttention's), or the mask is not applied: {dropped}"
+                    + _top_left_hint(case, leak, np.isneginf(ref.lse.hi))
+                )
             return StructuralResult.failed(
-                f"{CONVENTION}fully masked rows give NaN ({int(leak.any(-1).sum())} rows), not "
-                "O = 0 (flashcheck's contract, as FlashAttention)"
+                f"{CONVENTION}{rows} (flashcheck's contract, as FlashAttention)"
                 + _top_left_hint(case, leak, np.isneginf(ref.lse.hi))
             )
         i = tuple(int(x) for x in np.argwhere(leak & ~masked)[0])
         return StructuralResult.failed(
-            f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs of finite inputs "
+            f"NaN/Inf leaked into {int((leak & ~masked).sum())} outputs whose inputs are finite "
+            "(the row's q and every key its mask keeps) "
             f"(first: O{i} = {float(out.o[i])!r} where the exact result is {ref.o.hi[i]:.6g})"
+            + (f"; consistent with the mask not applied: {dropped}" if dropped else "")
         )
     p = make_problem(case.q, case.k, case.v, **case.options())
     b_n, hq, _, nq, *_ = p.shape

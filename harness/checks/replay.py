@@ -69,7 +69,14 @@ def replay(
     contract = adapter.backward_supports if backward else adapter.supports
     why = adapter.unavailable(case.dtype, dev) or contract(case, dev)
     if why:
-        raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
+        hint = ""
+        if kernel is None and backward and adapter.backward is None:
+            hint = (
+                f"; the case file names {record['kernel']}, which declares none: if the case "
+                "came from a flashcheck.kernel(..., backward=...) declaration, name it with "
+                "--kernel module:declaration (kernel= in Python)"
+            )
+        raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}{hint}")
     recorded = (record.get("verdict") or {}).get("verdict")
     echo(
         f"case {record['id']} (saved by {prop}, on {record.get('device')}): "
