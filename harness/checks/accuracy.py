@@ -35,6 +35,7 @@ from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.verdict import baseline_error, gradient_errors, judge, judge_gradients
 from ..oracle.evaluate import OracleResult, problem_oracle
 from .check_results import CheckResult, GradientCheckResult
+from .gradient_readings import mask_readings
 from .text import format_check, format_gradient_check
 
 __all__ = [
@@ -63,6 +64,9 @@ APPROX_TANH = (
     'FlashAttention\'s): its errors fit those bounds; declare tanh="approx" in flashcheck.kernel '
     "if the kernel uses it"
 )
+
+
+_FAILING = (Status.FAIL, Status.FAIL_HARD)
 
 
 @cache
@@ -209,6 +213,10 @@ def check_gradients_case(
     bounds = kernel_gradient_bounds(adapter, case) if bounds is None else bounds
     naive = naive_gradient_reference(case, ref) if naive is None else naive
     verdicts = judge_gradients(_grads(g), ref, bounds, naive=naive)
+    failing = [n for n in ("dq", "dk", "dv") if verdicts[n].verdict in _FAILING]
+    if failing:
+        # Said once, on the first failing gradient (the report counts reasons per result).
+        verdicts[failing[0]].reasons += mask_readings(case, _grads(g), bounds)
     return GradientCheckResult(adapter.name, device, case, g, ref, bounds, verdicts)
 
 
