@@ -375,6 +375,22 @@ def test_help_reads(cmd):
     assert info.value.code == 0
 
 
+def test_kernels_with_specs_prints_each_contract_probed(user_dir, capsys, monkeypatch):
+    # `flashcheck kernels mypkg:fn` was refused by the parser; it now shows the contract the
+    # probe finds (a built-in's declared one without probing), and exits 2 on a bad spec.
+    from flashcheck.harness.cli import main
+
+    monkeypatch.syspath_prepend(str(user_dir))
+    assert main(["kernels", "userkern:good", "naive-numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "probing the contract of userkern:good on cpu ..." in out
+    assert "userkern:good:\n  arithmetic unknown; dtypes" in out
+    assert "naive-numpy:\n  arithmetic naive" in out
+    assert "probing the contract of naive-numpy" not in out
+    assert main(["kernels", "userkern:nosuch"]) == 2
+    assert "module 'userkern' has no attribute 'nosuch'" in capsys.readouterr().err
+
+
 def test_entry_point_kernels_resolve(tmp_path, monkeypatch):
     dist = tmp_path / "userkern_dist-1.0.dist-info"
     dist.mkdir()

@@ -84,9 +84,41 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contracts(specs: list[str], timeout: float) -> int:
+    """Each kernel's contract, probed where not declared (``flashcheck kernels SPEC ...``)."""
+    from ..adapters.call_limit import CallLimit, KernelHung, limit_calls
+    from ..adapters.probe import default_probe_device, resolved
+    from ..adapters.registry import resolve
+
+    status = 0
+    for spec in specs:
+        try:
+            kern = resolve(spec)
+        except ValueError as err:
+            print(f"flashcheck kernels: error: {err}", file=sys.stderr)
+            status = 2
+            continue
+        device = default_probe_device(kern)
+        if kern.pending:
+            print(f"probing the contract of {spec} on {device} ...", flush=True)
+        try:
+            with limit_calls(CallLimit(timeout)):
+                kern = resolved(kern, device)
+        except KernelHung as err:
+            print(f"flashcheck kernels: error: {spec}: {err}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"{spec}:")
+        for line in kern.contract_lines():
+            print(f"  {line}")
+    return status
+
+
 def _cmd_kernels(args: argparse.Namespace) -> int:
     from ..adapters.registry import builtin_kernels, entry_point_kernels, resolve
 
+    if args.specs:
+        return _contracts(args.specs, args.timeout)
     table = dict(builtin_kernels())
     for name in entry_point_kernels():
         try:
@@ -127,9 +159,16 @@ def add_campaign_commands(sub) -> None:
     r.set_defaults(func=_cmd_render)
     k = sub.add_parser(
         "kernels",
-        help="list the kernels flashcheck knows and whether each can run here",
+        help="list the kernels flashcheck knows and whether each can run here, or the "
+        "contract of the kernels named",
         description="Built-in kernels, library adapters and entry points of group "
-        "flashcheck.kernels, with their arithmetic class, dtypes, devices and masks.",
+        "flashcheck.kernels, with their arithmetic class, dtypes, devices and masks. With "
+        "kernel specs (a built-in name or package.module:function), each one's contract: "
+        "what it declares, and what a probe on tiny inputs finds for the rest.",
+    )
+    k.add_argument("specs", nargs="*", metavar="KERNEL", help="kernels whose contract to show")
+    k.add_argument(
+        "--timeout", type=positive_float, default=300.0, help="seconds a probe call may take (300)"
     )
     k.set_defaults(func=_cmd_kernels)
 
