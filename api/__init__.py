@@ -34,7 +34,7 @@ from flashcheck.harness.core.environment import __version__
 if TYPE_CHECKING:
     from flashcheck import strategies
     from flashcheck.harness.adapters.adapter import Kernel
-    from flashcheck.harness.adapters.registry import kernel
+    from flashcheck.harness.adapters.declare import kernel
     from flashcheck.harness.cases.case import Case
     from flashcheck.harness.cases.ragged import RaggedCase
     from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
@@ -85,7 +85,7 @@ _WHERE = {
     "CheckResult": "flashcheck.harness.checks.check_results",
     "check_gradients": "flashcheck.harness.checks.ragged_gradients",
     "GradientCheckResult": "flashcheck.harness.checks.check_results",
-    "kernel": "flashcheck.harness.adapters.registry",
+    "kernel": "flashcheck.harness.adapters.declare",
     "Kernel": "flashcheck.harness.adapters.adapter",
     "Case": "flashcheck.harness.cases.case",
     "assert_attention": "flashcheck.properties.assertions",

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare env
 
 from bench_helpers import synthetic_results  # noqa: E402
 
-from flashcheck.harness.adapters.registry import kernel, resolve  # noqa: E402
+from flashcheck.harness.adapters.declare import kernel  # noqa: E402
+from flashcheck.harness.adapters.registry import resolve  # noqa: E402
 from flashcheck.harness.bench.figures import make_bench_figures  # noqa: E402
 from flashcheck.harness.bench.kernel_providers import (  # noqa: E402
     kernel_call,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 import flashcheck
-from flashcheck.harness.adapters.registry import accepted_options
+from flashcheck.harness.adapters.declare import accepted_options
 from flashcheck.harness.cases.store import load_case
 
 pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")

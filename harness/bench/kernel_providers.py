@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..adapters.adapter import ALL_DTYPES, Kernel
-from ..adapters.registry import BASE_OPTIONS, resolve
+from ..adapters.declare import BASE_OPTIONS
+from ..adapters.registry import resolve
 from .providers import Provider, provider_table
 
 __all__ = ["kernel_call", "kernel_grad_call", "kernel_provider", "kernel_providers"]

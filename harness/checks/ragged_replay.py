@@ -9,8 +9,9 @@ from typing import Any
 
 from ..adapters.adapter import Kernel
 from ..adapters.call_limit import KernelHung
+from ..adapters.declare import kernel
 from ..adapters.ragged_call import kernel_layout
-from ..adapters.registry import as_kernel, kernel
+from ..adapters.registry import as_kernel
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
 from ..core.status import Status
