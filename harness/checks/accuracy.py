@@ -216,7 +216,9 @@ def check_gradients_case(
     failing = [n for n in ("dq", "dk", "dv") if verdicts[n].verdict in _FAILING]
     if failing:
         # Said once, on the first failing gradient (the report counts reasons per result).
-        verdicts[failing[0]].reasons += mask_readings(case, _grads(g), bounds)
+        verdicts[failing[0]].reasons += mask_readings(
+            case, _grads(g), lambda alt: kernel_gradient_bounds(adapter, alt)
+        )
     return GradientCheckResult(adapter.name, device, case, g, ref, bounds, verdicts)
 
 

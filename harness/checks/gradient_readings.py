@@ -7,6 +7,7 @@ those within its bounds. The readings that need nothing beyond the exact gradien
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,10 +33,13 @@ def _fits(y: np.ndarray, exact: np.ndarray, det: np.ndarray) -> bool:
     return bool((np.abs(y - exact) <= np.broadcast_to(det, exact.shape)).all())
 
 
-def mask_readings(case: Case, grads: dict[str, Any], bounds: GradientBounds) -> list[str]:
+def mask_readings(
+    case: Case, grads: dict[str, Any], bounds_of: Callable[[Case], GradientBounds]
+) -> list[str]:
     """Each mask of ``case`` whose removal explains the kernel's gradients ``grads`` (``dq``,
-    ``dk``, ``dv`` as exact arrays): all three within their bounds ``bounds`` of the exact
-    gradients without that mask. Empty for a case without a mask or too large to read."""
+    ``dk``, ``dv`` as exact arrays): all three within the kernel's bounds (``bounds_of`` the
+    case without that mask) of the exact gradients without it. Empty for a case without a
+    mask or too large to read."""
     b, hq, _, nq, nk, _, _ = case.shape
     if b * hq * nq * nk > MAX_READING_ELEMENTS:
         return []
@@ -49,7 +53,11 @@ def mask_readings(case: Case, grads: dict[str, Any], bounds: GradientBounds) -> 
     do = case.grad_output()
     found = []
     for label, change in alternatives:
-        ref = problem_oracle(replace(case, **change).problem, do=do)
+        # The bounds of the unmasked case: the masked one's are 0 where the mask stops all
+        # gradient (a row keeping one key has dQ = 0), which no unmasked gradient fits.
+        alt = replace(case, **change)
+        ref = problem_oracle(alt.problem, do=do)
+        bounds = bounds_of(alt)
         if all(_fits(grads[n], getattr(ref, n).hi, bounds[n].det) for n in _NAMES):
             found.append(
                 f"{CONSISTENT}{label}: dQ, dK and dV match the exact gradients without it "
