@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ptx_count import count_loops, resource_usage
+from ptx_count import count_loops, resource_usage, signature
 
-_PTRS = {"Q", "K", "V", "DO", "DK", "DV_", "DQ"}
-_FP32_PTRS = {"LSE", "Delta"}
-_FLOATS = {"sm_scale", "qk_scale", "c1", "c2"}
+_PTRS = ("Q", "K", "V", "DO", "DK", "DV_", "DQ")
+_FP32_PTRS = ("LSE", "Delta")
+_FLOATS = ("sm_scale", "qk_scale", "c1", "c2")
 
 
 def compile_backward(
@@ -66,22 +66,7 @@ def compile_backward(
         "BLOCK_DV": d, "PRECISION": "ieee", "SPLIT": True, "SOFTCAP": softcap,
         "OUT_K": True, "OUT_V": True, "DQ_ATOMIC": False,
     }  # fmt: skip
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in const:
-            sig[name] = "constexpr"
-        elif name in _PTRS:
-            sig[name], attrs[(i,)] = "*bf16", [["tt.divisibility", 16]]
-        elif name in _FP32_PTRS:
-            sig[name], attrs[(i,)] = "*fp32", [["tt.divisibility", 16]]
-        elif name in _FLOATS:
-            sig[name] = "fp32"
-        elif values[name] == 1:  # the JIT makes an argument equal to 1 a constant
-            sig[name], const[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if values[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
+    sig, attrs = signature(fn.arg_names, const, values, bf16=_PTRS, fp32=_FP32_PTRS, floats=_FLOATS)
     const = {k: v for k, v in const.items() if k in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
     ck = triton.compile(

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from probe_softcap_configs import bench_inputs  # the shapes and inputs of the other probes
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -51,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     timed("dkdv", fb._bwd_dkdv)
     timed("dq", fb._bwd_dq)
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
-    n, d, h = args.n, 128, 16
-    b = max(1, 16384 // n)
+    n = args.n
     variants = {
         "plain": {},
         "cap accurate": {"softcap": 2.0},
@@ -60,11 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     lines = []
     for causal in (False, True):
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v, do = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(4)
-        )
+        q, k, v, do = bench_inputs(n, 4)
         fwd = {name: flash_attention(q, k, v, causal=causal, **o) for name, o in variants.items()}
         times.clear()
         for rep in range(args.reps + 2):
@@ -110,17 +107,12 @@ def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None
     relative to their max (another block size may sum in another order)."""
     import torch
 
-    n, d, h = args.n, 128, 16
-    b = max(1, 16384 // n)
+    n, d = args.n, 128  # bench_inputs' head dim
     spec = args.dq if kernel == "dq" else args.dkdv
     tiles = [tuple(int(x) for x in t.split(",")) for t in spec.split(";")]
     out = []
     for causal in (False, True):
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v, do = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(4)
-        )
+        q, k, v, do = bench_inputs(n, 4)
         for opts in ({}, {"softcap": 2.0, "approx_tanh": True}):
             o, lse = flash_attention(q, k, v, causal=causal, **opts)
             base = fb.backward_config(d, d, 2, approx_cap=bool(opts))

@@ -200,25 +200,15 @@ def compile_forward(
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
         "SOFTCAP": (2 if approx_tanh else 1) if softcap else 0, "SINKS": sinks,
     }  # fmt: skip
-    sig, attrs = {}, {}
-    for i, name in enumerate(names):
-        if name in const:
-            sig[name] = "constexpr"
-        elif name in ("Q", "K", "V", "Out") and cfg.tma:  # host-built 4-D descriptors
+    fixed = {}
+    if cfg.tma:  # host-built 4-D descriptors
+        for name in ("Q", "K", "V", "Out"):
             rows = cfg.block_m if name in ("Q", "Out") else cfg.block_n
-            sig[name] = f"tensordesc<bf16[1, 1, {rows}, 128]>"
-        elif name in ("Q", "K", "V", "Out"):
-            sig[name], attrs[(i,)] = "*bf16", [["tt.divisibility", 16]]
-        elif name in ("LSE", "Sinks"):
-            sig[name], attrs[(i,)] = "*fp32", [["tt.divisibility", 16]]
-        elif name in ("qk_scale", "c1", "c2"):
-            sig[name] = "fp32"
-        elif values[name] == 1:  # the JIT makes an argument equal to 1 a constant
-            sig[name], const[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if values[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
+            fixed[name] = f"tensordesc<bf16[1, 1, {rows}, 128]>"
+    sig, attrs = signature(
+        names, const, values, bf16=("Q", "K", "V", "Out"), fp32=("LSE", "Sinks"),
+        floats=("qk_scale", "c1", "c2"), fixed=fixed,
+    )  # fmt: skip
     src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
     opts = {"num_warps": cfg.warps, "num_stages": cfg.stages}
     if cfg.maxnreg is not None:
@@ -233,6 +223,41 @@ def compile_forward(
         print(f"(no SASS: {exc})", file=sys.stderr)
     print(f"{cfg}: {resource_usage(ck.asm['cubin'])}")
     return ck.asm["ptx"], sass, cfg.block_m * cfg.block_n // (32 * cfg.warps)
+
+
+def signature(
+    names: list[str],
+    const: dict,
+    values: dict,
+    *,
+    bf16: tuple[str, ...],
+    fp32: tuple[str, ...],
+    floats: tuple[str, ...],
+    fixed: dict | None = None,
+) -> tuple[dict, dict]:
+    """A jit function's ASTSource signature and attributes from its argument ``names``, as the
+    JIT would specialise a launch: ``const`` names are constexprs, ``fixed`` names take the
+    type given, ``bf16`` / ``fp32`` names are 16-byte aligned pointers, ``floats`` fp32 scalars,
+    and every other (integer) argument takes its ``values`` entry: equal to 1, a constant
+    (added to ``const``); a multiple of 16, marked divisible by 16."""
+    sig, attrs = {}, {}
+    for i, name in enumerate(names):
+        if name in const:
+            sig[name] = "constexpr"
+        elif fixed and name in fixed:
+            sig[name] = fixed[name]
+        elif name in bf16 or name in fp32:
+            sig[name] = "*bf16" if name in bf16 else "*fp32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name in floats:
+            sig[name] = "fp32"
+        elif values[name] == 1:  # the JIT makes an argument equal to 1 a constant
+            sig[name], const[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if values[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, attrs
 
 
 def resource_usage(cubin: bytes) -> str:

@@ -8,6 +8,7 @@ tanh worse than any class admits. At a cap of 20 the error moves the fp32 LSE fa
 bounds of an accurate tanh."""
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -129,50 +130,45 @@ def test_an_unknown_tanh_is_refused_with_the_choices():
         error_bounds(q, k, v, arithmetic="flash", softcap=CAP, tanh="approximate")
 
 
-def test_a_case_saved_from_a_declared_kernel_replays_with_the_declaration(tmp_path, monkeypatch):
-    # flashcheck.kernel(fn, tanh="approx") keeps fn's name; the case file named the plain
-    # function, and its replay judged it undeclared (FAIL-HARD where check() said PASS).
+_CAPPED_FN = (
+    "from test_approx_tanh import APPROX, _kernel\n"
+    "def fn(q, k, v, *, causal=False, scale=None, softcap=None):\n"
+    "    return _kernel(APPROX)(q, k, v, causal=causal, scale=scale, softcap=softcap)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        # flashcheck.kernel(fn, tanh="approx") keeps fn's name: the case file named the plain
+        # function, and its replay judged it undeclared (FAIL-HARD where check() said PASS).
+        {"capdecl": "import flashcheck\n" + _CAPPED_FN
+         + "declared = flashcheck.kernel(fn, arithmetic='naive', tanh='approx')\n"},
+        # The function in one module, the declaration in another: the case file named the
+        # function's module, and the replay lost the declaration.
+        {"capfn": _CAPPED_FN,
+         "capdecl": "import flashcheck\nimport capfn\n"
+         "declared = flashcheck.kernel(capfn.fn, arithmetic='naive', tanh='approx')\n"},
+    ],
+    ids=["same-module", "other-module"],
+)  # fmt: skip
+def test_a_case_saved_from_a_declared_kernel_replays_with_the_declaration(
+    tmp_path, monkeypatch, modules
+):
+    import importlib
+
     from flashcheck.harness.checks.replay import replay
 
-    (tmp_path / "capmod.py").write_text(
-        "import flashcheck\n"
-        "from test_approx_tanh import APPROX, _kernel\n"
-        "def fn(q, k, v, *, causal=False, scale=None, softcap=None):\n"
-        "    return _kernel(APPROX)(q, k, v, causal=causal, scale=scale, softcap=softcap)\n"
-        "declared = flashcheck.kernel(fn, arithmetic='naive', tanh='approx')\n"
-    )
+    for name, text in modules.items():
+        (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    import capmod
+    for name in modules:  # each parametrization imports its own modules
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    declared = importlib.import_module("capdecl").declared
 
     q, k, v = _inputs(1)
-    res = flashcheck.check(capmod.declared, q, k, v, softcap=CAP, save="always", case_dir=tmp_path)
-    assert res.passed
-    _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
-    assert record["kernel"] == "capmod:declared" and verdict == "PASS", (record, verdict)
-
-
-def test_a_declaration_in_another_module_than_its_function_replays_with_it(tmp_path, monkeypatch):
-    # The function in one module, flashcheck.kernel(...) in another: the case file named the
-    # function's module and its plain function, and the replay lost the declaration.
-    from flashcheck.harness.checks.replay import replay
-
-    (tmp_path / "capfn.py").write_text(
-        "from test_approx_tanh import APPROX, _kernel\n"
-        "def fn(q, k, v, *, causal=False, scale=None, softcap=None):\n"
-        "    return _kernel(APPROX)(q, k, v, causal=causal, scale=scale, softcap=softcap)\n"
-    )
-    (tmp_path / "capdecl.py").write_text(
-        "import flashcheck\n"
-        "import capfn\n"
-        "declared = flashcheck.kernel(capfn.fn, arithmetic='naive', tanh='approx')\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    import capdecl
-
-    q, k, v = _inputs(1)
-    res = flashcheck.check(capdecl.declared, q, k, v, softcap=CAP, save="always", case_dir=tmp_path)
+    res = flashcheck.check(declared, q, k, v, softcap=CAP, save="always", case_dir=tmp_path)
     assert res.passed
     _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lambda *a: None)
     assert record["kernel"] == "capdecl:declared" and verdict == "PASS", (record, verdict)

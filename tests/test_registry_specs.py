@@ -1,6 +1,6 @@
 """What ``resolve`` says about a kernel spec it cannot use as written: a misspelled name, a
 dotted path, a function of another layout or with too few arguments (usage errors, before any
-probe calls the function)."""
+probe calls the function); and ``flashcheck kernels SPEC``, which shows a spec's contract."""
 
 import sys
 import textwrap
@@ -58,3 +58,18 @@ def test_a_spec_that_cannot_be_used_says_how_to_fix_it(user_module, spec, said):
 
 def test_a_plain_dense_function_resolves(user_module):
     assert resolve("specmod:attn").name == "specmod:attn"
+
+
+def test_kernels_with_specs_prints_each_contract_probed(user_module, capsys):
+    # `flashcheck kernels mypkg:fn` was refused by the parser; it now shows the contract the
+    # probe finds (a built-in's declared one without probing), and exits 2 on a bad spec.
+    from flashcheck.harness.cli import main
+
+    assert main(["kernels", "specmod:attn", "naive-numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "probing the contract of specmod:attn on cpu ..." in out
+    assert "specmod:attn:\n  arithmetic unknown; dtypes" in out
+    assert "naive-numpy:\n  arithmetic naive" in out
+    assert "probing the contract of naive-numpy" not in out
+    assert main(["kernels", "specmod:atn"]) == 2
+    assert "has no attribute 'atn' (did you mean specmod:attn?)" in capsys.readouterr().err

@@ -2,16 +2,14 @@
 bug) is FAIL, a correct kernel is PASS, and a case that gives the check nothing to test is
 NOT-APPLICABLE with the reason, never a pass."""
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_flashcheck
 from structural_helpers import naive_fn, nan_to_zero, planted, small_case
 
 from flashcheck.harness.adapters.registry import resolve
@@ -420,13 +418,8 @@ def test_checks_are_named_for_workers_by_module_and_function():
 def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
     # Before, every draw of this property was "not applicable" and counted as a pass.
     shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
     args = ["test", "user_backward:flash_no_lse", "--", "-k", "flash_backward_matches", "-rs"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    out = subprocess.run(
-        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    out = run_flashcheck(args, tmp_path, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "1 skipped" in text and " passed" not in text, text
@@ -437,22 +430,15 @@ def test_the_suite_skips_backward_conformance_of_a_kernel_without_lse(tmp_path):
 def test_the_suite_reports_gradient_bits_that_depend_on_the_layout_of_do(tmp_path):
     # Before, `flashcheck test` passed such a kernel without a word; the report said it.
     shutil.copy(Path(__file__).parent / "user" / "user_backward.py", tmp_path)
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
     args = ["test", "user_backward:layout_bits", "--dtype", "fp32", "--", "-k", "layout_of_do"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    out = subprocess.run(
-        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    out = run_flashcheck(args, tmp_path, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "gradient bits the same for every dO layout: no (with dO as a strided view" in text, text
     assert "within twice their bounds" in text, text
     # a backward that raises on a strided dO: the line says so, not "yes, bitwise"
     args[1] = "user_backward:views_do"
-    out = subprocess.run(
-        [*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    out = run_flashcheck(args, tmp_path, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "gradient bits the same for every dO layout: not known: it failed" in text, text
