@@ -115,7 +115,7 @@ def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None
         q, k, v, do = bench_inputs(n, 4)
         for opts in ({}, {"softcap": 2.0, "approx_tanh": True}):
             o, lse = flash_attention(q, k, v, causal=causal, **opts)
-            base = fb.backward_config(d, d, 2, approx_cap=bool(opts))
+            base = fb.backward_config(d, d, 2, approx_cap=bool(opts), causal=causal)
             ref = None
             first = base.for_dq() if kernel == "dq" else base[:4]
             for tile in [first, *tiles]:

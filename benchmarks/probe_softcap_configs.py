@@ -2,6 +2,7 @@
 Hopper GPU (a probe for the option's cost, issue "soft-capping and sinks").
 
     python benchmarks/probe_softcap_configs.py [--reps 20] [--shapes 4096:0,16384:0,16384:1]
+        [--only 'NAME;NAME']
 
 bf16, d = 128, H = 16, B·N = 16K. Per shape (N:causal): the plain forward with its own
 configuration (the tables of kernels/triton_flash.py), then the capped forward (cap 2.0,
@@ -34,6 +35,10 @@ CANDIDATES = {
     "128x64 w8 s3 tma": C(128, 64, 8, 3, tma=True),
     "128x128 w8 s2 tma": C(128, 128, 8, 2, tma=True),
     "128x64 w8 s2 tma r128": C(128, 64, 8, 2, tma=True, maxnreg=128),
+    "64x64 w4 s4 tma": C(64, 64, 4, 4, tma=True),
+    "64x128 w4 s2 tma": C(64, 128, 4, 2, tma=True),
+    "64x64 w4 s3": C(64, 64, 4, 3),
+    "64x64 w4 s3 tma r168": C(64, 64, 4, 3, tma=True, maxnreg=168),
 }
 
 
@@ -53,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shapes", default="4096:0,16384:0,16384:1")
+    ap.add_argument(
+        "--only", default="", help="candidates to try, by name: 'NAME;NAME' (default: all)"
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -66,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         own = launch_config(q, k, v, causal=causal)
         fns = [partial(launch, q, k, v, **opts)]
         names = []
-        for name, cfg in {"own": own, **CANDIDATES}.items():
+        picked = {k: c for k, c in CANDIDATES.items() if not args.only or k in args.only.split(";")}
+        for name, cfg in {"own": own, **picked}.items():
             try:
                 launch(q, k, v, **opts, config=cfg, softcap=2.0, approx_tanh=True)
                 torch.cuda.synchronize()

@@ -540,15 +540,18 @@ _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
     (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
 }
-# The soft-cap with tanh.approx.f32 at d = 128, any N: the short-key entries (several CTAs an
-# SM: two with registers capped at 128 non-causal, 64 x 64 tiles of one warpgroup causal). The
-# tanh's MUFU operation doubles the softmax's load on that unit, which one CTA's products then
-# hide under another's. On an H200 (benchmarks/probe_softcap_configs.py, benchmarks/RESULTS.md)
-# capped / plain went from 1.12-1.18 to 1.05-1.07 non-causal at N = 4K-16K, and from 1.06-1.13
-# to 0.95-1.00 causal.
-_HOPPER_APPROX_CAP: dict[tuple[int, bool], LaunchConfig] = {
-    (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
-    (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
+# The soft-cap with tanh.approx.f32 at d = 128, keyed by (head-dim bucket, causal, short
+# keys): tiles that put several CTAs on an SM (two with registers capped at 128, or 64 x 64
+# tiles of one warpgroup through TMA). The tanh's MUFU operation doubles the softmax's load on
+# that unit, which one CTA's products then hide under another's. On an H200
+# (benchmarks/probe_softcap_configs.py, benchmarks/RESULTS.md) capped / plain went from
+# 1.12-1.18 to 1.05-1.07 non-causal at N = 4K-16K with the first, to 1.00-1.01 with the
+# second (which loses at N = 1K, 1.12 against 1.01), and from 1.06-1.13 to 0.95-1.00 causal.
+_HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (128, False, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, False, False): LaunchConfig(64, 64, 4, 3, tma=True),
+    (128, True, True): LaunchConfig(64, 64, 4, 3, tma=True),
+    (128, True, False): LaunchConfig(64, 64, 4, 3, tma=True),
 }
 # Causal entries through TMA (host-built descriptors, 2026-11-26: 64 × 64 tiles, one warpgroup
 # a CTA, up to _SHORT keys, +9-13 % at N = 1K; 128 × 128 beyond, +5-7 %; benchmarks/RESULTS.md)
@@ -559,6 +562,8 @@ _WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
     (64, True, True): LaunchConfig(128, 64, 4, 3),
     (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True, False): LaunchConfig(128, 64, 8, 3),
+    # Only the approximate soft-cap's long-key entry reaches this key (the plain one is not TMA).
+    (128, False, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
 }
 
 
@@ -616,7 +621,7 @@ def launch_config(
             if "H100" in torch.cuda.get_device_name(q.device):
                 hop = _H100.get((bucket, bool(causal), short), hop)
             if approx_cap:
-                hop = _HOPPER_APPROX_CAP.get((bucket, bool(causal)), hop)
+                hop = _HOPPER_APPROX_CAP.get((bucket, bool(causal), short), hop)
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):

@@ -19,6 +19,7 @@ import flashcheck  # noqa: E402
 from flashcheck.kernels.triton_flash import (  # noqa: E402
     flash_attention,
     launch,
+    launch_config,
     portable_config,
 )
 from flashcheck.kernels.triton_flash_bwd import (  # noqa: E402
@@ -158,6 +159,25 @@ def test_the_approximate_tanh_passes_the_oracle_within_its_bounds(fmt, which):
     assert res.passed, res.verdict.reasons
     grads = flashcheck.check_gradients("triton-approx-tanh", q, k, v, **opts)
     assert grads.passed, grads.reasons
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["contiguous", "rows-unaligned"])
+def test_the_approximate_tanh_at_long_keys_passes_the_oracle(layout):
+    # Past 2048 keys at d = 128 the capped forward takes its own tiles on Hopper: 64 x 64
+    # through TMA, or, where the rows rule TMA out, the short-key tiles. 2100 keys end in a
+    # partial block; 129-element rows (258 bytes) are not 16-byte aligned.
+    g = torch.Generator().manual_seed(5)
+    width = 128 if layout == "contiguous" else 129
+    q, k, v = (
+        (torch.randn(1, 2, n, width, generator=g) * 3).to(torch.bfloat16).to(DEV)[..., :128]
+        for n in (16, 2100, 2100)
+    )
+    if torch.cuda.get_device_capability()[0] == 9:
+        cfg = launch_config(q, k, v, causal=False, approx_cap=True)
+        assert cfg.tma == (layout == "contiguous"), cfg
+    res = flashcheck.check("triton-approx-tanh", q, k, v, softcap=2.0, save="never")
+    assert res.passed, res.verdict.reasons
 
 
 @needs_gpu
