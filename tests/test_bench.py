@@ -17,7 +17,13 @@ from flashcheck.harness.bench.providers import PROVIDERS  # noqa: E402
 from flashcheck.harness.bench.render import render_bench, summary_text  # noqa: E402
 from flashcheck.harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
 from flashcheck.harness.bench.summary import bench_summary, load_results  # noqa: E402
-from flashcheck.harness.bench.timing import MAX_COPIES, ROTATE_BYTES, Timing, copies_for_l2  # noqa: E402
+from flashcheck.harness.bench.timing import (  # noqa: E402
+    MAX_COPIES,
+    ROTATE_BYTES,
+    Timing,
+    copies_for_l2,
+    time_round_robin,
+)
 from flashcheck.harness.cli import main  # noqa: E402
 
 
@@ -62,6 +68,65 @@ def test_rotation_and_timing_statistics():
     t = Timing(tuple(float(x) for x in range(1, 12)))
     assert t.median_ms == 6.0
     assert t.spread == pytest.approx((10 - 2) / 6)
+
+
+class _Clock:
+    """A stand-in for the GPU's event clock: each fake kernel call advances it by its cost."""
+
+    now = 0.0
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = _Clock.now
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+
+def test_round_robin_takes_the_calls_in_turn_and_charges_each_its_own_time(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", _Clock.Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    order = []
+
+    def kernel(name, cost):
+        def call(x):
+            order.append((name, x))
+            _Clock.now += cost
+
+        return call
+
+    fast, slow = kernel("fast", 1.0), kernel("slow", 3.0)
+    got = time_round_robin([(fast, [(0,), (1,)]), (slow, [(0,), (1,), (2,)])], reps=5)
+    assert [t.median_ms for t in got] == [1.0, 3.0]
+    # About 150 ms a call: a round of two calls takes 4 ms, so 75 rounds.
+    assert [len(t.runs_ms) for t in got] == [75, 75]
+    timed = order[-150:]
+    assert [n for n, _ in timed] == ["fast", "slow"] * 75
+    assert [x for n, x in timed if n == "slow"][:4] == [1, 2, 0, 1]  # inputs rotate by round
+    with pytest.raises(ValueError, match="at least one"):
+        time_round_robin([(fast, [])])
+
+
+def test_a_group_whose_timing_raises_is_timed_one_by_one():
+    from flashcheck.harness.bench.measure import _time_together
+
+    recs = [{"provider": "ok"}, {"provider": "raises"}, {"provider": "oom"}]
+
+    def timer(idx):
+        if idx == [2]:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        if len(idx) > 1 or idx == [1]:
+            raise RuntimeError("no kernel for this input")
+        return {"fwd": [Timing((2.0,)) for _ in idx]}
+
+    got = _time_together(recs, timer)
+    assert list(got) == [0] and got[0]["fwd"].median_ms == 2.0
+    assert recs[1]["status"] == "error" and "no kernel for this input" in recs[1]["reason"]
+    assert recs[2]["status"] == "skipped" and recs[2]["reason"].startswith("out of memory")
+    assert "status" not in recs[0]
 
 
 def test_providers_declare_what_they_take():
@@ -120,6 +185,8 @@ def test_render_from_results_only(tmp_path):
         assert word not in md.split("## Correctness checks")[0], word
     assert "| 4096 | 4 × 16 | 500 | 350 | 600 | – | 1.43 | 0.83 |" in md
     assert "Incomplete run" not in md
+    # Records without a timing field predate timing in turn: the method says so.
+    assert "Each provider was timed on its own" in md and "timed in turn" not in md
     memory = (
         "- **Memory** at N = 1024: Triton's peak extra memory is 2.0 MiB; O + LSE take 2.0 MiB "
         "(1.00×)."
@@ -136,6 +203,20 @@ def test_render_from_results_only(tmp_path):
     assert doc["summary"]["vs_flash"][0][0] == pytest.approx(500 / 350)
     assert doc["summary"]["vs_cudnn"][0][0] == pytest.approx(500 / 600)
     assert "## Triton side by side with its peers" in summary_text(res)
+
+
+def test_the_method_says_when_providers_were_timed_in_turn(tmp_path):
+    res = tmp_path / "fake" / "results.jsonl"
+    synthetic_results(res)
+    lines = res.read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    lines = [
+        json.dumps({**r, "timing": "in turn"} if r.get("type") == "speed" else r) for r in recs
+    ]
+    res.write_text("\n".join(lines) + "\n")
+    md = render_bench(res, figures=False).read_text()
+    assert "timed in turn, one call each, round after round" in md
+    assert "timed on its own" not in md
 
 
 def test_a_failed_check_does_not_score(tmp_path):

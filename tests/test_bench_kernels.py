@@ -227,17 +227,19 @@ def test_resume_with_other_kernels_is_refused(tmp_path):
 
 
 def test_a_shape_the_kernel_does_not_take_is_recorded_skipped_before_any_gpu_work():
-    from flashcheck.harness.bench.measure import _measure, _measure_backward
+    from flashcheck.harness.bench.measure import _prepare, _prepare_backward
     from flashcheck.harness.bench.shapes import Shape
 
     full = kernel_provider(kernel(lambda q, k, v: q, name="full:fn"))
     causal = Shape("grid", "bf16", 4, 16, 4096, 128, True)
-    rec = _measure(causal, full, [], None, memory=False)
+    rec, fn = _prepare(causal, full, [], None, memory=False)
+    assert fn is None
     assert (rec["status"], rec["reason"], rec["provider"]) == (
         "skipped",
         "full:fn takes no causal mask",
         "full:fn",
     )
     plain = Shape("grid", "bf16", 4, 16, 4096, 128, False, "bwd")
-    rec = _measure_backward(plain, full, [], [], None, None, memory=False)
+    rec, ctx = _prepare_backward(plain, full, [], [], None, None, memory=False)
+    assert ctx is None
     assert (rec["status"], rec["reason"]) == ("skipped", "no backward declared")

@@ -98,6 +98,9 @@ class SpeedRecord:
     fwdbwd_ms: float | None = None
     diff_ms: float | None = None
     diff_tflops: float | None = None
+    # How the pass was timed: "in turn" (round after round with the shape's other fast
+    # providers) or "alone"; None in results written before the bench timed in turn.
+    timing: str | None = None
     check: BenchCheck | None = None
     check_s: float | None = None
     order: tuple[str, ...] = ()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .benchrecords import SpeedRecord
@@ -14,7 +15,7 @@ from .check import judge_rows, reference, sample_rows, sampled_output
 from .grad_check import ORACLE_MAX_N, grad_reference, judge_grads, sampled_grads
 from .providers import PROVIDERS, Provider, bench_sinks
 from .shapes import ITEMSIZE, Shape
-from .timing import copies_for_l2, time_cuda
+from .timing import Timing, copies_for_l2, time_cuda, time_round_robin
 
 __all__ = ["MEMORY_SHARE", "run_shape"]
 
@@ -67,25 +68,32 @@ def _triton_info() -> dict[str, Any]:
     }
 
 
-def _measure(shape: Shape, prov: Provider, sets: list, rows, *, memory: bool) -> dict[str, Any]:
-    """First call (compile), sampled output rows, optional peak memory, then the timing."""
+def _slow(prov: Provider) -> bool:
+    """Timed alone, with fewer runs: the materializing providers (their N × N scores) and
+    SDPA's memory-efficient backend."""
+    return prov.materializes or prov.name == "sdpa-efficient"
+
+
+def _prepare(
+    shape: Shape, prov: Provider, sets: list, rows, *, memory: bool
+) -> tuple[dict[str, Any], Callable[..., Any] | None]:
+    """First call (compile), sampled output rows, optional peak memory: the record so far and
+    the call to time (``None`` where the provider was skipped or raised)."""
     import torch
 
     name = prov.name
     rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
     why = prov.unsupported(shape.dtype, shape.d, causal=shape.causal)
     if why:
-        return {**rec, "status": "skipped", "reason": why}
+        return {**rec, "status": "skipped", "reason": why}, None
     need = prov.score_bytes(shape.b, shape.h, shape.n, ITEMSIZE[shape.dtype])
     torch.cuda.empty_cache()  # blocks cached by the previous provider count as free
     free, _ = torch.cuda.mem_get_info()
     if need > MEMORY_SHARE * free:
-        return {
-            **rec,
-            "status": "skipped",
-            "reason": f"materializes N×N scores: needs {need / 2**30:.1f} GiB, "
-            f"{free / 2**30:.1f} GiB free",
-        }
+        reason = (
+            f"materializes N×N scores: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+        )
+        return {**rec, "status": "skipped", "reason": reason}, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -106,36 +114,100 @@ def _measure(shape: Shape, prov: Provider, sets: list, rows, *, memory: bool) ->
                 torch.cuda.synchronize()
                 rec["peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
                 del o
-            slow = prov.materializes or name == "sdpa-efficient"
-            t = time_cuda(fn, sets, warmup=3, reps=10 if slow else 20, min_ms=150.0)
         except torch.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
-            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}
+            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}, None
         except Exception as exc:  # a backend that declines the input: record why, go on
             torch.cuda.empty_cache()
-            return {**rec, "status": "error", "reason": _short(exc, caught)}
-    rec.update(
-        status="ok",
-        ms=t.median_ms,
-        runs=len(t.runs_ms),
-        spread=t.spread,
-        tflops=shape.flops / t.median_ms / 1e9,
-    )
-    return rec
+            return {**rec, "status": "error", "reason": _short(exc, caught)}, None
+    return rec, fn
 
 
-def _measure_backward(
+@dataclass(frozen=True)
+class _Failed:
+    """A timing that raised: the status and reason its record gets."""
+
+    status: str
+    reason: str
+
+
+Timer = Callable[[list[int]], dict[str, list[Timing]]]
+
+
+def _time_together(recs: list[dict[str, Any]], timer: Timer) -> dict[int, dict[str, Timing]]:
+    """``timer(indices)`` times the providers of ``recs`` at those indices together: each pass's
+    timings, one per index. Where that raises, each is timed alone, and a record whose own
+    timing raises gets its error or out-of-memory status. Returns the timed indices' timings
+    by pass."""
+    import torch
+
+    def attempt(idx: list[int]) -> dict[int, dict[str, Timing]] | _Failed:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                by_pass = timer(idx)
+            except torch.OutOfMemoryError as exc:
+                torch.cuda.empty_cache()
+                return _Failed("skipped", "out of memory: " + _short(exc, []))
+            except Exception as exc:  # a backend that declines the input: record why, go on
+                torch.cuda.empty_cache()
+                return _Failed("error", _short(exc, caught))
+        return {i: {p: ts[j] for p, ts in by_pass.items()} for j, i in enumerate(idx)}
+
+    if not recs:
+        return {}
+    everyone = list(range(len(recs)))
+    got = attempt(everyone)
+    if not isinstance(got, _Failed):
+        return got
+    out: dict[int, dict[str, Timing]] = {}
+    for i in everyone:
+        one = attempt([i]) if len(recs) > 1 else got
+        if isinstance(one, _Failed):
+            recs[i].update(status=one.status, reason=one.reason)
+            recs[i].pop("o_rows", None)
+            recs[i].pop("grads", None)
+        else:
+            out.update(one)
+            recs[i]["timing"] = "alone"
+    return out
+
+
+def _forward_timer(fns: list, sets: list, *, slow: bool) -> Timer:
+    """Fast providers in turn, round after round; slow ones one after the other, each alone."""
+    opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
+    if slow:
+        return lambda idx: {"fwd": [time_cuda(fns[i], sets, **opts) for i in idx]}
+    return lambda idx: {"fwd": time_round_robin([(fns[i], sets) for i in idx], **opts)}
+
+
+def _time_forward(shape: Shape, prepared: list, sets: list, table: Mapping[str, Provider]) -> None:
+    """Times every prepared provider and writes its figures into its record: the fast ones in
+    turn (:func:`~flashcheck.harness.bench.timing.time_round_robin`), then the slow ones."""
+    for slow in (False, True):
+        group = [
+            (r, f) for r, f in prepared if f is not None and _slow(table[r["provider"]]) == slow
+        ]
+        recs = [r for r, _ in group]
+        timed = _time_together(recs, _forward_timer([f for _, f in group], sets, slow=slow))
+        for i, by_pass in timed.items():
+            recs[i].update(_pass_figures(shape, by_pass))
+            recs[i].setdefault("timing", "alone" if slow or len(recs) == 1 else "in turn")
+
+
+def _prepare_backward(
     shape: Shape, prov: Provider, sets: list, dos: list, rows, keys, *, memory: bool
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], tuple[Callable[..., Any], list] | None]:
     """First forward + backward (compile), the sampled gradients, optional peak memory of the
-    backward, then the timings of the pass (see the module docstring)."""
+    backward: the record so far and what to time, the differentiable call and its input
+    leaves (``None`` where the provider was skipped or raised)."""
     import torch
 
     name = prov.name
     rec: dict[str, Any] = {"type": "speed", "key": shape.key, "provider": name, **shape.as_dict()}
     why = prov.unsupported(shape.dtype, shape.d, causal=shape.causal, backward=True)
     if why:
-        return {**rec, "status": "skipped", "reason": why}
+        return {**rec, "status": "skipped", "reason": why}, None
     # Materializing providers keep one graph only: their N × N traffic dwarfs any L2 anyway.
     graphs = 1 if prov.materializes else len(sets)
     need = graphs * prov.score_bytes(
@@ -149,7 +221,7 @@ def _measure_backward(
             "status": "skipped",
             "reason": f"materializes N×N scores and their gradients: needs {need / 2**30:.1f} "
             f"GiB, {free / 2**30:.1f} GiB free",
-        }
+        }, None
     leaves = [tuple(x.detach().requires_grad_(True) for x in s) for s in sets[:graphs]]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -174,42 +246,74 @@ def _measure_backward(
                 torch.cuda.synchronize()
                 rec["bwd_peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
                 del o, g
-            slow = prov.materializes or name == "sdpa-efficient"
-            opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
-            timings = {}
-            if shape.pass_ == "bwd":
-                timings["fwd"] = time_cuda(fn, leaves, **opts)
-                timings["bwd"] = _time_retained(fn, leaves, dos, opts)
-            timings["fwd+bwd"] = time_cuda(
-                lambda q, k, v, do: torch.autograd.grad(fn(q, k, v), (q, k, v), do),
-                [(*x, do) for x, do in zip(leaves, dos, strict=False)],
-                **opts,
-            )
         except torch.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
-            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}
+            return {**rec, "status": "skipped", "reason": "out of memory: " + _short(exc, [])}, None
         except Exception as exc:  # a backend that declines the input: record why, go on
             torch.cuda.empty_cache()
-            return {**rec, "status": "error", "reason": _short(exc, caught)}
-    rec.update(_pass_figures(shape, timings))
-    return rec
+            return {**rec, "status": "error", "reason": _short(exc, caught)}, None
+    return rec, (fn, leaves)
 
 
-def _time_retained(fn, leaves: list, dos: list, opts: dict[str, Any]):
-    """The backward alone: one forward per input copy builds a graph outside the timing; each
-    timed call is ``torch.autograd.grad`` through it with ``retain_graph=True``."""
+def _backward_timer(ctxs: list, dos: list, pass_: str, *, slow: bool) -> Timer:
+    """The backward pass's timings (``bwd``: the forward, the backward alone on retained graphs,
+    forward + backward; ``fwd+bwd``: the last only): fast providers in turn, round after
+    round, slow ones each alone."""
     import torch
 
-    outs = [fn(*x) for x in leaves]
-    args = [(o, *x, do) for o, x, do in zip(outs, leaves, dos, strict=False)]
-    try:
-        return time_cuda(
-            lambda o, q, k, v, do: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
-            args,
-            **opts,
+    opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
+
+    def timed(calls: list) -> list[Timing]:
+        if slow:
+            return [time_cuda(fn, inputs, **opts) for fn, inputs in calls]
+        return time_round_robin(calls, **opts)
+
+    def step(fn):
+        return lambda q, k, v, do: torch.autograd.grad(fn(q, k, v), (q, k, v), do)
+
+    def run(idx: list[int]) -> dict[str, list[Timing]]:
+        out: dict[str, list[Timing]] = {}
+        if pass_ == "bwd":
+            out["fwd"] = timed([(ctxs[i][0], ctxs[i][1]) for i in idx])
+            # One forward per input copy builds each graph outside the timing; each timed
+            # call is ``torch.autograd.grad`` through it with ``retain_graph=True``.
+            retained = [
+                [(ctxs[i][0](*x), *x, do) for x, do in zip(ctxs[i][1], dos, strict=False)]
+                for i in idx
+            ]
+            try:
+                out["bwd"] = timed([(_grad_retained, args) for args in retained])
+            finally:
+                del retained
+        out["fwd+bwd"] = timed(
+            [
+                (step(ctxs[i][0]), [(*x, do) for x, do in zip(ctxs[i][1], dos, strict=False)])
+                for i in idx
+            ]
         )
-    finally:
-        del outs, args
+        return out
+
+    return run
+
+
+def _grad_retained(o, q, k, v, do):
+    import torch
+
+    return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+
+def _time_backward(shape: Shape, prepared: list, dos: list, by_name: Mapping) -> None:
+    """Times every prepared provider's backward pass and writes its figures into its record:
+    the fast ones in turn, then the slow ones."""
+    for slow in (False, True):
+        group = [
+            (r, c) for r, c in prepared if c is not None and _slow(by_name[r["provider"]]) == slow
+        ]
+        recs = [r for r, _ in group]
+        timer = _backward_timer([c for _, c in group], dos, shape.pass_, slow=slow)
+        for i, by_pass in _time_together(recs, timer).items():
+            recs[i].update(_pass_figures(shape, by_pass))
+            recs[i].setdefault("timing", "alone" if slow or len(recs) == 1 else "in turn")
 
 
 def _pass_figures(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +368,10 @@ def run_shape(
         recs = _run_backward_shape(shape, provs, sets, rows, seed, oracle_max_n)
         return [SpeedRecord.from_json(r) for r in recs]
     memory = shape.part == "memory"
-    recs = [_measure(shape, table[p], sets, rows, memory=memory) for p in providers]
+    prepared = [_prepare(shape, table[p], sets, rows, memory=memory) for p in providers]
+    _time_forward(shape, prepared, sets, table)
+    recs = [r for r, _ in prepared]
+    del prepared
     if shape.part == "memory":
         for r in recs:
             r["out_bytes"] = shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]
@@ -292,8 +399,13 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
     dos = _grad_outputs(shape, seed, len(sets))
     keys = sample_rows(shape.n, seed=seed + 1)
     memory = shape.part == "memory"
-    recs = [_measure_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers]
+    prepared = [
+        _prepare_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers
+    ]
     by_name = {p.name: p for p in providers}
+    _time_backward(shape, prepared, dos, by_name)
+    recs = [r for r, _ in prepared]
+    del prepared
     if memory:
         for r in recs:
             r["grad_bytes"] = 3 * shape.b * shape.h * shape.n * shape.d * ITEMSIZE[shape.dtype]

@@ -31,10 +31,16 @@ _METHOD = (
     "TFLOP/s below count `4·N²·d` FLOPs per head (the two GEMMs), halved for causal. "
     "Timing: CUDA events around each call after warm-up, median of ≥ 20 runs (≥ 10 for "
     "the materializing `sdpa-math`, `naive` and for `sdpa-efficient`), inputs rotated "
-    "through copies larger than L2 together. A cell marked ✗ failed its oracle check and "
-    "does not count; – = not run (the reason is in the results); err = the provider "
+    "through copies larger than L2 together.{turns} A cell marked ✗ failed its oracle check "
+    "and does not count; – = not run (the reason is in the results); err = the provider "
     "raised."
 )
+_IN_TURN = (
+    " The providers of a shape were timed in turn, one call each, round after round, so "
+    "that all run at the clocks of the same moments (a GPU at its power limit lowers them "
+    "as it warms); `sdpa-math`, `naive` and `sdpa-efficient` alone after them."
+)
+_ONE_BY_ONE = " Each provider was timed on its own, one after the other."
 
 
 def _command(name: str, cfg: dict[str, Any]) -> str:
@@ -85,7 +91,8 @@ def _intro(data: BenchResults, name: str, env: dict[str, Any]) -> list[str]:
     ]
     for when, c in data.ceilings:
         L.append(f"| {when} | {c.matmul_bf16_tflops:.0f} | {c.copy_tbs:.2f} |")
-    return [*L, "", _METHOD, ""]
+    turns = any(r.timing == "in turn" for row in data.shapes.values() for r in row.values())
+    return [*L, "", _METHOD.format(turns=_IN_TURN if turns else _ONE_BY_ONE), ""]
 
 
 def _not_run(everything: BenchResults) -> list[str]:

@@ -9,8 +9,10 @@ Parts (each a list of shapes; every provider runs on the same inputs of a shape)
   call and its wall-clock, where the ``N × N`` score matrix of naive attention shows;
 - ``fp32``: fp32 inputs, IEEE fp32 dots against tf32 dots (``triton`` vs ``triton-tf32``).
 
-TFLOP/s count ``4·N²·d`` FLOPs per head (two GEMMs), halved for causal; timing is
-:func:`flashcheck.harness.bench.timing.time_cuda`. Each provider's output is checked against the
+TFLOP/s count ``4·N²·d`` FLOPs per head (two GEMMs), halved for causal; a shape's providers
+are timed in turn (:func:`flashcheck.harness.bench.timing.time_round_robin`; the materializing
+ones and SDPA's memory-efficient backend alone, with
+:func:`~flashcheck.harness.bench.timing.time_cuda`). Each provider's output is checked against the
 oracle on sampled rows (:mod:`flashcheck.harness.bench.check`) before its speed counts. Results go
 to a JSONL
 file one record per (shape, provider) as they are measured; an interrupted run resumes.

@@ -1,7 +1,9 @@
 """GPU wall-clock of one call, the way attention kernels are compared.
 
 Each run is bracketed by CUDA events on the current stream, after warm-up runs (which also
-pay for JIT compilation and autotuning); the figure is the median over the timed runs. Inputs
+pay for JIT compilation and autotuning); the figure is the median over the timed runs. Kernels
+to be compared are best timed in turn (:func:`time_round_robin`), so that they share the clocks
+of a GPU that runs at its power limit. Inputs
 rotate through several copies whose total size exceeds the L2 cache, so a kernel is not
 credited with reading back its previous call's operands from L2.
 """
@@ -14,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Timing", "copies_for_l2", "time_cuda", "time_interleaved"]
+__all__ = ["Timing", "copies_for_l2", "time_cuda", "time_interleaved", "time_round_robin"]
 
 # H100's L2 is 50 MiB; two of it so that no copy survives one rotation.
 ROTATE_BYTES = 100 * 2**20
@@ -114,3 +116,50 @@ def time_interleaved(
             z.synchronize()
             times[i].append(a.elapsed_time(z))
     return [statistics.median(t) for t in times]
+
+
+def time_round_robin(
+    calls: Sequence[tuple[Callable[..., Any], Sequence[tuple]]],
+    *,
+    warmup: int = 3,
+    reps: int = 20,
+    min_ms: float = 150.0,
+    max_reps: int = 200,
+) -> list[Timing]:
+    """Per-run milliseconds of each ``(fn, inputs)`` of ``calls``, the calls taken in turn,
+    round after round, back to back (CUDA events around each call, one synchronization at the
+    end): ``fn(*inputs[r % len(inputs)])`` in round ``r``.
+
+    Providers timed one after the other are not timed alike on a GPU that runs at its power
+    limit: on an H200 the first ran at higher clocks than the ones after it, which shifted the
+    ratio of two kernels by up to 15 % (benchmarks/timing_methods.py). In turn, every call sees
+    the clocks the whole group runs at. Each call gets at least ``reps`` runs, more (up to
+    ``max_reps``) until the group's timed rounds add up to about ``min_ms`` per call."""
+    import torch
+
+    if not calls or any(not inputs for _, inputs in calls):
+        raise ValueError("calls must hold at least one (fn, inputs) with at least one input")
+    if warmup < 1 or reps < 1:
+        raise ValueError(f"warmup and reps must be >= 1, got {warmup}, {reps}")
+    for r in range(warmup):
+        for fn, inputs in calls:
+            fn(*inputs[r % len(inputs)])
+    torch.cuda.synchronize()
+    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for fn, inputs in calls:
+        fn(*inputs[0])
+    z.record()
+    torch.cuda.synchronize()
+    per_call = max(a.elapsed_time(z), 1e-3) / len(calls)
+    n = int(min(max_reps, max(reps, math.ceil(min_ms / per_call))))
+    events = [[] for _ in calls]
+    for r in range(n):
+        for i, (fn, inputs) in enumerate(calls):
+            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(*inputs[(r + 1) % len(inputs)])
+            z.record()
+            events[i].append((a, z))
+    torch.cuda.synchronize()
+    return [Timing(tuple(a.elapsed_time(z) for a, z in ev)) for ev in events]
