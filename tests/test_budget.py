@@ -122,6 +122,42 @@ def test_a_compile_that_cannot_fit_the_budget_is_not_started(tmp_path):
     assert covered.ran == 0 and covered.planned > 0
 
 
+def test_a_case_that_would_outlast_the_budget_is_not_started(tmp_path, monkeypatch):
+    from flashcheck.harness.adapters.registry import resolve
+    from flashcheck.harness.campaign import runner
+    from flashcheck.harness.campaign.executor import LocalExecutor
+    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
+    from flashcheck.harness.core.resultlog import ResultLog
+
+    # A started case runs to its end, so one that takes longer than the budget left overran
+    # it (a gradient oracle of 18 s past a 45 s budget's cases' share). At an assumed 1000 s
+    # per unit of cost, every case would outlast the 51 s left to the cases: none starts.
+    monkeypatch.setattr(runner, "SECONDS_PER_COST", 1000.0)
+    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
+    with (
+        LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
+        ResultLog.open(
+            tmp_path / "r.jsonl", Header(config, "flashcheck report ...").to_json()
+        ) as log,
+    ):
+        camp = runner.Campaign(
+            log,
+            PRESETS["smoke"],
+            0,
+            {"k": resolve("naive-numpy")},
+            {"k": "cpu"},
+            ("fp16",),
+            ex,
+            tmp_path / "cases",
+            echo=lambda _: None,
+            budget=Budget(60.0),
+        )
+        camp.run()
+        covered = camp.coverage()
+    assert not camp.results() and covered is not None
+    assert covered.ran == 0 and covered.planned > 0
+
+
 def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_path):
     from flashcheck.harness.campaign.logrecords import load
     from flashcheck.harness.campaign.report import ReportOptions, run_report

@@ -12,8 +12,9 @@ is spent, writes its report and says what it covered:
 The budget counts from the process's start (imports and probing included). The cases get it
 less a tail (15 %, at most 30 s, plus the slowest compile a case in flight may still be
 doing) kept for re-running the failing cases that get case files and
-for the summary; cases not started when their share is spent are cancelled, and a case that
-would first compile a new key is not started when the kernel's compile time no longer fits.
+for the summary; cases not started when their share is spent are cancelled, a case that
+would first compile a new key is not started when the kernel's compile time no longer fits,
+and a case is not started when it would not finish in the share left at the campaign's rate.
 Case files are saved failing cases first, until the whole budget is spent.
 
 The reordering is a function of the plan alone, so a budgeted run resumed without a budget

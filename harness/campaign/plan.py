@@ -189,6 +189,11 @@ class Item:
         r = self.recipe
         return 1.0 + r.b * r.hq * r.nq * r.nk * (r.d + r.dv) / 65536
 
+    def weight(self) -> float:
+        """What one unit of :meth:`cost` weighs for this item: a backward case costs about
+        three forwards (its oracle and bounds likewise)."""
+        return 3.0 if self.backward and self.part != "structural" else 1.0
+
 
 def rng_for(seed: int, *words: Any) -> np.random.Generator:
     """An RNG determined by the campaign seed and ``words`` (stable across runs and machines)."""

@@ -81,12 +81,6 @@ STREAK = 5  # identical failures in a row that stop a kernel for a dtype
 SECONDS_PER_COST = 150 * 2 / 142_312
 
 
-def _weight(item: Item) -> float:
-    """An item's share of the progress bar per kernel: a backward case costs about three
-    forwards (its oracle and bounds likewise)."""
-    return 3.0 if item.backward and item.part != "structural" else 1.0
-
-
 @dataclass
 class Campaign(Scheduler):
     """A campaign bound to its results file; :meth:`run` executes (or resumes) it."""
@@ -360,10 +354,10 @@ class Campaign(Scheduler):
         generations = p.search_generations if "search" in self.parts else 0
         per_generation = p.search_population * (1 + p.search_max_work * 128 / 65536)
         search_cost = len(self.kernels) * len(self.dtypes) * generations * per_generation
-        total = sum(it.cost() * _weight(it) * len(sp) for it, sp in fixed)
+        total = sum(it.cost() * it.weight() * len(sp) for it, sp in fixed)
         total += search_cost
         done = sum(
-            it.cost() * _weight(it) for it, sp in fixed for s in sp if it.key(s) in self._done
+            it.cost() * it.weight() for it, sp in fixed for s in sp if it.key(s) in self._done
         )
         if self._done:
             self.echo(f"resuming: {len(self._done)} results already in {self.log.path}")

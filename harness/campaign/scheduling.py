@@ -6,8 +6,9 @@ feeds the executor: work is submitted far ahead (a slow case must not leave the 
 idle) and collected in the order of the work list, so what a campaign writes does not depend on
 who finished first. Under a budget (:mod:`flashcheck.harness.campaign.budget`) little is
 submitted ahead, a case that would start a new compile waits until it is its worker's next
-call and is dropped when the compile no longer fits, and what was not started when the budget
-ran out is cancelled and left for a resume. Without a budget, a kernel and dtype's next
+call and is dropped when the compile no longer fits, a case that would outlast the budget at
+the session's rate is not started, and what was not started when the budget ran out is
+cancelled and left for a resume. Without a budget, a kernel and dtype's next
 search generation is drawn and submitted as soon as its own results are in, not when every
 kernel's are: the workers do not wait for the slowest case of a generation.
 """
@@ -104,7 +105,7 @@ class Scheduler:
                 if self.budget.spent:
                     self._cut = True  # left for a resume
                     return
-                if not self._fits(*nxt):
+                if not self._fits(*nxt, progress):
                     continue
                 if budgeted and self._compile_need(*nxt) > 0:
                     # A submitted call cannot be taken back once its worker starts it, so under
@@ -209,10 +210,16 @@ class Scheduler:
                 need += kern.compile_seconds
         return need
 
-    def _fits(self, item: Item, specs: Sequence[str]) -> bool:
-        """Whether the compiles ``item`` would start fit in the budget left; an item that does
-        not is left for a resume."""
-        if self.budget.seconds is None or self._compile_need(item, specs) <= self.budget.left():
+    def _fits(self, item: Item, specs: Sequence[str], progress: Progress) -> bool:
+        """Whether ``item`` would finish in the budget left: the compiles it would start, and
+        its own time on one worker at the session's rate (a started case is not stopped, so
+        one that outlasts the budget overruns it). An item that does not fit is left for a
+        resume."""
+        if self.budget.seconds is None:
+            return True
+        rate = progress.seconds_per_cost() or 0.0
+        run = item.cost() * item.weight() * rate * max(1, self.executor.workers)
+        if self._compile_need(item, specs) + run <= self.budget.left():
             return True
         self._cut = True
         return False

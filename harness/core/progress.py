@@ -70,18 +70,24 @@ class Progress:
         (a rate measured on the first items says little)."""
         return self.prior_rate is not None and self.done - self.start_done < 0.05 * self.total
 
+    def seconds_per_cost(self) -> float | None:
+        """Seconds per unit of cost at the rate of this session, compile waits left out
+        (``None`` before any work is measured; the prior rate while :meth:`_estimating`)."""
+        if self._estimating():
+            return self.prior_rate
+        spent = time.monotonic() - self.t0 - self.compile_time
+        worked = self.done - self.start_done
+        if worked <= 0 or spent <= 0 or (self.keys and worked < 0.01 * self.total):
+            return None  # (with compiles ahead, a rate from the first 1 % says little)
+        return spent / worked
+
     def eta(self) -> float | None:
         """Seconds left at the rate of this session (``None`` before any work is measured;
         the prior rate's estimate while :meth:`_estimating`), compile waits counted apart
         (see the module)."""
         waits = max(0, self.keys - self.compiled) * self.compile_seconds
-        if self._estimating():
-            return (self.total - self.done) * self.prior_rate + waits
-        spent = time.monotonic() - self.t0 - self.compile_time
-        worked = self.done - self.start_done
-        if worked <= 0 or spent <= 0 or (self.keys and worked < 0.01 * self.total):
-            return None  # (with compiles ahead, a rate from the first 1 % says little)
-        return (self.total - self.done) * spent / worked + waits
+        rate = self.seconds_per_cost()
+        return None if rate is None else (self.total - self.done) * rate + waits
 
     def compiling(self, note: str) -> None:
         """Say (now, on a terminal or not) that the work waits for a compile of a new key."""
