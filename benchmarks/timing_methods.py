@@ -4,43 +4,28 @@
     python benchmarks/timing_methods.py [--n 4096,16384] [--reps 40]
 
 bf16, d = 128, H = 16, B·N = 16K, non-causal, ``flash_attention`` with its default tiles.
-``flashcheck bench`` launches each provider's calls back to back over input copies rotated
-past the L2 cache (method A); ``benchmarks/probe_softcap_configs.py`` interleaves the variants
-and synchronizes after every call on one input set (D). The other methods change one thing at
-a time: B is A on one input set, C is D over rotated copies, E interleaves the two kernels back
-to back without synchronizing. Prints per method each kernel's median milliseconds and the
-capped/plain ratio.
+Until 2026-11-29 ``flashcheck bench`` timed each provider's calls back to back over input
+copies rotated past the L2 cache, one provider after the other (method A);
+``benchmarks/probe_softcap_configs.py`` interleaves the variants and synchronizes after every
+call on one input set (D). The other methods change one thing at a time: B is A on one input
+set, C is D over rotated copies, E takes the two kernels in turn, back to back, without
+synchronizing (``time_round_robin``, what the bench does now). Prints per method each
+kernel's median milliseconds and the capped/plain ratio.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 from probe_softcap_configs import bench_inputs  # the shapes and inputs of the other probes
 
-from flashcheck.harness.bench.timing import copies_for_l2, time_cuda, time_interleaved
-
-
-def back_to_back_interleaved(fns, inputs, reps: int) -> list[float]:
-    """Median ms of each of ``fns`` called in turn on rotated ``inputs``, events recorded
-    around each call, one synchronization at the end (method E)."""
-    import torch
-
-    for f in fns:
-        f(*inputs[0])
-    torch.cuda.synchronize()
-    ev = [[] for _ in fns]
-    for r in range(reps):
-        for i, f in enumerate(fns):
-            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            f(*inputs[(r + 1) % len(inputs)])
-            z.record()
-            ev[i].append((a, z))
-    torch.cuda.synchronize()
-    return [statistics.median(a.elapsed_time(z) for a, z in e) for e in ev]
+from flashcheck.harness.bench.timing import (
+    copies_for_l2,
+    time_cuda,
+    time_interleaved,
+    time_round_robin,
+)
 
 
 def five_ways(n: int, plain, capped, reps: int) -> tuple[int, dict[str, list[float]]]:
@@ -71,9 +56,10 @@ def five_ways(n: int, plain, capped, reps: int) -> tuple[int, dict[str, list[flo
         "D probe: interleaved + sync, one set": lambda: time_interleaved(
             [lambda: plain(*one), lambda: capped(*one)], reps=reps
         ),
-        "E interleaved back to back, rotated": lambda: back_to_back_interleaved(
-            [plain, capped], rotated, reps
-        ),
+        "E interleaved back to back, rotated": lambda: [
+            t.median_ms
+            for t in time_round_robin([(plain, rotated), (capped, rotated)], reps=reps, min_ms=0.0)
+        ],
     }
     ms = {}
     for name, run in methods.items():

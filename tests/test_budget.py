@@ -87,24 +87,31 @@ def test_the_process_age_counts_this_interpreter_since_it_started():
     assert 0.0 < age < 7 * 24 * 3600
 
 
-def test_a_compile_that_cannot_fit_the_budget_is_not_started(tmp_path):
+@pytest.mark.parametrize("what", ["compile", "case"])
+def test_work_that_cannot_finish_in_the_budget_is_not_started(tmp_path, monkeypatch, what):
     from flashcheck.harness.adapters.registry import resolve
+    from flashcheck.harness.campaign import runner
     from flashcheck.harness.campaign.executor import LocalExecutor
     from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
-    from flashcheck.harness.campaign.runner import Campaign
     from flashcheck.harness.core.resultlog import ResultLog
 
-    # Every shape of this kernel compiles for longer than the budget left to the cases (600 s
-    # less 30 s of tail and 500 s kept for a compile in flight): no case starts,
-    # and the run says so instead of overrunning by a compile.
-    kern = replace(resolve("naive-numpy"), compile_keys=("nq", "nk"), compile_seconds=500.0)
+    kern = resolve("naive-numpy")
+    if what == "compile":
+        # Every shape of this kernel compiles for longer than the budget left to the cases
+        # (600 s less 30 s of tail and 500 s kept for a compile in flight).
+        kern = replace(kern, compile_keys=("nq", "nk"), compile_seconds=500.0)
+    else:
+        # A started case runs to its end, so one that takes longer than the budget left overran
+        # it (a gradient oracle of 18 s past a 45 s budget's cases' share). At an assumed
+        # 1000 s per unit of cost every case would outlast the 570 s left to the cases.
+        monkeypatch.setattr(runner, "SECONDS_PER_COST", 1000.0)
     config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
     header = Header(config, "flashcheck report ...")
     with (
         LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
         ResultLog.open(tmp_path / "r.jsonl", header.to_json()) as log,
     ):
-        camp = Campaign(
+        camp = runner.Campaign(
             log,
             PRESETS["smoke"],
             0,
@@ -118,42 +125,7 @@ def test_a_compile_that_cannot_fit_the_budget_is_not_started(tmp_path):
         )
         camp.run()
         covered = camp.coverage()
-    assert not camp.results() and covered is not None
-    assert covered.ran == 0 and covered.planned > 0
-
-
-def test_a_case_that_would_outlast_the_budget_is_not_started(tmp_path, monkeypatch):
-    from flashcheck.harness.adapters.registry import resolve
-    from flashcheck.harness.campaign import runner
-    from flashcheck.harness.campaign.executor import LocalExecutor
-    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
-    from flashcheck.harness.core.resultlog import ResultLog
-
-    # A started case runs to its end, so one that takes longer than the budget left overran
-    # it (a gradient oracle of 18 s past a 45 s budget's cases' share). At an assumed 1000 s
-    # per unit of cost, every case would outlast the 51 s left to the cases: none starts.
-    monkeypatch.setattr(runner, "SECONDS_PER_COST", 1000.0)
-    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
-    with (
-        LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
-        ResultLog.open(
-            tmp_path / "r.jsonl", Header(config, "flashcheck report ...").to_json()
-        ) as log,
-    ):
-        camp = runner.Campaign(
-            log,
-            PRESETS["smoke"],
-            0,
-            {"k": resolve("naive-numpy")},
-            {"k": "cpu"},
-            ("fp16",),
-            ex,
-            tmp_path / "cases",
-            echo=lambda _: None,
-            budget=Budget(60.0),
-        )
-        camp.run()
-        covered = camp.coverage()
+    # No case starts, and the run says so instead of overrunning.
     assert not camp.results() and covered is not None
     assert covered.ran == 0 and covered.planned > 0
 
