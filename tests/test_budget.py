@@ -8,6 +8,7 @@ import pytest
 from flashcheck.harness.campaign.budget import (
     TAIL_MAX,
     Budget,
+    groups_not_run,
     missing_by_part,
     parse_duration,
     priority_order,
@@ -68,6 +69,16 @@ def test_budget_and_coverage():
     rec = CoverageRecord(budget=180, planned=6, ran=1, missing={"structural": 5}, search=False)
     assert CoverageRecord.from_json(rec.to_json()) == rec
     assert rec.text().startswith("1 of 6 planned results ran within the time budget of 3:00")
+    assert "Every input family and structural property ran first" in rec.text()
+    # A group of the first pass of which nothing ran is named, not claimed.
+    unrun = groups_not_run(work, {items[0].key("a")})
+    checks = dict.fromkeys(it.check for it in items if it.check != items[0].check)
+    assert unrun == [f"structural {c} fp16" for c in checks] and unrun
+    assert groups_not_run(work, {it.key("b") for it in items}) == []
+    rec = replace(rec, unrun=tuple(unrun))
+    assert CoverageRecord.from_json(rec.to_json()) == rec
+    assert "1 input family or structural property did not run once (structural " in rec.text()
+    assert "ran first" not in rec.text()
 
 
 def test_the_cases_leave_a_tail_of_the_budget_for_the_case_files():
@@ -161,3 +172,43 @@ def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_
     assert done.complete and done.coverage is None
     keys = [r.key for r in done.every_result]
     assert len(keys) == len(set(keys)) and first <= set(keys)
+
+
+def test_a_cut_run_does_not_search_and_its_resume_ends_as_an_uncut_run(tmp_path, monkeypatch):
+    from flashcheck.harness.campaign.logrecords import load
+    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.core.progress import Progress
+
+    # At 325 s per unit of cost (the 600 s budget leaves 570 s to the cases), the cases of
+    # cost above 1.75, gradient cases among them, would not finish: they are left for a resume
+    # while there is time for the rest. The search draws its parents from every earlier
+    # result, so it must not run then: it would draw other children than an uncut run, and
+    # the resume would add its own on top (a user's trial saw 28 search results against 18).
+    opts = ReportOptions(
+        name="cut",
+        preset="smoke",
+        kernels=("naive-numpy",),
+        dtypes=("fp16",),
+        out=str(tmp_path),
+        isolate=False,
+        workers=1,
+        kernel_workers=1,
+        budget=600.0,
+        fail_on="never",
+    )
+    lines = []
+    with monkeypatch.context() as m:
+        m.setattr(Progress, "seconds_per_cost", lambda self: 325.0)
+        assert run_report(opts, echo=lines.append) == 0
+    cut = load(tmp_path / "cut" / "results.jsonl")
+    assert cut.coverage is not None and 0 < cut.coverage.ran < cut.coverage.planned
+    assert not cut.coverage.search
+    assert not [r for r in cut.every_result if r.part == "search"]
+    assert run_report(replace(opts, budget=None), echo=lines.append) == 0
+    assert run_report(replace(opts, name="uncut", budget=None), echo=lines.append) == 0
+
+    def outcome(name):
+        data = load(tmp_path / name / "results.jsonl")
+        return sorted((r.key, str(r.status)) for r in data.every_result)
+
+    assert outcome("cut") == outcome("uncut")

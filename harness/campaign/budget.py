@@ -34,7 +34,14 @@ from typing import TypeVar
 
 from .plan import Item
 
-__all__ = ["Budget", "missing_by_part", "parse_duration", "priority_order", "process_age"]
+__all__ = [
+    "Budget",
+    "groups_not_run",
+    "missing_by_part",
+    "parse_duration",
+    "priority_order",
+    "process_age",
+]
 
 T = TypeVar("T")
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -161,3 +168,14 @@ def missing_by_part(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) 
         if n:
             out[item.part] = out.get(item.part, 0) + n
     return out
+
+
+def groups_not_run(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) -> list[str]:
+    """The groups of the first pass of :func:`priority_order` (a part and input family, or a
+    structural property, in a dtype) of which no result of ``work`` is in ``done``, each as
+    ``"part family dtype"``, in the order of ``work``."""
+    seen: dict[tuple[str, str, str], bool] = {}
+    for item, specs in work:
+        g = _group(item)
+        seen[g] = seen.get(g, False) or any(item.key(s) in done for s in specs)
+    return [" ".join(g) for g, ran in seen.items() if not ran]

@@ -257,6 +257,9 @@ class CoverageRecord:
     ran: int
     missing: Mapping[str, int]
     search: bool
+    # Groups of the first pass (part and input family, or structural property, in a dtype)
+    # of which nothing ran; () in records written before it was kept.
+    unrun: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CoverageRecord:
@@ -266,6 +269,7 @@ class CoverageRecord:
             ran=int(d["ran"]),
             missing=dict(d.get("missing") or {}),
             search=bool(d.get("search")),
+            unrun=tuple(d.get("unrun") or ()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -276,18 +280,28 @@ class CoverageRecord:
             "ran": self.ran,
             "missing": dict(self.missing),
             "search": self.search,
+            **({"unrun": list(self.unrun)} if self.unrun else {}),
         }
 
     def text(self) -> str:
         """One sentence for the report and the terminal."""
         missing = ", ".join(f"{n} {part}" for part, n in self.missing.items() if n)
         search = "the search ran" if self.search else "the search did not run"
+        if self.unrun:
+            shown = ", ".join(self.unrun[:6]) + (", ..." if len(self.unrun) > 6 else "")
+            n = len(self.unrun)
+            first = f"{n} {_UNRUN[n > 1]} did not run once ({shown})"
+        else:
+            first = "Every input family and structural property ran first"
         return (
             f"{self.ran} of {self.planned} planned results ran within the time budget of "
-            f"{_clock(self.budget)} ({missing or 'none'} not run; {search}). Every input family "
-            "and structural property ran first; the same command without --budget (or with a "
-            "larger one) completes it without recomputing anything."
+            f"{_clock(self.budget)} ({missing or 'none'} not run; {search}). {first}; the same "
+            "command without --budget (or with a larger one) completes it without recomputing "
+            "anything."
         )
+
+
+_UNRUN = ("input family or structural property", "input families or structural properties")
 
 
 def _clock(seconds: float) -> str:

@@ -382,8 +382,10 @@ class Campaign(Scheduler):
         # that order); generation g of one pair depends only on that pair's earlier results,
         # so it is drawn and submitted as soon as they are in (Scheduler._plan_ahead).
         for gen in range(generations):
-            if self.budget.spent:
-                self._cut = self._cut or gen < generations
+            # A generation draws its parents from every earlier result: after a cut it would
+            # draw other children than a complete run, and a resume would add those too.
+            if self.budget.spent or self._cut:
+                self._cut = True
                 self._searched = False
                 break
             work = []
@@ -394,7 +396,8 @@ class Campaign(Scheduler):
             work = grouped(work, self.kernels, palette=p.palette)
             self._plan_ahead(work, gen + 1)
             self._execute(work, progress)
-        progress.done = progress.total  # the search's cost was an estimate
+        if not self._cut:
+            progress.done = progress.total  # the search's cost was an estimate
         progress.finish()
 
     def _children(self, spec: str, dtype: str, gen: int) -> list[Item]:

@@ -26,7 +26,7 @@ from ..adapters.palette import compile_key
 from ..cases.case import Case
 from ..cases.families import Recipe
 from ..core.progress import Progress
-from .budget import missing_by_part
+from .budget import groups_not_run, missing_by_part
 from .logrecords import CoverageRecord
 from .plan import Item, fit_recipe
 
@@ -145,7 +145,8 @@ class Scheduler:
             (it, [s for s in specs if self._runnable(s, it.recipe.dtype)])
             for it, specs in self._fixed
         ]
-        missing = missing_by_part(runnable, set(self._done))
+        done = set(self._done)
+        missing = missing_by_part(runnable, done)
         planned = sum(len(specs) for _, specs in runnable)
         return CoverageRecord(
             budget=float(self.budget.seconds or 0.0),
@@ -153,6 +154,7 @@ class Scheduler:
             ran=planned - sum(missing.values()),
             missing=missing,
             search=self._searched,
+            unrun=tuple(groups_not_run(runnable, done)),
         )
 
     # -- the next search generation, a kernel and dtype at a time ---------------------------
