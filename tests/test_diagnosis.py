@@ -49,6 +49,20 @@ def test_outside_kernels_get_the_cause_named(uk, name, options, cause, dtype):
     assert named and named[0].startswith(CONSISTENT + cause), res.verdict.reasons
 
 
+def test_masks_this_input_cannot_tell_apart_are_named_together(uk):
+    # At Nq = 2, Nk = 1 the true causal mask (bottom-right) leaves row 0 no key; aligned
+    # top-left, off by +1 and ignored, it keeps key 0 in both rows: one answer, three mistakes.
+    # (A user's trial saw `flashcheck test` shrink an off-by-one kernel to such a case and name
+    # the top-left alignment alone.)
+    res = flashcheck.check(uk.top_left_causal, _case(nq=2, nk=1, causal=True), save="never")
+    assert res.verdict.diagnosis == [
+        CONSISTENT + "a causal mask aligned top-left (query i keeps keys j <= i; flashcheck, as "
+        "FlashAttention, aligns it bottom-right: j <= i + Nk - Nq): the output matches exact "
+        "attention under that reading within the kernel's bound (on this input the causal "
+        "diagonal off by +1 and causal=True ignored give the same answer)"
+    ], res.verdict.reasons
+
+
 def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     case = _case(causal=True)
     ok = flashcheck.check(uk.textbook, case, save="never")

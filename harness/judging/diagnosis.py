@@ -265,6 +265,14 @@ def _inverted(p: AttentionProblem) -> Keep:
     return lambda b, h: rest(b, h) & ~p.mask[b, h][rows]
 
 
+def _aliases(labels: list[str]) -> str:
+    """What a reason adds for the readings that give the same answer on this input."""
+    if not labels:
+        return ""
+    verb = "gives" if len(labels) == 1 else "give"
+    return f" (on this input {' and '.join(labels)} {verb} the same answer)"
+
+
 def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
     """The common mistakes (module docstring) that the kernel's output ``o`` matches within its
     deterministic bound ``det`` (elementwise, plus an ulp of the format) while the exact answer
@@ -280,16 +288,27 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     # for every row. (An fp32 kernel aligned top-left, Nq > Nk, went unnamed: its rows that
     # keep one key truly but nine top-left missed their tolerance by a fraction of an ulp.)
     widest = np.broadcast_to(det.max(axis=-2, keepdims=True), det.shape)
-    found: list[str] = []
-    seen: list[np.ndarray] = []
+    found: list[list[str]] = []  # the labels of each reading that fits: its own, then aliases
+    seen: list[tuple[np.ndarray, list[str]]] = []
+    keep_labels: set[str] = set()  # readings that keep other keys than the truth
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
         # (a reading that writes 0 for rows that keep keys does not take NaN for that 0)
         nan_as_empty = not kw.get("guarded", False)
         alt = _reference(p, **kw)
-        if any(np.array_equal(alt, other, equal_nan=True) for other in seen):
-            continue  # the same answer as a reading named before (e.g. one key past Nq)
-        seen.append(alt)
+        same = next((ls for a, ls in seen if np.array_equal(alt, a, equal_nan=True)), None)
+        if same is not None:
+            # The same answer as an earlier reading. Two masks that keep the same keys here (a
+            # causal mask aligned top-left and the diagonal off by +1 at Nq = 2, Nk = 1) are
+            # two different mistakes this input cannot tell apart: the reason names both.
+            # (Other repeats are one mistake seen twice, e.g. exp's limit in two formats.)
+            if "keep" in kw and same[0] in keep_labels:
+                same.append(label)
+            continue
+        labels = [label]
+        seen.append((alt, labels))
+        if "keep" in kw:
+            keep_labels.add(label)
         tol = (widest if "keep" in kw else det) * tol_scale + ulp(alt, p.fmt)
         with np.errstate(invalid="ignore"):
             differs = np.isfinite(exact) & ~(np.abs(alt - exact) <= tol)
@@ -301,11 +320,12 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
                 | (~np.isfinite(o) & ~np.isfinite(alt))
             )
         if differs.any() and matches.all():
-            found.append(
-                f"{CONSISTENT}{label}: the output matches exact attention under that reading "
-                "within the kernel's bound"
-            )
-    return found
+            found.append(labels)
+    return [
+        f"{CONSISTENT}{labels[0]}: the output matches exact attention under that reading "
+        "within the kernel's bound" + _aliases(labels[1:])
+        for labels in found
+    ]
 
 
 def diagnose_lse(lse: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
