@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from ..harness.core.progress import format_seconds
+
 __all__ = ["SuiteBudget"]
 
 _SUITE = Path(__file__).resolve().parent
@@ -38,11 +40,6 @@ def _rank(item: Any) -> int:
         if item.name.startswith(prefix) or module == prefix:
             return rank
     return len(_FIRST)
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}:{s:02d}"
 
 
 @dataclass
@@ -67,7 +64,7 @@ class SuiteBudget:
         if time.monotonic() - self.started >= self.seconds:
             self.cut.append(item.name)
             pytest.skip(
-                f"the time budget of {_clock(self.seconds)} was spent before this property "
+                f"the time budget of {format_seconds(self.seconds)} was spent before this property "
                 "started (flashcheck test --budget)"
             )
         self.ran += 1
@@ -78,10 +75,14 @@ class SuiteBudget:
         tr = terminalreporter
         tr.section("flashcheck time budget")
         if not self.cut:
-            tr.line(f"every property ran within the budget of {_clock(self.seconds)}")
+            tr.line(
+                f"every property ran within the budget: {format_seconds(spent)} of "
+                f"{format_seconds(self.seconds)}"
+            )
             return
         tr.line(
-            f"{self.ran} properties ran in {_clock(spent)} (budget {_clock(self.seconds)}); "
+            f"{self.ran} properties ran in {format_seconds(spent)} "
+            f"(budget {format_seconds(self.seconds)}); "
             f"{len(self.cut)} were not started, each skipped with that reason. Batch/head "
             "independence and the other structural properties ran first; run again without "
             "--budget for the rest."

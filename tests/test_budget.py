@@ -1,5 +1,6 @@
 """The time budget of a campaign: durations, the order that finds bugs first, coverage."""
 
+import re
 import time
 from dataclasses import replace
 
@@ -158,6 +159,9 @@ def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_
         fail_on="never",
     )
     lines = []
+    # A budget the campaign does not need: it says how much of it the run took.
+    assert run_report(replace(opts, name="roomy", budget=600.0), echo=lines.append) == 0
+    assert any(re.fullmatch(r"finished within the budget: 0:\d\d of 10:00", x) for x in lines)
     assert run_report(opts, echo=lines.append) == 0
     data = load(tmp_path / "b" / "results.jsonl")
     assert data.coverage is not None and not data.complete
@@ -212,3 +216,24 @@ def test_a_cut_run_does_not_search_and_its_resume_ends_as_an_uncut_run(tmp_path,
         return sorted((r.key, str(r.status)) for r in data.every_result)
 
     assert outcome("cut") == outcome("uncut")
+
+
+def test_the_suite_says_how_much_of_its_budget_it_took():
+    from flashcheck.properties.suite_budget import SuiteBudget
+
+    class Terminal:
+        def __init__(self):
+            self.lines = []
+
+        def section(self, title):
+            self.lines.append(f"== {title}")
+
+        def line(self, text):
+            self.lines.append(text)
+
+    tr = Terminal()
+    SuiteBudget(90.0, started=time.monotonic() - 7.2).pytest_terminal_summary(tr)
+    assert tr.lines == [
+        "== flashcheck time budget",
+        "every property ran within the budget: 0:07 of 1:30",
+    ]

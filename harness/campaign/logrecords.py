@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..core.progress import format_seconds
 from ..core.resultlog import jsonable, read_records
 from ..core.status import Status
 from .phases import PhaseTimeline
@@ -295,18 +296,13 @@ class CoverageRecord:
             first = "Every input family and structural property ran first"
         return (
             f"{self.ran} of {self.planned} planned results ran within the time budget of "
-            f"{_clock(self.budget)} ({missing or 'none'} not run; {search}). {first}; the same "
-            "command without --budget (or with a larger one) completes it without recomputing "
-            "anything."
+            f"{format_seconds(self.budget)} ({missing or 'none'} not run; {search}). {first}; "
+            "the same command without --budget (or with a larger one) completes it without "
+            "recomputing anything."
         )
 
 
 _UNRUN = ("input family or structural property", "input families or structural properties")
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
 Record = (

@@ -27,6 +27,7 @@ from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
+from ..core.progress import format_seconds
 from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .budget import Budget
@@ -336,6 +337,11 @@ def _campaign(
     covered = camp.coverage()
     if covered is None:
         log.append(CompleteRecord(len(camp.results())).to_json())
+        if budget.seconds is not None:
+            echo(
+                f"finished within the budget: {format_seconds(budget.elapsed())} of "
+                f"{format_seconds(budget.seconds)}"
+            )
     else:
         log.append(covered.to_json())
         echo(f"stopped at the budget: {covered.text()}")
