@@ -142,12 +142,12 @@ def test_work_that_cannot_finish_in_the_budget_is_not_started(tmp_path, monkeypa
     assert covered.ran == 0 and covered.planned > 0
 
 
-def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_path):
-    from flashcheck.harness.campaign.logrecords import load
-    from flashcheck.harness.campaign.report import ReportOptions, run_report
+def _smoke_report(tmp_path, name, budget):
+    """The smoke campaign of naive-numpy in fp16, in this process, under ``budget`` seconds."""
+    from flashcheck.harness.campaign.report import ReportOptions
 
-    opts = ReportOptions(
-        name="b",
+    return ReportOptions(
+        name=name,
         preset="smoke",
         kernels=("naive-numpy",),
         dtypes=("fp16",),
@@ -155,9 +155,16 @@ def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_
         isolate=False,
         workers=1,
         kernel_workers=1,
-        budget=1e-3,
+        budget=budget,
         fail_on="never",
     )
+
+
+def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_path):
+    from flashcheck.harness.campaign.logrecords import load
+    from flashcheck.harness.campaign.report import run_report
+
+    opts = _smoke_report(tmp_path, "b", 1e-3)
     lines = []
     # A budget the campaign does not need: it says how much of it the run took.
     assert run_report(replace(opts, name="roomy", budget=600.0), echo=lines.append) == 0
@@ -180,7 +187,7 @@ def test_a_budgeted_campaign_stops_cleanly_reports_its_coverage_and_resumes(tmp_
 
 def test_a_cut_run_does_not_search_and_its_resume_ends_as_an_uncut_run(tmp_path, monkeypatch):
     from flashcheck.harness.campaign.logrecords import load
-    from flashcheck.harness.campaign.report import ReportOptions, run_report
+    from flashcheck.harness.campaign.report import run_report
     from flashcheck.harness.core.progress import Progress
 
     # At 325 s per unit of cost (the 600 s budget leaves 570 s to the cases), the cases of
@@ -188,18 +195,7 @@ def test_a_cut_run_does_not_search_and_its_resume_ends_as_an_uncut_run(tmp_path,
     # while there is time for the rest. The search draws its parents from every earlier
     # result, so it must not run then: it would draw other children than an uncut run, and
     # the resume would add its own on top (a user's trial saw 28 search results against 18).
-    opts = ReportOptions(
-        name="cut",
-        preset="smoke",
-        kernels=("naive-numpy",),
-        dtypes=("fp16",),
-        out=str(tmp_path),
-        isolate=False,
-        workers=1,
-        kernel_workers=1,
-        budget=600.0,
-        fail_on="never",
-    )
+    opts = _smoke_report(tmp_path, "cut", 600.0)
     lines = []
     with monkeypatch.context() as m:
         m.setattr(Progress, "seconds_per_cost", lambda self: 325.0)
