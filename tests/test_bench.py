@@ -6,25 +6,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_helpers import synthetic_results
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
-# E402 below: the imports need torch, so they follow the importorskip above.
-
-from bench_helpers import synthetic_results  # noqa: E402
-
-from flashcheck.harness.bench.check import judge_rows, reference, sample_rows, sampled_output  # noqa: E402
-from flashcheck.harness.bench.providers import PROVIDERS  # noqa: E402
-from flashcheck.harness.bench.render import render_bench, summary_text  # noqa: E402
-from flashcheck.harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan  # noqa: E402
-from flashcheck.harness.bench.summary import bench_summary, load_results  # noqa: E402
-from flashcheck.harness.bench.timing import (  # noqa: E402
+from flashcheck.harness.bench.check import judge_rows, reference, sample_rows, sampled_output
+from flashcheck.harness.bench.providers import PROVIDERS
+from flashcheck.harness.bench.render import render_bench, summary_text
+from flashcheck.harness.bench.suite import TOKENS, WIDTH, Shape, _gpu_slug, plan
+from flashcheck.harness.bench.summary import bench_summary, load_results
+from flashcheck.harness.bench.timing import (
     MAX_COPIES,
     ROTATE_BYTES,
     Timing,
     copies_for_l2,
     time_round_robin,
 )
-from flashcheck.harness.cli import main  # noqa: E402
+from flashcheck.harness.cli import main
+
+# The tests call torch; the modules they test import it only when they need it.
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 
 
 def test_grid_follows_the_flashattention_convention():
@@ -108,6 +107,53 @@ def test_round_robin_takes_the_calls_in_turn_and_charges_each_its_own_time(monke
     assert [x for n, x in timed if n == "slow"][:4] == [1, 2, 0, 1]  # inputs rotate by round
     with pytest.raises(ValueError, match="at least one"):
         time_round_robin([(fast, [])])
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_a_shapes_providers_are_timed_together_and_the_slow_ones_alone(monkeypatch, pass_):
+    # The GPU-only timing path on CPU tensors, with the stand-in clock: each call charges its
+    # provider's cost (its multiple of a matmul's). Each record gets its own time, and says
+    # how it was timed.
+    from flashcheck.harness.bench.measure import _backward_timer, _forward_timer, _time_all
+
+    monkeypatch.setattr(torch.cuda, "Event", _Clock.Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def provider(cost):
+        def fn(q, k, v):
+            _Clock.now += cost
+            o = (q @ k.transpose(-1, -2)).softmax(-1) @ v
+            if o.requires_grad:  # its backward costs half its forward
+                o.register_hook(lambda g: setattr(_Clock, "now", _Clock.now + cost / 2))
+            return o
+
+        return fn
+
+    shape = Shape("grid", "bf16", 1, 2, 8, 4, False, pass_)
+    costs = {"a": 1.0, "b": 2.0, "naive": 8.0}
+    sets = [tuple(torch.randn(1, 2, 8, 4, requires_grad=pass_ == "bwd") for _ in range(3))]
+    prepared = [({"provider": name}, provider(c)) for name, c in costs.items()]
+    prepared.append(({"provider": "skipped", "status": "skipped"}, None))
+    dos = [torch.randn(1, 2, 8, 4)]
+    if pass_ == "bwd":
+        prepared = [(r, fn and (fn, sets)) for r, fn in prepared]
+
+    def timer(what, slow):
+        if pass_ == "fwd":
+            return _forward_timer(what, sets, slow=slow)
+        return _backward_timer(what, dos, "bwd", slow=slow)
+
+    _time_all(shape, prepared, lambda r: r["provider"] == "naive", timer)
+    recs = {r["provider"]: r for r, _ in prepared}
+    for name, cost in costs.items():
+        rec = recs[name]
+        assert rec["status"] == "ok"
+        assert rec["timing"] == ("alone" if name == "naive" else "in turn")
+        if pass_ == "fwd":
+            assert rec["ms"] == cost
+        else:  # the backward alone, on a graph built outside the timing; then both passes
+            assert (rec["ms"], rec["fwd_ms"], rec["fwdbwd_ms"]) == (cost / 2, cost, 1.5 * cost)
+    assert "ms" not in recs["skipped"]
 
 
 def test_a_group_whose_timing_raises_is_timed_one_by_one():

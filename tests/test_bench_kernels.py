@@ -7,27 +7,27 @@ import json
 import math
 
 import pytest
+from bench_helpers import synthetic_results
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
-# E402 below: the imports need torch, so they follow the importorskip above.
-
-from bench_helpers import synthetic_results  # noqa: E402
-
-from flashcheck.harness.adapters.declare import kernel  # noqa: E402
-from flashcheck.harness.adapters.registry import resolve  # noqa: E402
-from flashcheck.harness.bench.figures import make_bench_figures  # noqa: E402
-from flashcheck.harness.bench.kernel_providers import (  # noqa: E402
+from flashcheck.harness.adapters.declare import kernel
+from flashcheck.harness.adapters.registry import resolve
+from flashcheck.harness.bench.figures import make_bench_figures
+from flashcheck.harness.bench.kernel_providers import (
     kernel_call,
     kernel_grad_call,
     kernel_provider,
     kernel_providers,
 )
-from flashcheck.harness.bench.render import render_bench, summary_text  # noqa: E402
-from flashcheck.harness.bench.suite import BenchOptions, bench_header, plan  # noqa: E402
-from flashcheck.harness.bench.summary import load_results, only_pass  # noqa: E402
-from flashcheck.harness.bench.tables import kernel_line  # noqa: E402
-from flashcheck.harness.cli import main  # noqa: E402
-from flashcheck.harness.core.resultlog import ResultLog, ResultLogError  # noqa: E402
+from flashcheck.harness.bench.render import render_bench, summary_text
+from flashcheck.harness.bench.suite import BenchOptions, bench_header, plan
+from flashcheck.harness.bench.summary import load_results, only_pass
+from flashcheck.harness.bench.tables import kernel_line
+from flashcheck.harness.cli import main
+from flashcheck.harness.core.resultlog import ResultLog, ResultLogError
+
+# The tests call torch; the modules they test import it only when they need it.
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+
 
 MODULE = "bk_user_attention"  # written into a temporary folder by the tests that import it
 SOURCE = """

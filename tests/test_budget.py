@@ -89,6 +89,7 @@ def test_the_cases_leave_a_tail_of_the_budget_for_the_case_files():
     assert Budget(100.0, started=now - 80.0).left() == pytest.approx(5.0, abs=0.5)
     assert Budget(100.0, started=now - 101.0).over
     assert Budget(3600.0).tail == TAIL_MAX and Budget(None).tail == 0.0
+    assert Budget(40.0, started=now - 27.2).used() == "0:27 of 0:40"
     # a case started just before the share ends may still compile: that is kept back too
     assert Budget(100.0, started=now - 70.0, in_flight=20.0).spent
 

@@ -14,7 +14,7 @@ triton = pytest.importorskip("triton", reason="triton is a tox dependency; bare 
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
     pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
 
-
+# E402 below: the Triton kernels import triton as they load, so they follow the skips above.
 import flashcheck  # noqa: E402
 from flashcheck.kernels.triton_flash import (  # noqa: E402
     flash_attention,

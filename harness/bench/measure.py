@@ -173,24 +173,32 @@ def _time_together(recs: list[dict[str, Any]], timer: Timer) -> dict[int, dict[s
     return out
 
 
-def _forward_timer(fns: list, sets: list, *, slow: bool) -> Timer:
-    """Fast providers in turn, round after round; slow ones one after the other, each alone."""
+def _timed(calls: list, *, slow: bool) -> list[Timing]:
+    """The timings of ``calls`` (``(fn, inputs)`` each): fast providers in turn, round after
+    round; slow ones one after the other, each alone, with fewer runs."""
     opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
     if slow:
-        return lambda idx: {"fwd": [time_cuda(fns[i], sets, **opts) for i in idx]}
-    return lambda idx: {"fwd": time_round_robin([(fns[i], sets) for i in idx], **opts)}
+        return [time_cuda(fn, inputs, **opts) for fn, inputs in calls]
+    return time_round_robin(calls, **opts)
 
 
-def _time_forward(shape: Shape, prepared: list, sets: list, table: Mapping[str, Provider]) -> None:
-    """Times every prepared provider and writes its figures into its record: the fast ones in
-    turn (:func:`~flashcheck.harness.bench.timing.time_round_robin`), then the slow ones."""
+def _forward_timer(fns: list, sets: list, *, slow: bool) -> Timer:
+    return lambda idx: {"fwd": _timed([(fns[i], sets) for i in idx], slow=slow)}
+
+
+def _time_all(
+    shape: Shape,
+    prepared: list,
+    is_slow: Callable[[dict[str, Any]], bool],
+    timer_for: Callable[[list, bool], Timer],
+) -> None:
+    """Times every prepared provider (``(record, what to time)``; nothing to time: ``None``)
+    and writes its figures into its record: the fast ones together, then the slow ones
+    (``timer_for(what to time, slow)`` builds each group's :data:`Timer`)."""
     for slow in (False, True):
-        group = [
-            (r, f) for r, f in prepared if f is not None and _slow(table[r["provider"]]) == slow
-        ]
+        group = [(r, c) for r, c in prepared if c is not None and is_slow(r) == slow]
         recs = [r for r, _ in group]
-        timed = _time_together(recs, _forward_timer([f for _, f in group], sets, slow=slow))
-        for i, by_pass in timed.items():
+        for i, by_pass in _time_together(recs, timer_for([c for _, c in group], slow)).items():
             recs[i].update(_pass_figures(shape, by_pass))
             recs[i].setdefault("timing", "alone" if slow or len(recs) == 1 else "in turn")
 
@@ -261,20 +269,13 @@ def _backward_timer(ctxs: list, dos: list, pass_: str, *, slow: bool) -> Timer:
     round, slow ones each alone."""
     import torch
 
-    opts = {"warmup": 3, "reps": 10 if slow else 20, "min_ms": 150.0}
-
-    def timed(calls: list) -> list[Timing]:
-        if slow:
-            return [time_cuda(fn, inputs, **opts) for fn, inputs in calls]
-        return time_round_robin(calls, **opts)
-
     def step(fn):
         return lambda q, k, v, do: torch.autograd.grad(fn(q, k, v), (q, k, v), do)
 
     def run(idx: list[int]) -> dict[str, list[Timing]]:
         out: dict[str, list[Timing]] = {}
         if pass_ == "bwd":
-            out["fwd"] = timed([(ctxs[i][0], ctxs[i][1]) for i in idx])
+            out["fwd"] = _timed([(ctxs[i][0], ctxs[i][1]) for i in idx], slow=slow)
             # One forward per input copy builds each graph outside the timing; each timed
             # call is ``torch.autograd.grad`` through it with ``retain_graph=True``.
             retained = [
@@ -282,14 +283,15 @@ def _backward_timer(ctxs: list, dos: list, pass_: str, *, slow: bool) -> Timer:
                 for i in idx
             ]
             try:
-                out["bwd"] = timed([(_grad_retained, args) for args in retained])
+                out["bwd"] = _timed([(_grad_retained, args) for args in retained], slow=slow)
             finally:
                 del retained
-        out["fwd+bwd"] = timed(
+        out["fwd+bwd"] = _timed(
             [
                 (step(ctxs[i][0]), [(*x, do) for x, do in zip(ctxs[i][1], dos, strict=False)])
                 for i in idx
-            ]
+            ],
+            slow=slow,
         )
         return out
 
@@ -300,20 +302,6 @@ def _grad_retained(o, q, k, v, do):
     import torch
 
     return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-
-
-def _time_backward(shape: Shape, prepared: list, dos: list, by_name: Mapping) -> None:
-    """Times every prepared provider's backward pass and writes its figures into its record:
-    the fast ones in turn, then the slow ones."""
-    for slow in (False, True):
-        group = [
-            (r, c) for r, c in prepared if c is not None and _slow(by_name[r["provider"]]) == slow
-        ]
-        recs = [r for r, _ in group]
-        timer = _backward_timer([c for _, c in group], dos, shape.pass_, slow=slow)
-        for i, by_pass in _time_together(recs, timer).items():
-            recs[i].update(_pass_figures(shape, by_pass))
-            recs[i].setdefault("timing", "alone" if slow or len(recs) == 1 else "in turn")
 
 
 def _pass_figures(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
@@ -369,7 +357,12 @@ def run_shape(
         return [SpeedRecord.from_json(r) for r in recs]
     memory = shape.part == "memory"
     prepared = [_prepare(shape, table[p], sets, rows, memory=memory) for p in providers]
-    _time_forward(shape, prepared, sets, table)
+    _time_all(
+        shape,
+        prepared,
+        lambda r: _slow(table[r["provider"]]),
+        lambda fns, slow, sets=sets: _forward_timer(fns, sets, slow=slow),
+    )
     recs = [r for r, _ in prepared]
     del prepared
     if shape.part == "memory":
@@ -403,7 +396,12 @@ def _run_backward_shape(shape, providers, sets, rows, seed, oracle_max_n):
         _prepare_backward(shape, p, sets, dos, rows, keys, memory=memory) for p in providers
     ]
     by_name = {p.name: p for p in providers}
-    _time_backward(shape, prepared, dos, by_name)
+    _time_all(
+        shape,
+        prepared,
+        lambda r: _slow(by_name[r["provider"]]),
+        lambda ctxs, slow, dos=dos: _backward_timer(ctxs, dos, shape.pass_, slow=slow),
+    )
     recs = [r for r, _ in prepared]
     del prepared
     if memory:

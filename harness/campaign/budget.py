@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ..core.progress import format_seconds
 from .plan import Item
 
 __all__ = [
@@ -152,6 +153,10 @@ class Budget:
     def over(self) -> bool:
         """The whole budget is spent: save no more case files."""
         return self.seconds is not None and self.elapsed() >= self.seconds
+
+    def used(self) -> str:
+        """How much of the budget has gone, as ``"0:27 of 0:40"``."""
+        return f"{format_seconds(self.elapsed())} of {format_seconds(self.seconds or 0.0)}"
 
     def left(self) -> float:
         """Seconds left of the cases' share."""

@@ -27,7 +27,6 @@ from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
-from ..core.progress import format_seconds
 from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .budget import Budget
@@ -338,10 +337,7 @@ def _campaign(
     if covered is None:
         log.append(CompleteRecord(len(camp.results())).to_json())
         if budget.seconds is not None:
-            echo(
-                f"finished within the budget: {format_seconds(budget.elapsed())} of "
-                f"{format_seconds(budget.seconds)}"
-            )
+            echo(f"finished within the budget: {budget.used()}")
     else:
         log.append(covered.to_json())
         echo(f"stopped at the budget: {covered.text()}")
