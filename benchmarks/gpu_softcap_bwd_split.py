@@ -1,6 +1,7 @@
 """Where the soft-capped backward's time goes, kernel by kernel, on one CUDA GPU.
 
-    python benchmarks/gpu_softcap_bwd_split.py [--reps 30] [--n 4096]
+    python benchmarks/gpu_softcap_bwd_split.py [--reps 30] [--n 4096] [--dq TILES]
+        [--dkdv TILES] [--tiles-only]
 
 bf16, d = 128, H = 16, B·N = 16K, causal and not: the deterministic backward
 (``flash_attention_backward``) plain, with a soft-cap of 2 and the accurate tanh, and with
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dq", default="", help="dQ tiles to try: 'm,n,warps,stages;...'")
     ap.add_argument("--dkdv", default="", help="dK/dV tiles to try, the same way")
+    ap.add_argument(
+        "--tiles-only", action="store_true", help="skip the per-kernel table; time the tiles only"
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "cap approx": {"softcap": 2.0, "approx_tanh": True},
     }
     lines = []
-    for causal in (False, True):
+    for causal in (False, True) if not args.tiles_only else ():
         q, k, v, do = bench_inputs(n, 4)
         fwd = {name: flash_attention(q, k, v, causal=causal, **o) for name, o in variants.items()}
         times.clear()
@@ -90,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {'yes' if causal else 'no'} | {n} | all three | {name} | {total:.3f} | "
                 f"{total / plain:.3f} | |"
             )
-    print("\n| causal | N | kernel | variant | ms | / plain | compiled |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(lines))
+    if lines:
+        print("\n| causal | N | kernel | variant | ms | / plain | compiled |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(lines))
     if args.dq:
         other_tiles(args, "dq", fb, flash_attention, times, regs, current)
     if args.dkdv:

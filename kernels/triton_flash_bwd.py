@@ -184,11 +184,14 @@ def _dkdv_rows(
         if OUT_V:
             dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
         if OUT_K:
+            if SOFTCAP:
+                # P·(1 − tanh²) before dP: tanh dies here rather than living across the dP
+                # product. On an sm_90 compile (benchmarks/bwd_registers.py, 64 × 128 tile, 8
+                # warps) the spill stack fell from 216 to 96 bytes; plain spills 72 there.
+                pt = pt * (1.0 - th * th)
             delta = tl.load(delta_base + rows * sdm, mask=rows < NQ, other=0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             dst = pt * (dpt - delta[None, :])
-            if SOFTCAP:
-                dst = dst * (1.0 - th * th)
             dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
             if DQ_ATOMIC:
                 # The fused path: this key block's share of dQ, dSᵀ rounded as the dQ kernel
@@ -371,10 +374,10 @@ def _dq_keys(
                     keep = keep & (cols[None, :] <= rows[:, None] + off + win_right)
             x = tl.where(keep, x, float("-inf"))
         p = tl.math.exp2(x)
+        if SOFTCAP:  # as in _dkdv_rows: P·(1 − tanh²) first
+            p = p * (1.0 - th * th)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1.0 - th * th)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     return dq
 
@@ -532,11 +535,16 @@ def backward_config(
     if max(d, dv) > 128:
         return BackwardConfig(32, 128, 8, 3, True, 128, 32, 8, 3, kv_apart=True)
     if max(d, dv) > 64 and approx_cap:
-        # The capped dQ program at 128 rows spilled 40-48 registers where the plain one spills
-        # 32-34 and still wins; 64 rows spill none. On an H200 (bf16, d = 128, N = 4K,
-        # benchmarks/gpu_softcap_bwd_split.py --dq) its dQ kernel took 0.93x / 0.70x the time
-        # at 128 rows (non-causal / causal), the same bits (dQ's key blocks sum in one order).
-        return BackwardConfig(32, 64, 4, 3, True, 64, 32, 4, 3)
+        # The capped dQ program: 128 rows × 64 keys on two warpgroups spill nothing; on an H200
+        # (bf16, d = 128, N = 4K, benchmarks/gpu_softcap_bwd_split.py --dq) its dQ kernel took
+        # 0.98x / 0.99x the time of 64 × 32 on one warpgroup (non-causal / causal), which took
+        # 0.93x / 0.70x that of plain's spilling 128 × 32, the same bits (dQ's key blocks sum in
+        # one order). Without a mask, dK/dV as plain's 128-key tile since P·(1 − tanh²) is
+        # formed before dP (8 spills, was 38): 0.97x / 0.95x the 64-key tile's time at N = 4K /
+        # 16K; causal that tile lost (1.05-1.15x); the atomic path's was not measured.
+        if causal or fused:
+            return BackwardConfig(32, 64, 4, 3, True, 128, 64, 8, 3)
+        return BackwardConfig(64, 128, 8, 3, True, 128, 64, 8, 3)
     if max(d, dv) > 64 and not (causal or fused):
         # Without a mask, 128-key dK/dV programs of two warpgroups: on an H200 (bf16, d = 128,
         # benchmarks/gpu_softcap_bwd_split.py --dkdv) the dK/dV kernel took 0.98x / 0.89x /

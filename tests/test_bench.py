@@ -251,18 +251,29 @@ def test_render_from_results_only(tmp_path):
     assert "## Triton side by side with its peers" in summary_text(res)
 
 
-def test_the_method_says_when_providers_were_timed_in_turn(tmp_path):
+@pytest.mark.parametrize("passes", ["fwd", "bwd", "fwd then bwd"])
+def test_the_method_says_when_providers_were_timed_in_turn(tmp_path, passes):
+    # "bwd": a backward-only run, whose forward view is empty (the method once read that view
+    # only, and called a backward timed in turn one by one). "fwd then bwd": a forward from
+    # before timing in turn, resumed with a backward timed in turn.
     res = tmp_path / "fake" / "results.jsonl"
     synthetic_results(res)
-    lines = res.read_text().splitlines()
-    recs = [json.loads(x) for x in lines]
-    lines = [
-        json.dumps({**r, "timing": "in turn"} if r.get("type") == "speed" else r) for r in recs
-    ]
-    res.write_text("\n".join(lines) + "\n")
+    recs = [json.loads(x) for x in res.read_text().splitlines()]
+    out = []
+    for r in recs:
+        if r.get("type") == "speed":
+            if passes != "fwd then bwd":
+                r = {**r, "pass": passes, "timing": "in turn"}
+            elif r["n"] == 4096:
+                r = {**r, "pass": "bwd", "timing": "in turn"}
+        out.append(json.dumps(r))
+    res.write_text("\n".join(out) + "\n")
     md = render_bench(res, figures=False).read_text()
-    assert "timed in turn, one call each, round after round" in md
-    assert "timed on its own" not in md
+    if passes == "fwd then bwd":
+        assert "before the bench timed in turn (fwd) were timed one provider after" in md
+    else:
+        assert "timed in turn, one call each, round after round" in md
+        assert "timed on its own" not in md and "before the bench timed in turn" not in md
 
 
 def test_a_failed_check_does_not_score(tmp_path):

@@ -308,8 +308,9 @@ def test_dq_tiles_reach_the_dq_kernel_only():
 
 def test_backward_tiles_by_mask_path_and_cap(monkeypatch):
     # The GPU tiles at d = 128, 16-bit inputs (measured on an H200, benchmarks/RESULTS.md):
-    # 128-key dK/dV programs only without a mask on the two-kernel path; 64-row dQ programs
-    # for the cap with the approximate tanh; the interpreter keeps its own small tiles.
+    # 128-key dK/dV programs only without a mask on the two-kernel path (capped or not);
+    # 128 × 64 dQ programs on 8 warps for the cap with the approximate tanh; the interpreter
+    # keeps its own small tiles.
     from flashcheck.kernels import triton_flash_bwd as fb
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -320,7 +321,9 @@ def test_backward_tiles_by_mask_path_and_cap(monkeypatch):
     assert wide[:4] == (64, 128, 8, 3) and wide.for_dq() == plain.for_dq()
     assert fb.backward_config(128, 128, 2, causal=False, fused=True) == plain
     capped = fb.backward_config(128, 128, 2, causal=False, approx_cap=True)
-    assert capped[:4] == plain[:4] and capped.for_dq() == (64, 32, 4, 3)
+    assert capped[:4] == wide[:4] and capped.for_dq() == (128, 64, 8, 3)
+    capped_causal = fb.backward_config(128, 128, 2, causal=True, approx_cap=True)
+    assert capped_causal[:4] == plain[:4] and capped_causal.for_dq() == capped.for_dq()
     assert fb.backward_config(64, 64, 2, causal=False) == fb.backward_config(64, 64, 2)
     assert fb.backward_config(128, 128, 4, causal=False) == fb.backward_config(128, 128, 4)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -347,8 +350,10 @@ def test_dk_and_dv_apart_give_the_bits_of_dk_and_dv_together(shape):
 # The deterministic path's bits as the two-kernel backward gave them before the fused path
 # existed (sha256 prefixes of dQ, dK, dV under the interpreter, soft-capped causal GQA case).
 # fp32's changed with tanh_fp32's polynomials (one exp2, no division; was 49767684052b6d28,
-# which the tree before that change still gives); fp16's did not.
-TWO_KERNEL_DIGESTS = {"fp16": "614c1191a8e36a82", "fp32": "e921270aa536ed55"}
+# which the tree before that change still gives), and again when dS took the slope as
+# fl(P·(1 − t²))·(dP − D) rather than fl(P·(dP − D))·(1 − t²) (was e921270aa536ed55); fp16's
+# did not change either time.
+TWO_KERNEL_DIGESTS = {"fp16": "614c1191a8e36a82", "fp32": "0892c12404600eaf"}
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "fp32"])

@@ -41,6 +41,21 @@ _IN_TURN = (
     "as it warms); `sdpa-math`, `naive` and `sdpa-efficient` alone after them."
 )
 _ONE_BY_ONE = " Each provider was timed on its own, one after the other."
+_MIXED = (
+    " Results written before the bench timed in turn ({older}) were timed one provider after "
+    "the other; the rest in turn, one call each, round after round, so that all run at the "
+    "clocks of the same moments; `sdpa-math`, `naive` and `sdpa-efficient` alone after them."
+)
+
+
+def _timing_text(everything: BenchResults) -> str:
+    """How the results of every pass were timed: in turn, one by one (records written before
+    the bench timed in turn carry no ``timing``), or both, naming the older passes."""
+    recs = [r for row in everything.shapes.values() for r in row.values() if r.status == "ok"]
+    older = sorted({r.pass_ for r in recs if r.timing is None})
+    if not any(r.timing == "in turn" for r in recs):
+        return _ONE_BY_ONE
+    return _MIXED.format(older=", ".join(older)) if older else _IN_TURN
 
 
 def _command(name: str, cfg: dict[str, Any]) -> str:
@@ -60,8 +75,11 @@ def _command(name: str, cfg: dict[str, Any]) -> str:
     return cmd
 
 
-def _intro(data: BenchResults, name: str, env: dict[str, Any]) -> list[str]:
-    """Title, how to regenerate, the GPU, the ceilings measured and the method."""
+def _intro(
+    data: BenchResults, everything: BenchResults, name: str, env: dict[str, Any]
+) -> list[str]:
+    """Title, how to regenerate, the GPU, the ceilings measured (``data``, the forward's view)
+    and the method (``everything``: how each pass was timed)."""
     cmd = _command(name, data.header.get("config", {}))
     L: list[str] = [f"# flashcheck bench: {name}", ""]
     L.append(
@@ -91,8 +109,7 @@ def _intro(data: BenchResults, name: str, env: dict[str, Any]) -> list[str]:
     ]
     for when, c in data.ceilings:
         L.append(f"| {when} | {c.matmul_bf16_tflops:.0f} | {c.copy_tbs:.2f} |")
-    turns = any(r.timing == "in turn" for row in data.shapes.values() for r in row.values())
-    return [*L, "", _METHOD.format(turns=_IN_TURN if turns else _ONE_BY_ONE), ""]
+    return [*L, "", _METHOD.format(turns=_timing_text(everything)), ""]
 
 
 def _not_run(everything: BenchResults) -> list[str]:
@@ -123,7 +140,7 @@ def render_bench(
     summ = bench_summary(data)
     name = data.header.get("name", out.name)
     env = data.env
-    L = _intro(data, name, env)
+    L = _intro(data, everything, name, env)
     backward = [p for p in passes_in(everything) if p != "fwd"]
     if data.shapes or not backward:
         L += forward_sections(data, summ)

@@ -278,7 +278,7 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
         mag32 = np.where(keep, pk_plus * x_plus * (1 + U32), 0.0)  # |dŜ32|·e^{−θc}
         px = p_plus * x_plus * (1 + U32)
         g_hi = 1.0
-        if cap is not None:  # dS32 times the recomputed slope ĝ = fl(1 − fl(tanh²))
+        if cap is not None:  # dS32 times the recomputed slope ĝ = fl(1 − fl(tanh²)), either order
             s_err = dot_s + 2 * U32 * np.abs(s_raw)
             if naive:  # q·τ stored in F, S stored in F, s/c in fp32
                 s_err = s_err + (u_f + 2 * U32) * a + q_sub * k_abs_rows + u_f * np.abs(s_raw)
@@ -286,8 +286,16 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             g_hi, e_g = cap_slope(s_raw, s_err, cap, keep=keep, sink=sink, rho=ctx.tanh_rho)
             g_hi = g_hi + e_g  # from here on: a bound on |ĝ|
             # The absolute terms (subnormal roundings of dS32 and of its product by ĝ, dS
-            # rounded into F) do not shrink with ĝ: they are added again, unscaled.
-            e_ds = g_hi * e_ds + mag32 * (e_g + 3 * U32 * g_hi) + 4 * HALF_SUB32 + sub_f
+            # rounded into F) do not shrink with ĝ: they are added again, unscaled. A kernel
+            # that forms fl(P̂·ĝ) first (this project's Triton backward) multiplies that
+            # product's subnormal rounding by |dP̂ − D̂|, the last term.
+            e_ds = (
+                g_hi * e_ds
+                + mag32 * (e_g + 3 * U32 * g_hi)
+                + 4 * HALF_SUB32
+                + sub_f
+                + HALF_SUB32 * x_plus * (1 + U32)
+            )
             e_ds = np.where(keep, e_ds, 0.0)
             mag32 = mag32 * g_hi * (1 + 3 * U32)
             px = px * g_hi * (1 + 3 * U32)
