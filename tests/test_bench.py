@@ -109,6 +109,33 @@ def test_round_robin_takes_the_calls_in_turn_and_charges_each_its_own_time(monke
         time_round_robin([(fast, [])])
 
 
+def test_round_robin_queues_before_ahead_of_each_call_and_does_not_time_it(monkeypatch):
+    # The decode bench overwrites the L2 cache before every call: that work is queued before
+    # the call's start event, so no call is charged for it.
+    monkeypatch.setattr(torch.cuda, "Event", _Clock.Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    order = []
+
+    def flush():
+        order.append("flush")
+        _Clock.now += 10.0
+
+    def kernel(name, cost):
+        def call():
+            order.append(name)
+            _Clock.now += cost
+
+        return call
+
+    got = time_round_robin(
+        [(kernel("a", 1.0), [()]), (kernel("b", 2.0), [()])], warmup=1, reps=3, min_ms=3.0,
+        before=flush,
+    )  # fmt: skip
+    assert [t.runs_ms for t in got] == [(1.0,) * 3, (2.0,) * 3]
+    # warm-up unflushed, then the sizing round and three timed rounds, each call flushed first
+    assert order == ["a", "b"] + ["flush", "a", "flush", "b"] * 4
+
+
 @pytest.mark.parametrize("pass_", ["fwd", "bwd"])
 def test_a_shapes_providers_are_timed_together_and_the_slow_ones_alone(monkeypatch, pass_):
     # The GPU-only timing path on CPU tensors, with the stand-in clock: each call charges its

@@ -4,9 +4,11 @@ a machine without CUDA."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from flashcheck.harness.bench.decode_bench import DecodeOptions, run_decode_bench
+from flashcheck.harness.bench.decode_bench import DecodeOptions, _timed, run_decode_bench
 from flashcheck.harness.bench.decode_report import (
     CopyCeiling,
     DecodeRecord,
@@ -22,6 +24,7 @@ from flashcheck.harness.bench.decode_shapes import (
     kv_bytes,
     lengths_of,
 )
+from flashcheck.harness.bench.timing import Timing
 from flashcheck.harness.cli import main
 from flashcheck.harness.core.resultlog import ResultLog
 
@@ -92,6 +95,50 @@ def test_records_read_back_and_render(tmp_path):
     assert "triton-decode-paged PASS (0.5 ulp)" in md and "NVIDIA H100" in md
     assert "- flex-paged: n" in md
     assert render_decode(path).read_text() == md
+    # Records without a timing field predate timing in turn.
+    assert "each provider timed on its own, one after the other" in md
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_the_method_says_the_providers_were_timed_in_turn(tmp_path, older):
+    path, _ = _saved(tmp_path)
+    data = load_decode(path)
+    data.records[0] = replace(data.records[0], timing="in turn")
+    if not older:
+        data.records[1] = replace(data.records[1], timing="in turn")
+    md = decode_markdown(data)
+    assert "the shape's providers taken in turn, one call each, round after round" in md
+    assert "timed on its own" not in md
+    assert ("before the bench timed in turn: one after the other" in md) == older
+
+
+def test_a_shapes_providers_are_timed_in_turn_and_one_that_raises_alone():
+    base = DecodeRecord("s", "", "ok", 1000, 10)
+    recs = [replace(base, provider=p) for p in ("a", "b", "c", "broken")]
+    fns = ["fa", "fb", "fc", None]  # "broken" raised on its first call: nothing to time
+    timed = []
+
+    def in_turn(group):
+        timed.append(group)
+        if "fc" in group:
+            raise RuntimeError("c cannot run beside the others")
+        return [Timing((float(len(f)),)) for f in group]
+
+    def alone(fn):
+        if fn == "fc":
+            raise RuntimeError("out of resources")
+        return Timing((0.5,))
+
+    got = _timed(recs[:2], fns[:2], timer=in_turn)
+    assert [(r.median_us, r.timing) for r in got] == [(2000.0, "in turn")] * 2
+    assert timed == [["fa", "fb"]]
+    got = _timed(recs, fns, timer=in_turn, alone=alone)
+    assert [r.timing for r in got] == ["alone", "alone", None, None]
+    assert [r.median_us for r in got[:2]] == [500.0, 500.0]
+    assert got[2].status == "error" and "out of resources" in got[2].reason
+    assert got[3] == recs[3]
+    (one,) = _timed(recs[:1], fns[:1], timer=in_turn)
+    assert one.timing == "alone"
 
 
 def test_cli_decode_needs_cuda_and_renders_saved_results(tmp_path, capsys):

@@ -6,8 +6,8 @@ For each shape of :data:`~.decode_shapes.DECODE_SHAPES` one paged batch is drawn
 check of its output on sampled sequences (:func:`check_sequences`: the first and the last
 sequence, query heads 0 and Hq−1, every query row, judged by
 :func:`flashcheck.harness.bench.check.judge_rows`), then the timing
-(:func:`time_flushed`: CUDA events after warm-up, the L2 cache overwritten before each run,
-the median).
+(:func:`time_flushed_in_turn`: CUDA events after warm-up, the shape's providers taken in turn
+round after round, the L2 cache overwritten before each run, the median).
 The device copy bandwidth is measured before and after the shapes. Records go to
 ``<out>/<name>/results.jsonl`` as they are measured (a rerun resumes); ``bench-decode.md``
 is rendered from them (:mod:`~.decode_report`).
@@ -28,7 +28,14 @@ from .decode_report import CopyCeiling, DecodeRecord, SequenceCheck, render_deco
 from .decode_shapes import DECODE_SHAPES, QUICK_SHAPES, DecodeShape, kv_bytes, lengths_of
 from .timing import Timing
 
-__all__ = ["ARITHMETIC", "DecodeOptions", "check_sequences", "run_decode_bench", "time_flushed"]
+__all__ = [
+    "ARITHMETIC",
+    "DecodeOptions",
+    "check_sequences",
+    "run_decode_bench",
+    "time_flushed",
+    "time_flushed_in_turn",
+]
 
 FLUSH_BYTES = 256 * 2**20  # five times an H100's L2 (50 MiB): nothing of the last run survives
 
@@ -137,27 +144,62 @@ def time_flushed(fn: Any, *, warmup: int = 10, reps: int = 30, min_ms: float = 1
     return Timing(tuple(a.elapsed_time(z) for a, z in events))
 
 
-def _measure(shape: DecodeShape, batch: PagedBatch, provider: str, base: DecodeRecord):
+def time_flushed_in_turn(
+    fns: list[Any], *, warmup: int = 10, reps: int = 30, min_ms: float = 100.0
+) -> list[Timing]:
+    """:func:`time_flushed` for several providers of one shape at once: their calls taken in
+    turn, round after round (:func:`~.timing.time_round_robin`), the L2 cache overwritten
+    before each, so that every provider runs at the clocks of the same moments."""
+    import torch
+
+    from .timing import time_round_robin
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    calls = [(fn, [()]) for fn in fns]
+    return time_round_robin(calls, warmup=warmup, reps=reps, min_ms=min_ms, before=flush.zero_)
+
+
+def _error(base: DecodeRecord, exc: Exception) -> DecodeRecord:
+    """``base`` as a provider that raised: status ``error``, the exception's first line."""
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+    return replace(base, status="error", reason=text[:300])
+
+
+def _prepare(batch: PagedBatch, provider: str, base: DecodeRecord) -> tuple[DecodeRecord, Any]:
+    """The provider's first call (its compilation) and the oracle check of its output: the
+    record so far and the function to time (``None`` if it raised)."""
     try:
         fn = DECODE_PROVIDERS[provider](batch)
-        o = fn()
-        checks = check_sequences(batch, o, ARITHMETIC[provider])
-        t = time_flushed(fn)
+        checks = check_sequences(batch, fn(), ARITHMETIC[provider])
     except Exception as exc:  # a provider that cannot run this shape is reported, not fatal
-        text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
-        return replace(base, status="error", reason=text[:300])
+        return _error(base, exc), None
     bad = [c for c in checks if c.verdict != "PASS"]
     failed = f"sequence {bad[0].sequence}: {bad[0].verdict}" if bad else ""
     status, reason = ("failed", failed) if bad else ("ok", "")
-    return replace(
-        base,
-        note=getattr(fn, "note", ""),
-        status=status,
-        reason=reason,
-        median_us=t.median_ms * 1e3,
-        spread=t.spread,
-        checks=checks,
-    )
+    rec = replace(base, note=getattr(fn, "note", ""), status=status, reason=reason)
+    return replace(rec, checks=checks), fn
+
+
+def _timed(
+    recs: list[DecodeRecord], fns: list[Any], timer=time_flushed_in_turn, alone=time_flushed
+):
+    """``recs`` with the times of ``fns`` (``None`` where the provider raised): the runnable
+    ones timed in turn; if that raises, each alone, and one that still raises is an error."""
+    idx = [i for i, fn in enumerate(fns) if fn is not None]
+    out = list(recs)
+    try:
+        times = dict(zip(idx, timer([fns[i] for i in idx]), strict=True)) if idx else {}
+        how = "in turn" if len(idx) > 1 else "alone"
+    except Exception:  # one provider's failure must not cost the others their times
+        times, how = {}, "alone"
+        for i in idx:
+            try:
+                times[i] = alone(fns[i])
+            except Exception as exc:
+                out[i] = _error(recs[i], exc)
+    for i, t in times.items():
+        out[i] = replace(recs[i], median_us=t.median_ms * 1e3, spread=t.spread, timing=how)
+    return out
 
 
 def _copy_ceiling() -> CopyCeiling:
@@ -221,10 +263,11 @@ def _run_shape(shape, providers, seed, log, done, stream) -> None:
     opts = {"nq": shape.nq, "hq": shape.hq, "hk": shape.hk, "d": shape.d, "page": shape.page}
     batch = make_batch(lengths, dtype=shape.dtype, causal=shape.causal, seed=seed, **opts)
     base = DecodeRecord(shape.key, "", "error", kv_bytes(shape, lengths), sum(lengths))
-    for p in todo:
-        rec = _measure(shape, batch, p, replace(base, provider=p))
+    prepared = [_prepare(batch, p, replace(base, provider=p)) for p in todo]
+    recs = _timed([r for r, _ in prepared], [fn for _, fn in prepared])
+    for rec in recs:
         log.append(rec.to_json())
         gbs = f"{rec.gbs:.0f} GB/s" if rec.gbs else rec.reason
-        print(f"  {shape.key} {p}: {rec.status} {gbs}", file=stream)
+        print(f"  {shape.key} {rec.provider}: {rec.status} {gbs}", file=stream)
     del batch
     torch.cuda.empty_cache()

@@ -47,6 +47,9 @@ class DecodeRecord:
     spread: float | None = None
     checks: tuple[SequenceCheck, ...] = field(default=())
     note: str = ""
+    # "in turn" (round after round with the shape's other providers) or "alone"; None in
+    # results written before the decode bench timed in turn (one provider after the other).
+    timing: str | None = None
 
     @property
     def gbs(self) -> float | None:
@@ -70,7 +73,16 @@ class DecodeRecord:
             SequenceCheck(**{**c, "reasons": tuple(c.get("reasons", ()))})
             for c in d.get("checks", ())
         )
-        names = {"shape", "provider", "status", "kv_bytes", "lengths_sum", "reason", "note"}
+        names = {
+            "shape",
+            "provider",
+            "status",
+            "kv_bytes",
+            "lengths_sum",
+            "reason",
+            "note",
+            "timing",
+        }
         kw = {k: d[k] for k in names if k in d}
         return cls(**kw, median_us=d.get("median_us"), spread=d.get("spread"), checks=checks)
 
@@ -140,6 +152,24 @@ def _checked(recs: list[DecodeRecord]) -> str:
     return "; ".join(cells) or "–"
 
 
+def _order(records: list[DecodeRecord]) -> str:
+    """How the providers of a shape were timed, by what the records say."""
+    timed = [r for r in records if r.median_us is not None]
+    if any(r.timing == "in turn" for r in timed):
+        older = any(r.timing is None for r in timed)
+        return (
+            "the shape's providers taken in turn, one call each, round after round, so that "
+            "all run at the clocks of the same moments"
+            + (
+                " (results written before the bench timed in turn: one after the other)"
+                if older
+                else ""
+            )
+            + ", "
+        )
+    return "each provider timed on its own, one after the other, "
+
+
 def decode_markdown(data: DecodeResults) -> str:
     """The report: intro, method, one table row per shape (providers as columns)."""
     providers = list(dict.fromkeys(r.provider for r in data.records))
@@ -156,7 +186,7 @@ def decode_markdown(data: DecodeResults) -> str:
         + "`.",
         "",
         "Each cell: median GPU time of one decode step over CUDA-event-timed runs after "
-        "warm-up, the L2 cache overwritten before each run, "
+        "warm-up, " + _order(data.records) + "the L2 cache overwritten before each run, "
         "then K/V bytes read per second (every key and value row a sequence owns, once) and "
         "that as a share of the copy bandwidth. Shape keys: `b` batch, `nk` longest cache "
         "(`r`: ragged lengths in [nk/4, nk], `c`: causal), `p` page size, `q` queries per "

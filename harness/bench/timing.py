@@ -125,10 +125,12 @@ def time_round_robin(
     reps: int = 20,
     min_ms: float = 150.0,
     max_reps: int = 200,
+    before: Callable[[], Any] | None = None,
 ) -> list[Timing]:
     """Per-run milliseconds of each ``(fn, inputs)`` of ``calls``, the calls taken in turn,
     round after round, back to back (CUDA events around each call, one synchronization at the
-    end): ``fn(*inputs[r % len(inputs)])`` in round ``r``.
+    end): ``fn(*inputs[r % len(inputs)])`` in round ``r``. ``before()``, if given, is queued
+    before every call, outside its events (the decode bench overwrites the L2 cache there).
 
     Providers timed one after the other are not timed alike on a GPU that runs at its power
     limit: on an H200 the first ran at higher clocks than the ones after it, which shifted the
@@ -145,18 +147,24 @@ def time_round_robin(
         for fn, inputs in calls:
             fn(*inputs[r % len(inputs)])
     torch.cuda.synchronize()
-    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
+    sizing = []
     for fn, inputs in calls:
+        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if before is not None:
+            before()
+        a.record()
         fn(*inputs[0])
-    z.record()
+        z.record()
+        sizing.append((a, z))
     torch.cuda.synchronize()
-    per_call = max(a.elapsed_time(z), 1e-3) / len(calls)
+    per_call = max(sum(a.elapsed_time(z) for a, z in sizing), 1e-3) / len(calls)
     n = int(min(max_reps, max(reps, math.ceil(min_ms / per_call))))
     events = [[] for _ in calls]
     for r in range(n):
         for i, (fn, inputs) in enumerate(calls):
             a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if before is not None:
+                before()
             a.record()
             fn(*inputs[(r + 1) % len(inputs)])
             z.record()
