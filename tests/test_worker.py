@@ -232,6 +232,23 @@ def test_reference_processes_yield_the_cores_to_the_kernel_workers():
     assert theirs == min(os.nice(0) + 10, 19)
 
 
+def test_an_interrupted_close_returns_after_the_pools_manager_thread_has_ended():
+    # Python 3.11's exit wakes the pool's manager thread through a pipe the thread closes as it
+    # ends, unlocked (python/cpython#125451): an interrupted run that exited at that moment
+    # printed "Bad file descriptor" after its "interrupted" line. close(interrupted=True) waits
+    # for the thread, so the exit finds the pipe closed.
+    pool = LocalExecutor(workers=1, kernels=False)
+    manager = pool._pool._executor_manager_thread
+    running = pool.submit(time.sleep, 60)
+    deadline = time.monotonic() + 60
+    while not running.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    pool.close(interrupted=True)
+    assert time.monotonic() - t0 < 3
+    assert manager is not None and not manager.is_alive()
+
+
 def test_kernel_workers_see_the_gpus_their_campaign_was_given():
     # Started with CUDA_VISIBLE_DEVICES=2,3, the workers take GPUs 2 and 3, not 0 and 1.
     assert worker_gpus(2, "2,3") == ["2", "3"]

@@ -400,6 +400,8 @@ class LocalExecutor(Executor):
                 self._dispatch.close(wait=False)
         # Every process exits at once (each tears down torch: seconds), not one after another.
         stops = [threading.Thread(target=w.close) for w in self._all]
+        # Taken before the shutdown, which drops the pool's reference to it.
+        manager = getattr(self._pool, "_executor_manager_thread", None)
         if self._pool is not None:
             stop = {"wait": not interrupted, "cancel_futures": True}
             stops.append(threading.Thread(target=self._pool.shutdown, kwargs=stop))
@@ -411,6 +413,9 @@ class LocalExecutor(Executor):
         except KeyboardInterrupt:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
+        if interrupted and isinstance(manager, threading.Thread):
+            with sigint_held():
+                _await_manager(manager)
         for k, v in self._saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -430,6 +435,18 @@ def sigint_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _await_manager(thread: threading.Thread, timeout: float = 2.0) -> None:
+    """Wait (at most ``timeout`` s) for a process pool's manager ``thread`` to end after a
+    shutdown that did not wait. Python 3.11's exit wakes each pool's manager thread through a
+    pipe that the thread closes as it ends, with no lock between the two
+    (python/cpython#125451, fixed in later versions); an exit at that moment printed "OSError:
+    [Errno 9] Bad file descriptor" after the "interrupted" line (a CI run of the SIGINT test).
+    Once the thread has ended, the exit finds the pipe closed and leaves it alone. Python's
+    exit joins that thread anyway, without a bound."""
+    if thread.is_alive():
+        thread.join(timeout)
 
 
 def _release_reader(pool: cf.ProcessPoolExecutor) -> None:
