@@ -264,3 +264,40 @@ def test_caps_near_the_float64_range_leave_the_fast_path_for_the_interval_path(c
     for name in ("o", "lse", "dq", "dk", "dv", "dsinks"):
         assert np.all(fast[name].certified)
         assert np.array_equal(fast[name].rounded, strict[name].rounded, equal_nan=True)
+
+
+def test_the_gradients_reuse_the_forwards_logits_and_give_the_same_bits(monkeypatch):
+    # The per-element 200-bit logits are the options oracle's largest cost; the gradient pass
+    # asks for the ones its forward formed. Kept by content: each distinct input is formed
+    # once, a repeat gives the same bits, and what is kept cannot be written to.
+    from flashcheck.harness.oracle import options_fast
+
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((1, 2, n, 8)).astype(np.float32) for n in (6, 9, 9, 6))
+    formed = []
+    real = options_fast._form_shifted_logits
+
+    def counted(*args):
+        formed.append(args[4:])
+        return real(*args)
+
+    monkeypatch.setattr(options_fast, "_MEMO", options_fast.OrderedDict())
+    monkeypatch.setattr(options_fast, "_form_shifted_logits", counted)
+    first = oracle(q, k, v, do=do, softcap=1.5, sinks=np.array([0.5, -2.0]))
+    assert len(formed) == 2  # one per head: the forward's; the gradients' were hits
+    again = oracle(q, k, v, do=do, softcap=1.5, sinks=np.array([0.5, -2.0]))
+    assert len(formed) == 2
+    monkeypatch.setattr(options_fast, "_MEMO", options_fast.OrderedDict())
+    fresh = oracle(q, k, v, do=do, softcap=1.5, sinks=np.array([0.5, -2.0]))
+    for name in ("o", "lse", "dq", "dk", "dv", "dsinks"):
+        for f in ("hi", "lo", "err", "rounded"):
+            for other in (again, fresh):
+                np.testing.assert_array_equal(getattr(first[name], f), getattr(other[name], f))
+    oracle(q, k, v, do=do, softcap=2.5)  # another cap: formed anew
+    assert len(formed) == 6 and formed[-1] == (2.5, None)
+    kept = next(iter(options_fast._MEMO.values()))
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0][0, 0] = 1.0
+    monkeypatch.setattr(options_fast, "_MEMO_BYTES", 1)  # the newest is always kept
+    oracle(q, k, v, softcap=3.5)
+    assert len(options_fast._MEMO) == 1 and len(formed) == 8
