@@ -153,6 +153,11 @@ def test_cli_decode_needs_cuda_and_renders_saved_results(tmp_path, capsys):
     assert main(["bench", "--decode", "--render-only", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "decode" / "bench-decode.md").is_file()
     assert main(["bench", "--decode", "--render-only", "--name", "x", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no decode results at" in err and "--render-only --name x" in err
+    (tmp_path / "decode" / "results.jsonl").unlink()
+    assert main(["bench", "--decode", "--render-only", "--out", str(tmp_path)]) == 2
+    assert "--name NAME (default: decode)" in capsys.readouterr().err
 
 
 def test_triton_provider_and_the_oracle_check_on_the_interpreter():

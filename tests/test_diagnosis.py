@@ -63,6 +63,27 @@ def test_masks_this_input_cannot_tell_apart_are_named_together(uk):
     ], res.verdict.reasons
 
 
+def test_mistakes_of_different_kinds_this_input_cannot_tell_apart_are_named_together():
+    # At Nq = Nk = 1 a softmax over the queries and a sink left out both give O = V. A user's
+    # trial saw `flashcheck test` shrink a kernel that ignores its sinks to such a case and
+    # name the softmax's axis alone.
+    import torch
+
+    def sinks_ignored(q, k, v, *, causal=False, scale=None, sinks=None):
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return (s.softmax(-1) @ v.float()).to(q.dtype)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 1, 4, generator=g) for _ in range(3))
+    res = flashcheck.check(sinks_ignored, q, k, v, sinks=np.array([-3.0, 1.0]), save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    assert res.verdict.diagnosis == [
+        CONSISTENT + "the softmax taken over the queries instead of the keys: the output "
+        "matches exact attention under that reading within the kernel's bound (on this input "
+        "sinks ignored gives the same answer)"
+    ], res.verdict.reasons
+
+
 def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     case = _case(causal=True)
     ok = flashcheck.check(uk.textbook, case, save="never")

@@ -83,6 +83,15 @@ def _cmd_decode(args: argparse.Namespace) -> int:
         return 2
     if args.render_only:
         results = Path(args.out) / name / "results.jsonl"
+        if not results.is_file():
+            named = f"--name {args.name}" if args.name else "--name NAME (default: decode)"
+            print(
+                f"flashcheck bench: error: no decode results at {results}; render a decode "
+                f"run with --decode --render-only {named}, or run 'flashcheck bench --decode' "
+                "on a GPU first",
+                file=sys.stderr,
+            )
+            return 2
         try:
             print(f"decode bench report: {render_decode(results)}")
         except (OSError, ValueError) as err:

@@ -289,26 +289,28 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     # keep one key truly but nine top-left missed their tolerance by a fraction of an ulp.)
     widest = np.broadcast_to(det.max(axis=-2, keepdims=True), det.shape)
     found: list[list[str]] = []  # the labels of each reading that fits: its own, then aliases
-    seen: list[tuple[np.ndarray, list[str]]] = []
-    keep_labels: set[str] = set()  # readings that keep other keys than the truth
+    seen: list[tuple[np.ndarray, list[str], frozenset]] = []
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
         # (a reading that writes 0 for rows that keep keys does not take NaN for that 0)
         nan_as_empty = not kw.get("guarded", False)
+        # The kind of mistake a reading stands for: what it changes (with or without the
+        # guard against 0 / 0, exp's limits are one mistake in each format).
+        kind = frozenset(kw) - {"guarded"}
         alt = _reference(p, **kw)
-        same = next((ls for a, ls in seen if np.array_equal(alt, a, equal_nan=True)), None)
+        same = next((s for s in seen if np.array_equal(alt, s[0], equal_nan=True)), None)
         if same is not None:
             # The same answer as an earlier reading. Two masks that keep the same keys here (a
-            # causal mask aligned top-left and the diagonal off by +1 at Nq = 2, Nk = 1) are
-            # two different mistakes this input cannot tell apart: the reason names both.
-            # (Other repeats are one mistake seen twice, e.g. exp's limit in two formats.)
-            if "keep" in kw and same[0] in keep_labels:
-                same.append(label)
+            # causal mask aligned top-left and the diagonal off by +1 at Nq = 2, Nk = 1), or
+            # two mistakes of other kinds (at Nq = Nk = 1 a softmax over the queries and a
+            # sink ignored both give V), are different mistakes this input cannot tell apart:
+            # the reason names both. (A repeat of the same kind is one mistake seen twice,
+            # e.g. exp's limit in two formats.)
+            if "keep" in kw or kind != same[2]:
+                same[1].append(label)
             continue
         labels = [label]
-        seen.append((alt, labels))
-        if "keep" in kw:
-            keep_labels.add(label)
+        seen.append((alt, labels, kind))
         tol = (widest if "keep" in kw else det) * tol_scale + ulp(alt, p.fmt)
         with np.errstate(invalid="ignore"):
             differs = np.isfinite(exact) & ~(np.abs(alt - exact) <= tol)
