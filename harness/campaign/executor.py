@@ -17,14 +17,12 @@ so no float64 sum is split differently across threads; the campaign process itse
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import math
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +46,7 @@ from ..oracle.evaluate import OracleResult
 from .dispatch import Dispatcher
 from .phases import PhaseClock
 from .processes import SINGLE_THREAD, gpu_count, pool_process_setup, warm, worker_gpus
+from .stopping import await_manager, manager_of, release_reader, sigint_held
 
 __all__ = [
     "Executor",
@@ -388,7 +387,7 @@ class LocalExecutor(Executor):
                 for child in mp.active_children():
                     child.kill()
                 if self._pool is not None:
-                    _release_reader(self._pool)
+                    release_reader(self._pool)
             if self._dispatch is not None:
                 self._dispatch.close(wait=False)
         # A second Ctrl-C while shutting down must not leave processes behind: the steps are
@@ -400,8 +399,7 @@ class LocalExecutor(Executor):
                 self._dispatch.close(wait=False)
         # Every process exits at once (each tears down torch: seconds), not one after another.
         stops = [threading.Thread(target=w.close) for w in self._all]
-        # Taken before the shutdown, which drops the pool's reference to it.
-        manager = getattr(self._pool, "_executor_manager_thread", None)
+        manager = manager_of(self._pool)
         if self._pool is not None:
             stop = {"wait": not interrupted, "cancel_futures": True}
             stops.append(threading.Thread(target=self._pool.shutdown, kwargs=stop))
@@ -413,55 +411,11 @@ class LocalExecutor(Executor):
         except KeyboardInterrupt:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
-        if interrupted and isinstance(manager, threading.Thread):
+        if interrupted and manager is not None:
             with sigint_held():
-                _await_manager(manager)
+                await_manager(manager)
         for k, v in self._saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@contextlib.contextmanager
-def sigint_held() -> Iterator[None]:
-    """SIGINT ignored in the block (in the main thread; elsewhere nothing changes)."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: signals reach the main thread only anyway
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _await_manager(thread: threading.Thread, timeout: float = 2.0) -> None:
-    """Wait (at most ``timeout`` s) for a process pool's manager ``thread`` to end after a
-    shutdown that did not wait. Python 3.11's exit wakes each pool's manager thread through a
-    pipe that the thread closes as it ends, with no lock between the two
-    (python/cpython#125451, fixed in later versions); an exit at that moment printed "OSError:
-    [Errno 9] Bad file descriptor" after the "interrupted" line (a CI run of the SIGINT test).
-    Once the thread has ended, the exit finds the pipe closed and leaves it alone. Python's
-    exit joins that thread anyway, without a bound."""
-    if thread.is_alive():
-        thread.join(timeout)
-
-
-def _release_reader(pool: cf.ProcessPoolExecutor) -> None:
-    """Let the reader thread of ``pool``, whose processes were just killed, end. A process
-    killed while it wrote a result (a reference: megabytes) leaves half a message in the result
-    pipe, and the reader waits for the rest for ever, holding up the pool's shutdown and this
-    process's exit (measured: 2 of 4 kills of processes sending 160 MB results; after a Ctrl-C
-    on a 2-core machine). Closing this process's own end of that pipe's writer ends the wait:
-    the reader gets end-of-file and takes the pool for broken. Python 3.11-3.13 give no public
-    way (3.14 adds ``kill_workers``), hence the attribute names, looked up defensively."""
-    kill = getattr(pool, "kill_workers", None)
-    if callable(kill):  # Python >= 3.14
-        kill()
-        return
-    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
-    if writer is not None:
-        with contextlib.suppress(OSError):
-            writer.close()

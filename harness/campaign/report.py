@@ -30,7 +30,7 @@ from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .budget import Budget
-from .executor import Executor, LocalExecutor, sigint_held
+from .executor import Executor, LocalExecutor
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -52,6 +52,7 @@ from .resultrecords import (
 )
 from .runner import PRESETS, STREAK, Campaign
 from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
+from .stopping import sigint_held
 from .summary import terminal_summary
 
 __all__ = [

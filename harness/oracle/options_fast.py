@@ -32,8 +32,9 @@ _PREC = 200  # working precision of the per-element logits
 
 # The last results of _shifted_logits, by the content of their inputs. The gradient oracle's
 # fast path asks again for the logits its forward has just formed (the same rows, keys, mask,
-# scale, cap and sink), and they are its largest cost: a 200-bit tanh per element (a bench's
-# capped dQ check, 2 × 12 rows × 16K keys: 18 of 59 s on a 2-core CPU). The forward goes head
+# scale, cap and sink), and they are its largest cost: a 200-bit tanh per element (reused, the
+# bench's capped gradient check took 6.1 s instead of 8.0 at N = 4K on a 2-core CPU with
+# mpmath's Python backend, benchmarks/grad_reference_cost.py). The forward goes head
 # by head before the gradients do, so every head of a problem should fit: up to 256 MiB are
 # kept (the oldest dropped first). Read-only arrays, so that no caller can change what a later
 # one gets.
