@@ -66,6 +66,7 @@ __all__ = [
     "last_compiled",
     "launch",
     "launch_config",
+    "lazy_mode",
     "option_constants",
     "portable_config",
     "softcap_mode",
@@ -156,7 +157,8 @@ def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
 
 @triton.jit
 def _softmax_step(
-    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr
+    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
+    LAZY: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
     the rescale factor ``alpha`` of the old accumulator, and the new running extreme and sum.
@@ -166,23 +168,45 @@ def _softmax_step(
     product, which no compiler contracts. The contracted ``fma(s, c, −round(m·c))`` leaves half
     an ulp of m·c there, which at |m·c| ~ 1e12 is ~2^14: exp2 of it overflowed (measured on an
     H200, benchmarks/RESULTS.md). (One fma per score while |m·c| < 2^14, the exact form beyond,
-    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)"""
+    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)
+
+    ``LAZY``: a row keeps its reference ``m`` until a block's extreme moves it by more than
+    ``2^8`` in exp2 units (FlashAttention-4's rescaling threshold), so that after the first
+    blocks most steps leave every ``alpha`` at exactly 1 and :func:`_accumulate` can skip the
+    accumulator's rescale (``d/BLOCK_N`` products per score). Then ``p ≤ 2^8`` rather than
+    ``≤ 1``: no overflow in any input format, the same relative roundings, and each row's
+    decision depends on its own scores only. A NaN extreme takes the eager path."""
     if POS_SCALE:
         if MASKED:
             m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has kept no key yet has m = −inf: shift by 0 so x is −inf, not NaN.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        first = m_i == float("-inf")
     else:
         # c ≤ 0 (allowed, if unusual): the smallest score gives the largest s·c.
         if MASKED:
             m_new = tl.minimum(m_i, tl.min(tl.where(keep, s, float("inf")), 1))
         else:
             m_new = tl.minimum(m_i, tl.min(s, 1))
-        m_safe = tl.where(m_new == float("inf"), 0.0, m_new)
+    if POS_SCALE:
+        first = m_i == float("-inf")
+    else:
         first = m_i == float("inf")
+    if LAZY:
+        # (m_new − m)·c ≥ 0 for either sign of c. Rows before their first kept key, and
+        # equal extremes (±inf among them), are kept out of the difference so that it makes
+        # no NaN; a NaN extreme fails the comparison and takes the eager branch.
+        if LAZY == 4:
+            # ±inf − ±inf and NaN give NaN, which fails the test: the new extreme is taken.
+            m_new = tl.where((m_new - m_i) * qk_scale <= 8.0, m_i, m_new)
+        else:
+            same = first | (m_new == m_i)
+            gap = (tl.where(same, 0.0, m_new) - tl.where(same, 0.0, m_i)) * qk_scale
+            m_new = tl.where(~first & (gap <= 8.0), m_i, m_new)
+    # A row that has kept no key yet has m = ∓inf: shift by 0 so x is −inf, not NaN.
+    if POS_SCALE:
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_safe = tl.where(m_new == float("inf"), 0.0, m_new)
     # (±inf is kept out of the shift's product even where discarded: c may be 0.)
     m_old = tl.where(first, m_safe, m_i)
     x = (s - m_safe[:, None]) * qk_scale
@@ -212,9 +236,53 @@ def _load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.const
     return x
 
 
+_PACK = 8
+_RESCALE_ASM = tl.constexpr(
+    "{\n.reg .pred p, q;\n"
+    + "setp.ne.f32 p, $%d, 0f3F800000;\n" % (2 * _PACK)
+    + "".join("setp.ne.or.f32 p, $%d, 0f3F800000, p;\n" % (2 * _PACK + i) for i in range(1, _PACK))
+    + "vote.sync.any.pred q, p, 0xffffffff;\n"
+    + "@!q bra.uni SKIP;\n"
+    + "".join("mul.rn.f32 $%d, $%d, $%d;\n" % (i, i, 2 * _PACK + i) for i in range(_PACK))
+    + "SKIP:\n}"
+)
+_RESCALE_CON = tl.constexpr(",".join(["=f"] * _PACK + [str(i) for i in range(_PACK)] + ["f"] * _PACK))
+
+
 @triton.jit
-def _accumulate(acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.constexpr):
-    if ACC_IN_DOT:
+def _rescale_warp(acc, alpha):
+    return tl.inline_asm_elementwise(
+        _RESCALE_ASM, _RESCALE_CON, [acc, alpha], dtype=tl.float32, is_pure=False, pack=8,
+    )
+
+
+@triton.jit
+def _accumulate(
+    acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.constexpr, LAZY: tl.constexpr
+):  # fmt: skip
+    if LAZY:
+        # acc·1 = acc bit for bit, so skipping the rescale when every row's alpha is 1 (the
+        # usual step under the lazy reference, see _softmax_step) changes no result.
+        if LAZY == 3:
+            acc = acc * alpha[:, None]
+        elif LAZY == 4:
+            acc = _rescale_warp(acc, alpha[:, None] + tl.zeros_like(acc))
+        elif tl.max(tl.where(alpha == 1.0, 0, 1), 0) > 0:
+            if LAZY == 2:
+                # The same product as PTX marked impure: otherwise the compiler speculates
+                # the branch's products and selects (measured in SASS: one FMUL and one FSEL
+                # per element every step, more work than the eager rescale).
+                acc = tl.inline_asm_elementwise(
+                    "mul.rn.f32 $0, $1, $2;", "=f,f,f", [acc, alpha[:, None]],
+                    dtype=tl.float32, is_pure=False, pack=8,
+                )  # fmt: skip
+            else:
+                acc = acc * alpha[:, None]
+        if ACC_IN_DOT:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        else:
+            acc = acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    elif ACC_IN_DOT:
         # The rescaled accumulator enters the tensor-core product as its addend.
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
     else:
@@ -230,7 +298,7 @@ def _key_blocks(
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
     # exact product by 1 in the softmax step, one instruction per score.
@@ -269,11 +337,11 @@ def _key_blocks(
             # one select per score serves the maximum and the exponent (the same bits as the
             # step's two). Not for the key tail alone: at 256-row tiles that spilled registers.
             s = tl.where(keep, s, float("-inf"))
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, LAZY)
         else:
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE, LAZY)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
-        acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
+        acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT, LAZY)
     return acc, l_i, m_i
 
 
@@ -284,7 +352,7 @@ def _key_blocks_prefetched(
     skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
     TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
@@ -309,10 +377,10 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, LAZY)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
-            acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
+            acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT, LAZY)
             s = s_next
     return acc, l_i, m_i
 
@@ -333,7 +401,7 @@ def _flash_fwd(
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
 
@@ -415,26 +483,26 @@ def _flash_fwd(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS,
+        SOFTCAP, SINKS, LAZY,
     )  # fmt: skip
     if PREFETCH:
         acc, l_i, m_i = _key_blocks_prefetched(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
-            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS, LAZY,
         )  # fmt: skip
     else:
         acc, l_i, m_i = _key_blocks(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
             c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-            ACC_IN_DOT, SOFTCAP, SINKS,
+            ACC_IN_DOT, SOFTCAP, SINKS, LAZY,
         )  # fmt: skip
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS,
+        SOFTCAP, SINKS, LAZY,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
@@ -501,6 +569,8 @@ class LaunchConfig(NamedTuple):
     # Register cap per thread (PTX .maxnreg), so that two CTAs fit on one SM and the warp
     # scheduler can overlap one CTA's softmax with the other's products. None: the compiler's.
     maxnreg: int | None = None
+    # Rescale the accumulator only when a row's maximum grew by more than 2^8 (_softmax_step).
+    lazy: bool = False
 
 
 def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
@@ -666,6 +736,16 @@ def softcap_mode(softcap: float | None, approx_tanh: bool) -> int:
     return 2 if approx_tanh and not _interpreting() else 1
 
 
+def lazy_mode(lazy: bool) -> int:
+    """The forward's ``LAZY`` switch: 0 the eager rescale, 1 the lazy one (the interpreter and
+    GPUs without PTX), 2 the lazy one with the skipped rescale in PTX (NVIDIA GPUs)."""
+    if not lazy:
+        return 0
+    import torch
+
+    return 1 if _interpreting() or torch.version.hip is not None else 2
+
+
 def launch(
     q, k, v, *, causal, window, scale, allow_tf32, config=None, softcap=None, sinks=None,
     approx_tanh=False,
@@ -717,7 +797,7 @@ def launch(
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
-        SOFTCAP=mode, SINKS=sinks is not None,
+        SOFTCAP=mode, SINKS=sinks is not None, LAZY=lazy_mode(cfg.lazy),
         num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
