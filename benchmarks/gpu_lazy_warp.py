@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lazy_rescale import check, inputs  # noqa: E402
+from gpu_lazy_rescale import check, inputs
 
-from flashcheck.harness.bench.timing import time_interleaved  # noqa: E402
+from flashcheck.harness.bench.timing import time_interleaved
 
 PREDICTION = (
     "prediction (SASS, Triton 3.6, sm_90, per score of the mask-free loop when every warp "
@@ -38,7 +38,7 @@ PREDICTION = (
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--sizes", default="1024,4096,16384")
+    ap.add_argument("--sizes", default="4096,16384,1024")
     ap.add_argument("--dtypes", default="bf16:128,fp16:128,fp16:64")
     ap.add_argument("--tutorial", default="", help="module:function of the tutorial's forward")
     ap.add_argument("--json", default="")
@@ -63,6 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     cases.append(("growing", torch.bfloat16, 128, False, 4096))
     real = tf.lazy_mode
     rows_out = []
+    try:
+        measure(cases, rows_out, args, tf, tut, real)
+    except KeyboardInterrupt:
+        print("interrupted: the table holds the shapes measured so far", flush=True)
+    table(rows_out)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows_out, indent=1))
+    return 0
+
+
+def measure(cases, rows_out, args, tf, tut, real) -> None:
+    import torch
+
     for kind, dtype, d, causal, n in cases:
         q, k, v = inputs(kind, n, d, dtype)
         base = tf.launch_config(q, k, v, causal=causal)
@@ -80,12 +93,14 @@ def main(argv: list[str] | None = None) -> int:
                 tf.lazy_mode = real
 
         variants = {
-            "eager": lambda: run(base, 0), "warp": lambda: run(base, 4),
-            "eager-t": lambda: run(small, 0), "warp-t": lambda: run(small, 4),
+            "eager": lambda b=base: run(b, 0), "warp": lambda b=base: run(b, 4),
+            "eager-t": lambda b=small: run(b, 0), "warp-t": lambda b=small: run(b, 4),
         }  # fmt: skip
         if tut is not None and dtype == torch.float16:
             variants["tutorial"] = lambda q=q, k=k, v=v, causal=causal: (
-                tut(q, k, v, causal=causal), None)
+                tut(q, k, v, causal=causal),
+                None,
+            )
         g = torch.Generator().manual_seed(n)
         rows = torch.randperm(n, generator=g)[:256].sort().values.to("cuda")
         checks = {}
@@ -110,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         }  # fmt: skip
         rows_out.append(row)
         print(json.dumps(row), flush=True)
+
+
+def table(rows_out) -> None:
     print(
         "\n| inputs | dtype, d | causal | N | table tile | eager TFLOP/s | warp / eager | "
         "eager 128x64w4 / eager | warp 128x64w4 / eager | tutorial / eager | worst O ulps |"
@@ -125,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['warp'] / m['eager']:.3f} | {m['eager-t'] / m['eager']:.3f} | "
             f"{m['warp-t'] / m['eager']:.3f} | {tut_ratio} | {worst:.2f} |"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows_out, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
