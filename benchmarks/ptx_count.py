@@ -199,7 +199,6 @@ def compile_forward(
         "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
         "SOFTCAP": (2 if approx_tanh else 1) if softcap else 0, "SINKS": sinks,
-        "FMA_EXP": cfg.fma_exp and not softcap and not sinks,
     }  # fmt: skip
     fixed = {}
     if cfg.tma:  # host-built 4-D descriptors

@@ -156,8 +156,7 @@ def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
 
 @triton.jit
 def _softmax_step(
-    s, m_i, l_i, big, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
-    FMA_EXP: tl.constexpr,
+    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr
 ):  # fmt: skip
     """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
     the rescale factor ``alpha`` of the old accumulator, and the new running extreme and sum.
@@ -167,14 +166,7 @@ def _softmax_step(
     product, which no compiler contracts. The contracted ``fma(s, c, −round(m·c))`` leaves half
     an ulp of m·c there, which at |m·c| ~ 1e12 is ~2^14: exp2 of it overflowed (measured on an
     H200, benchmarks/RESULTS.md). (One fma per score while |m·c| < 2^14, the exact form beyond,
-    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)
-
-    ``FMA_EXP``: the exponent as one fused multiply-add, ``fma(s, c, −mc)`` with
-    ``mc = round(m·c)``, one instruction per score fewer. At the extreme it is the rounding
-    error of ``mc``, common to the row: it cancels in O (the rescale uses the same ``mc``
-    values) and LSE adds ``mc`` back, so only its size matters. While every ``|mc| < 2^24``
-    it is at most 1/2 (``p ≤ √2``); ``big`` marks rows past that, and :func:`_flash_fwd`
-    then runs the row block again in the exact form."""
+    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)"""
     if POS_SCALE:
         if MASKED:
             m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
@@ -193,14 +185,8 @@ def _softmax_step(
         first = m_i == float("inf")
     # (±inf is kept out of the shift's product even where discarded: c may be 0.)
     m_old = tl.where(first, m_safe, m_i)
-    if FMA_EXP:
-        mc = m_safe * qk_scale
-        x = tl.fma(s, qk_scale, -mc[:, None])
-        shift = m_old * qk_scale - mc
-        big = big | (tl.abs(mc) >= 16777216.0)
-    else:
-        x = (s - m_safe[:, None]) * qk_scale
-        shift = (m_old - m_safe) * qk_scale
+    x = (s - m_safe[:, None]) * qk_scale
+    shift = (m_old - m_safe) * qk_scale
     if MASKED:
         x = tl.where(keep, x, float("-inf"))
     # Before the first kept key, acc and l are 0 and m is ±inf: alpha = 0 (never ±inf·0 = NaN);
@@ -208,7 +194,7 @@ def _softmax_step(
     alpha = tl.where(first, 0.0, tl.math.exp2(shift))
     p = tl.math.exp2(x)
     l_i = l_i * alpha + tl.sum(p, 1)
-    return p, alpha, m_new, l_i, big
+    return p, alpha, m_new, l_i
 
 
 @triton.jit
@@ -238,13 +224,13 @@ def _accumulate(acc, p, alpha, v, PRECISION: tl.constexpr, ACC_IN_DOT: tl.conste
 
 @triton.jit
 def _key_blocks(
-    acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base,
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA_EXP: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
     # exact product by 1 in the softmax step, one instruction per score.
@@ -283,26 +269,22 @@ def _key_blocks(
             # one select per score serves the maximum and the exponent (the same bits as the
             # step's two). Not for the key tail alone: at 256-row tiles that spilled registers.
             s = tl.where(keep, s, float("-inf"))
-            p, alpha, m_i, l_i, big = _softmax_step(
-                s, m_i, l_i, big, None, step, False, POS_SCALE, FMA_EXP
-            )
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
         else:
-            p, alpha, m_i, l_i, big = _softmax_step(
-                s, m_i, l_i, big, keep, step, MASKED, POS_SCALE, FMA_EXP
-            )
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
-    return acc, l_i, m_i, big
+    return acc, l_i, m_i
 
 
 @triton.jit
 def _key_blocks_prefetched(
-    acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base,
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base,
     start_lo, start_hi, offs_n, offs_d, offs_dv,
     skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
     TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA_EXP: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
@@ -327,79 +309,12 @@ def _key_blocks_prefetched(
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i, big = _softmax_step(
-                s, m_i, l_i, big, None, step, False, POS_SCALE, FMA_EXP
-            )
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
             s = s_next
-    return acc, l_i, m_i, big
-
-
-@triton.jit
-def _row_block(
-    Q, Sinks, b, h, sqb, sqh, sqm, sqd, NQ, k_desc, v_desc, k_base, v_base,
-    lo, full_lo, full_hi, hi, m0, skn, skd, svn, svd, NK, D, DV, off, qk_scale,
-    win_left, win_right, c1, c2, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA_EXP: tl.constexpr,
-):  # fmt: skip
-    """A row block's accumulator, row sums and extremes over its key range, in up to three
-    ranges (before, on and past the mask's edge), and the rows whose ``|m·c|`` reached 2^24
-    (:func:`_softmax_step`)."""
-    # (Index vectors made here, not passed in: live across the key loops they cost registers.)
-    rows = m0 + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    # Q is loaded here, in each pass: a tile kept for the exact pass spilled registers.
-    if TMA:
-        q = Q.load([b, h, m0, 0])
-        q = tl.reshape(q, [BLOCK_M, BLOCK_D])
-    else:
-        q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
-        q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
-    # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, min else.
-    m_i = tl.full([BLOCK_M], float("-inf") if POS_SCALE else float("inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if SINKS:
-        # Every row starts from its head's sink, a first logit with no value row (σ·log2 e,
-        # the scores' exp2 units): m = σ', l = exp2(σ' − σ') = 1, acc = 0. A row that keeps
-        # no key ends with O = 0 and LSE = σ' · ln 2.
-        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
-        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
-        l_i = l_i + 1.0
-    big = rows < 0
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-    acc, l_i, m_i, big = _key_blocks(
-        acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
-        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS, FMA_EXP,
-    )  # fmt: skip
-    if PREFETCH:
-        acc, l_i, m_i, big = _key_blocks_prefetched(
-            acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
-            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
-            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS, FMA_EXP,
-        )  # fmt: skip
-    else:
-        acc, l_i, m_i, big = _key_blocks(
-            acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
-            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-            c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-            ACC_IN_DOT, SOFTCAP, SINKS, FMA_EXP,
-        )  # fmt: skip
-    acc, l_i, m_i, big = _key_blocks(
-        acc, l_i, m_i, big, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
-        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS, FMA_EXP,
-    )  # fmt: skip
-    return acc, l_i, m_i, big
+    return acc, l_i, m_i
 
 
 @triton.jit
@@ -418,7 +333,7 @@ def _flash_fwd(
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, FMA_EXP: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
 
@@ -436,6 +351,10 @@ def _flash_fwd(
     h = pid_bh % H
     hk = h // (H // H_KV)
     m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     if TMA:
         # Q, K, V and Out are 4-D descriptors (batch, head, row, column) built on the host
         # (launch): nothing to create per program, and the loads need no per-thread address.
@@ -444,13 +363,28 @@ def _flash_fwd(
         k_desc = K
         v_desc = V
         o_desc = Out
+        q = Q.load([b, h, m0, 0])
+        q = tl.reshape(q, [BLOCK_M, BLOCK_D])
     else:
         k_base = K + b * skb + hk * skh
         v_base = V + b * svb + hk * svh
         k_desc = None
         v_desc = None
         o_desc = None
+        q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
+        q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
 
+    # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, min else.
+    m_i = tl.full([BLOCK_M], float("-inf") if POS_SCALE else float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if SINKS:
+        # Every row starts from its head's sink, a first logit with no value row (σ·log2 e,
+        # the scores' exp2 units): m = σ', l = exp2(σ' − σ') = 1, acc = 0. A row that keeps
+        # no key ends with O = 0 and LSE = σ' · ln 2.
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
+        l_i = l_i + 1.0
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     off = NK - NQ
     # Live key range of this row block: [lo, hi). Blocks outside it are skipped entirely.
     lo = 0
@@ -477,25 +411,31 @@ def _flash_fwd(
     if not SPLIT:
         full_lo = hi
         full_hi = hi
-    acc, l_i, m_i, big = _row_block(
-        Q, Sinks, b, h, sqb, sqh, sqm, sqd, NQ, k_desc, v_desc, k_base, v_base, lo, full_lo,
-        full_hi, hi, m0, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
-        c1, c2, CAUSAL, WINDOW, TMA, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DV, PRECISION,
-        WARP_SPECIALIZE, POS_SCALE, ACC_IN_DOT, PREFETCH, SOFTCAP, SINKS, FMA_EXP,
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
+        SOFTCAP, SINKS,
     )  # fmt: skip
-    if FMA_EXP:
-        # A row's |m·c| reached 2^24 (huge logits): the fused exponent's error at the row's
-        # extreme could reach exp2's range, so the row block runs again in the exact form.
-        if tl.max(big.to(tl.int32), 0) != 0:
-            acc, l_i, m_i, big = _row_block(
-                Q, Sinks, b, h, sqb, sqh, sqm, sqd, NQ, k_desc, v_desc, k_base, v_base, lo,
-                full_lo, full_hi, hi, m0, skn, skd, svn, svd, NK, D, DV, off, qk_scale,
-                win_left, win_right, c1, c2, CAUSAL, WINDOW, TMA, BLOCK_M, BLOCK_N, BLOCK_D,
-                BLOCK_DV, PRECISION, WARP_SPECIALIZE, POS_SCALE, ACC_IN_DOT, PREFETCH,
-                SOFTCAP, SINKS, False,
-            )  # fmt: skip
-    rows = m0 + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    if PREFETCH:
+        acc, l_i, m_i = _key_blocks_prefetched(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
+            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _key_blocks(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+            offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
+            c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
+            ACC_IN_DOT, SOFTCAP, SINKS,
+        )  # fmt: skip
+    acc, l_i, m_i = _key_blocks(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
+        SOFTCAP, SINKS,
+    )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -544,21 +484,6 @@ def bf16_dot_supported(torch: Any) -> bool:
     return _BF16_CANARY["ok"]
 
 
-def _first_pass_overflow_quiet() -> Any:
-    """Under the interpreter, numpy's overflow and invalid-operation warnings off for one
-    launch: a row block whose ``|m·c|`` reaches 2^24 overflows exp2 (then ∞·0 in P·V) in its
-    first, fused-exponent pass by design; that pass is discarded and the block run again in the
-    exact form (:func:`_softmax_step`). The GPU does the same silently; the results are checked
-    by value either way. Elsewhere a no-op."""
-    import contextlib
-
-    if not _interpreting():
-        return contextlib.nullcontext()
-    import numpy as np
-
-    return np.errstate(over="ignore", invalid="ignore")
-
-
 class LaunchConfig(NamedTuple):
     """One launch configuration: tile sizes, warps, pipeline stages, TMA, warp specialisation,
     register cap."""
@@ -576,9 +501,6 @@ class LaunchConfig(NamedTuple):
     # Register cap per thread (PTX .maxnreg), so that two CTAs fit on one SM and the warp
     # scheduler can overlap one CTA's softmax with the other's products. None: the compiler's.
     maxnreg: int | None = None
-    # The exponent as one fused multiply-add, with the exact form as the fallback for huge
-    # logits (_softmax_step); False: the exact form always (the options always use it).
-    fma_exp: bool = True
 
 
 def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
@@ -603,7 +525,10 @@ def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
 _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (64, False): LaunchConfig(128, 64, 8, 3),
     (64, True): LaunchConfig(128, 64, 4, 3),
-    (128, False): LaunchConfig(256, 64, 16, 3),
+    # The Triton tutorial's pick on an H200: it spills a few registers at the masked blocks'
+    # loops, yet beat 256 x 64 on 16 warps by 3-10 % at N = 4K-16K in two runs timed in turn
+    # (benchmarks/RESULTS.md, 2026-11-29, fourth session).
+    (128, False): LaunchConfig(128, 64, 4, 2, tma=True),
     (128, True): LaunchConfig(128, 128, 8, 3, tma=True),
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
@@ -635,13 +560,17 @@ _HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
 # a CTA, up to _SHORT keys, +9-13 % at N = 1K; 128 × 128 beyond, +5-7 %; benchmarks/RESULTS.md)
 # and what replaces each where the tensors' strides or addresses rule TMA out: the entries they
 # replaced, not the same tiles through pointers (64 × 64 / 4 warps through pointers made an
-# illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys).
-_WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
-    (64, True, True): LaunchConfig(128, 64, 4, 3),
-    (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
-    (128, True, False): LaunchConfig(128, 64, 8, 3),
-    # Only the approximate soft-cap's long-key entry reaches this key (the plain one is not TMA).
-    (128, False, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+# illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys,
+# approximate soft-cap).
+_WITHOUT_TMA: dict[tuple[int, bool, bool, bool], LaunchConfig] = {
+    (64, True, True, False): LaunchConfig(128, 64, 4, 3),
+    (128, True, True, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True, False, False): LaunchConfig(128, 64, 8, 3),
+    (128, False, False, False): LaunchConfig(256, 64, 16, 3),
+    (64, True, True, True): LaunchConfig(128, 64, 4, 3),
+    (128, True, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True, False, True): LaunchConfig(128, 64, 8, 3),
+    (128, False, False, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
 }
 
 
@@ -703,7 +632,7 @@ def launch_config(
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
-        fallback = _WITHOUT_TMA.get((bucket, bool(causal), short))
+        fallback = _WITHOUT_TMA.get((bucket, bool(causal), short, bool(approx_cap)))
         hop = fallback or hop._replace(tma=False, warp_specialize=False)
     return hop
 
@@ -785,21 +714,19 @@ def launch(
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
     extra = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
     qk_scale, c1, c2 = option_constants(float(scale), softcap, sinks)
-    with _first_pass_overflow_quiet():
-        compiled = _flash_fwd[grid](
-            *tensors, lse, lse if sinks is None else sinks,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
-            hq, hk, nq, nk, d, dv,
-            qk_scale, left, right, c1, c2,
-            CAUSAL=bool(causal), WINDOW=window is not None,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
-            PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
-            HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
-            ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
-            SOFTCAP=mode, SINKS=sinks is not None,
-            FMA_EXP=cfg.fma_exp and not mode and sinks is None,
-            num_warps=cfg.warps, num_stages=cfg.stages, **extra,
-        )  # fmt: skip
+    compiled = _flash_fwd[grid](
+        *tensors, lse, lse if sinks is None else sinks,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
+        hq, hk, nq, nk, d, dv,
+        qk_scale, left, right, c1, c2,
+        CAUSAL=bool(causal), WINDOW=window is not None,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
+        PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
+        HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
+        ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
+        SOFTCAP=mode, SINKS=sinks is not None,
+        num_warps=cfg.warps, num_stages=cfg.stages, **extra,
+    )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning
     return o, lse
 
