@@ -39,6 +39,8 @@ CANDIDATES = {
     "64x128 w4 s2 tma": C(64, 128, 4, 2, tma=True),
     "64x64 w4 s3": C(64, 64, 4, 3),
     "64x64 w4 s3 tma r168": C(64, 64, 4, 3, tma=True, maxnreg=168),
+    "64x64 w4 s2 tma": C(64, 64, 4, 2, tma=True),
+    "64x128 w4 s3 tma": C(64, 128, 4, 3, tma=True),
 }
 
 
