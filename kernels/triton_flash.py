@@ -524,7 +524,9 @@ def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
 # registers a thread) won at d = 128 non-causal; causal, they lost on the diagonal blocks.
 _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (64, False): LaunchConfig(128, 64, 8, 3),
-    (64, True): LaunchConfig(128, 64, 4, 3),
+    # Causal d <= 64 past _SHORT keys: the short entry's one-warpgroup TMA tile, 1-3 % ahead of
+    # 128 x 64 through pointers at N = 4K and 16K on an H200 (benchmarks/gpu_tile_race.py).
+    (64, True): LaunchConfig(64, 64, 4, 3, tma=True),
     # The Triton tutorial's pick on an H200: it spills a few registers at the masked blocks'
     # loops, yet beat 256 x 64 on 16 warps by 3-10 % at N = 4K-16K in two runs timed in turn
     # (benchmarks/RESULTS.md, 2026-11-29, fourth session).
@@ -565,6 +567,7 @@ _HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
 _WITHOUT_TMA: dict[tuple[int, bool, bool, bool], LaunchConfig] = {
     (64, True, True, False): LaunchConfig(128, 64, 4, 3),
     (128, True, True, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (64, True, False, False): LaunchConfig(128, 64, 4, 3),
     (128, True, False, False): LaunchConfig(128, 64, 8, 3),
     (128, False, False, False): LaunchConfig(256, 64, 16, 3),
     (64, True, True, True): LaunchConfig(128, 64, 4, 3),
