@@ -571,6 +571,7 @@ _WITHOUT_TMA: dict[tuple[int, bool, bool, bool], LaunchConfig] = {
     (128, True, False, False): LaunchConfig(128, 64, 8, 3),
     (128, False, False, False): LaunchConfig(256, 64, 16, 3),
     (64, True, True, True): LaunchConfig(128, 64, 4, 3),
+    (64, True, False, True): LaunchConfig(128, 64, 4, 3),
     (128, True, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True, False, True): LaunchConfig(128, 64, 8, 3),
     (128, False, False, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
