@@ -562,19 +562,17 @@ _HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
 # a CTA, up to _SHORT keys, +9-13 % at N = 1K; 128 × 128 beyond, +5-7 %; benchmarks/RESULTS.md)
 # and what replaces each where the tensors' strides or addresses rule TMA out: the entries they
 # replaced, not the same tiles through pointers (64 × 64 / 4 warps through pointers made an
-# illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys,
-# approximate soft-cap).
-_WITHOUT_TMA: dict[tuple[int, bool, bool, bool], LaunchConfig] = {
-    (64, True, True, False): LaunchConfig(128, 64, 4, 3),
-    (128, True, True, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
-    (64, True, False, False): LaunchConfig(128, 64, 4, 3),
-    (128, True, False, False): LaunchConfig(128, 64, 8, 3),
-    (128, False, False, False): LaunchConfig(256, 64, 16, 3),
-    (64, True, True, True): LaunchConfig(128, 64, 4, 3),
-    (64, True, False, True): LaunchConfig(128, 64, 4, 3),
-    (128, True, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
-    (128, True, False, True): LaunchConfig(128, 64, 8, 3),
-    (128, False, False, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+# illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys).
+_WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (64, True, True): LaunchConfig(128, 64, 4, 3),
+    (64, True, False): LaunchConfig(128, 64, 4, 3),
+    (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (128, True, False): LaunchConfig(128, 64, 8, 3),
+    (128, False, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+}
+# Where the plain forward (no approximate soft-cap) falls back to another tile than the above.
+_WITHOUT_TMA_PLAIN: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (128, False, False): LaunchConfig(256, 64, 16, 3),
 }
 
 
@@ -636,7 +634,8 @@ def launch_config(
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
     if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
-        fallback = _WITHOUT_TMA.get((bucket, bool(causal), short, bool(approx_cap)))
+        tkey = (bucket, bool(causal), short)
+        fallback = (None if approx_cap else _WITHOUT_TMA_PLAIN.get(tkey)) or _WITHOUT_TMA.get(tkey)
         hop = fallback or hop._replace(tma=False, warp_specialize=False)
     return hop
 
