@@ -33,8 +33,10 @@ Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16
 warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4 warps and
 gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
 not overlap as in FlashAttention-3 / cuDNN. The exact exponent costs one instruction per score
-over a fused multiply-add: on an H100 the Triton tutorial's forward, which fuses it (and
-overflows near 1e12), is 1–15 % faster, most on causal shapes (benchmarks/RESULTS.md).
+over a fused multiply-add: the Triton tutorial's forward, which fuses it (and overflows near
+1e12), is up to 5 % faster at the same tiles on an H200 (1–15 % on an H100 before the current
+tables); the fused form with an exact fallback for huge logits was measured slower here
+(benchmarks/RESULTS.md).
 Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.
@@ -166,7 +168,9 @@ def _softmax_step(
     product, which no compiler contracts. The contracted ``fma(s, c, −round(m·c))`` leaves half
     an ulp of m·c there, which at |m·c| ~ 1e12 is ~2^14: exp2 of it overflowed (measured on an
     H200, benchmarks/RESULTS.md). (One fma per score while |m·c| < 2^14, the exact form beyond,
-    was measured slower on an H100 with Triton 3.6: the extra state spills registers.)"""
+    was measured slower on an H100 with Triton 3.6: the extra state spills registers; so was
+    the fused form everywhere with the row block run again exactly past |m·c| = 2^24, on an
+    H200: the second copy of the loops costs registers.)"""
     if POS_SCALE:
         if MASKED:
             m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
