@@ -25,9 +25,11 @@ from ..adapters.call_limit import CallLimit, limit_calls
 from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..core.environment import environment_record
-from ..core.resultlog import ResultLog
+from ..core.resultlog import ResultLog, read_records
 from ..core.status import Status
 from .executor import Executor, LocalExecutor
+from .kernel_sources import ENV_KEY as SOURCES_KEY
+from .kernel_sources import check_unchanged, source_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -177,6 +179,8 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     results_path = out_dir / "results.jsonl"
     # A clash with another campaign's results is said before the probe, not after it.
     ResultLog.check_resumable(results_path, header.to_json(), fresh=opts.fresh)
+    if not opts.fresh and results_path.exists() and results_path.stat().st_size:
+        check_unchanged(read_records(results_path), source_digests(declared), results_path)
     with limit_calls(limit):
         adapters = _probe(declared, devices, cfg.dtypes, echo)
     try:
@@ -184,7 +188,9 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
             ResultLog.open(results_path, header.to_json(), fresh=opts.fresh) as log,
             _reference_pool(opts, cfg.device) as pool,
         ):
-            log.append(SessionRecord(environment_record(cfg.device)).to_json())
+            env = environment_record(cfg.device)
+            env[SOURCES_KEY] = source_digests(declared)
+            log.append(SessionRecord(env).to_json())
             _log_contracts(log, adapters, devices, cfg.dtypes)
             where = "in this process" if pool is None else f"on {pool.workers} processes"
             each = "no time limit" if limit is None else f"each call stopped at {opts.timeout:g} s"

@@ -27,10 +27,12 @@ from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
-from ..core.resultlog import ResultLog
+from ..core.resultlog import ResultLog, read_records
 from ..core.status import Status
 from .budget import Budget
 from .executor import Executor, LocalExecutor
+from .kernel_sources import ENV_KEY as SOURCES_KEY
+from .kernel_sources import check_unchanged, source_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -304,7 +306,9 @@ def _campaign(
     """Run (or resume) the campaign into ``log`` and save its worst cases; a run its
     ``budget`` stopped early says what it covered instead of completing."""
     cfg, devices = setup.header.config, setup.devices
-    log.append(SessionRecord(environment_record(cfg.device)).to_json())
+    env = environment_record(cfg.device)
+    env[SOURCES_KEY] = source_digests(setup.declared)
+    log.append(SessionRecord(env).to_json())
     _log_contracts(log, adapters, devices, cfg.dtypes)
     runnable = [
         s
@@ -368,6 +372,10 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             results_path = setup.results_path
             # A clash with another campaign's results is said before the probe, not after it.
             ResultLog.check_resumable(results_path, setup.header.to_json(), fresh=opts.fresh)
+            if not opts.fresh and results_path.exists() and results_path.stat().st_size:
+                check_unchanged(
+                    read_records(results_path), source_digests(setup.declared), results_path
+                )
             with measure(clock, "probing"):
                 adapters = _probe(executor, setup, opts, echo)
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:

@@ -286,9 +286,17 @@ def environment(data: ResultsFile) -> list[str]:
                 "different environment):"
             )
         lines += ["| | |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in env.items()]
+        lines += [f"| {k} | {_cell(v)} |" for k, v in env.items()]
         lines.append("")
     return lines
+
+
+def _cell(value) -> str:
+    """An environment value in one table cell: a mapping (each kernel's source digest) as
+    ``key: value`` pairs."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+    return str(value)
 
 
 def limitations(data: ResultsFile) -> list[str]:

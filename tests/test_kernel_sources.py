@@ -1,0 +1,90 @@
+"""A campaign resumed after its kernel's source changed is refused, not finished with the old
+code's results under the new code's name."""
+
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from flashcheck.harness.adapters.adapter import Kernel
+from flashcheck.harness.campaign.kernel_sources import ENV_KEY, check_unchanged, source_digests
+from flashcheck.harness.campaign.report import ReportOptions, run_report
+from flashcheck.harness.core.resultlog import ResultLogError, read_records
+
+KERNEL = textwrap.dedent(
+    """
+    import torch
+
+
+    def good(q, k, v, *, causal=False, scale=None):
+        d = q.shape[-1]
+        s = (q.float() @ k.float().transpose(-1, -2)) * (d ** -0.5 if scale is None else scale)
+        if causal:
+            nq, nk = q.shape[2], k.shape[2]
+            keep = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+            s = s.masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s, -1)
+        if causal:  # a row that keeps no key is 0; NaN inputs still give NaN
+            p = torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p))
+        return (p @ v.float()).to(q.dtype)
+    """
+)
+
+
+def test_the_digest_follows_the_defining_file(tmp_path, monkeypatch):
+    path = tmp_path / "digest_kernel.py"
+    path.write_text("def fn(q, k, v):\n    return q\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    import digest_kernel
+
+    kern = Kernel("k", digest_kernel.fn)
+    first = source_digests({"digest_kernel:fn": kern})
+    assert first["digest_kernel:fn"].startswith("digest_kernel.py sha256:")
+    path.write_text(path.read_text() + "# edited\n")
+    assert source_digests({"digest_kernel:fn": kern}) != first
+    # A function with no file (a builtin) has no digest and is never refused.
+    assert source_digests({"b": Kernel("b", len)}) == {}
+
+
+def test_check_unchanged_names_the_kernel_its_results_and_both_digests():
+    records = [
+        {"type": "header"},
+        {"type": "session", "env": {ENV_KEY: {"m:f": "m.py sha256:aaaa", "m:g": "m.py sha256:1"}}},
+        {"type": "contract", "kernel": "m:f"},
+        {"type": "result", "kernel": "m:f", "status": "PASS"},
+        {"type": "result", "kernel": "m:f", "status": "FAIL"},
+        {"type": "result", "kernel": "m:g", "status": "PASS"},
+    ]
+    check_unchanged(records, {"m:f": "m.py sha256:aaaa", "m:g": "m.py sha256:1"}, "r.jsonl")
+    check_unchanged(records, {"other:h": "h.py sha256:0"}, "r.jsonl")  # a kernel not on file
+    check_unchanged(records[:1] + records[2:], {"m:f": "x"}, "r.jsonl")  # older files resume
+    with pytest.raises(ResultLogError) as err:
+        check_unchanged(records, {"m:f": "m.py sha256:bbbb", "m:g": "m.py sha256:1"}, "r.jsonl")
+    msg = str(err.value)
+    assert "m:f (2 results; m.py sha256:aaaa then, m.py sha256:bbbb now)" in msg
+    assert "m:g" not in msg and "--fresh" in msg and "--name" in msg
+
+
+def test_a_report_resumed_after_its_kernel_was_edited_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "edited_kernel.py"
+    path.write_text(KERNEL)
+    monkeypatch.syspath_prepend(tmp_path)
+    opts = ReportOptions(
+        name="r",
+        preset="smoke",
+        kernels=("edited_kernel:good",),
+        dtypes=("fp16",),
+        out=str(tmp_path / "out"),
+        isolate=False,
+        render=False,
+    )
+    quiet = lambda *a, **k: None  # noqa: E731
+    assert run_report(opts, echo=quiet) == 0
+    results = tmp_path / "out" / "r" / "results.jsonl"
+    sessions = [r for r in read_records(results) if r.get("type") == "session"]
+    assert sessions[0]["env"][ENV_KEY]["edited_kernel:good"].startswith("edited_kernel.py sha256:")
+    assert run_report(opts, echo=quiet) == 0  # the same source: resumes
+    path.write_text(KERNEL + "\n# a fix\n")
+    with pytest.raises(ResultLogError, match=r"edited_kernel:good \(\d+ results; edited_kernel"):
+        run_report(opts, echo=quiet)
+    assert run_report(replace(opts, fresh=True), echo=quiet) == 0
