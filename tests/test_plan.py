@@ -141,6 +141,16 @@ def test_fit_drops_masks_and_scale_the_kernel_does_not_take():
     assert fit_recipe(BASE, _kernel(options=frozenset({"scale"}))).scale == BASE.scale
 
 
+def test_fit_drops_the_softmax_options_the_kernel_does_not_take():
+    r = replace(BASE, cap_factor=0.5, sink_offset=0.0)
+    plain = fit_recipe(r, _kernel())  # options=None: causal/window/mask/scale only
+    assert (plain.cap_factor, plain.sink_offset) == (None, None)
+    both = fit_recipe(r, _kernel(options=frozenset({"scale", "softcap", "sinks"})))
+    assert (both.cap_factor, both.sink_offset) == (0.5, 0.0)
+    cap = fit_recipe(r, _kernel(options=frozenset({"softcap"})))
+    assert (cap.cap_factor, cap.sink_offset) == (0.5, None)
+
+
 def test_fit_moves_head_dims_to_the_nearest_allowed():
     r = fit_recipe(BASE, _kernel(head_dims=(32, 64, 128)))
     assert (r.d, r.dv) == (32, 64)  # 40 -> 32, 59 -> 64
@@ -230,6 +240,7 @@ def test_structural_items():
         assert (r.b, r.hq, r.hk) == (2, 4, 2)  # a wrong group mapping shows
         if name == "options-applied":
             assert r.causal and r.window is not None and r.scale is not None
+            assert r.cap_factor is not None and r.sink_offset is not None
     seeds = [it.recipe.seed for it in structural_items(CPU, "fp16", 4)]
     assert seeds != [it.recipe.seed for it in items]  # each dtype draws its own cases
     # block-aligned lengths first, then ragged ones

@@ -17,13 +17,14 @@ def _nearest(x: int, allowed: Sequence[int]) -> int:
 
 
 def fit_recipe(r: Recipe, kernel: Kernel, *, palette: int = DEFAULT_PALETTE) -> Recipe:
-    """``r`` moved inside ``kernel``'s contract, deterministically: masks and an explicit scale
-    it does not take are dropped, head dims move to the nearest it accepts, ``Hk = Hq`` without
-    grouped-query heads, one (batch, head) slice if it takes no more, ``Nk = Nq`` if it needs
-    equal lengths, and lengths round up to its multiple ``m`` (so the preset's lengths keep
-    their reach). A kernel with compile keys then has them moved to the nearest entry of its
-    palette of ``palette`` keys per dtype (:mod:`flashcheck.harness.adapters.palette`). The
-    score range is capped at the kernel's limit.
+    """``r`` moved inside ``kernel``'s contract, deterministically: masks, an explicit scale, a
+    soft-cap and sinks it does not take are dropped, head dims move to the nearest it accepts,
+    ``Hk = Hq`` without grouped-query heads, one (batch, head) slice if it takes no more,
+    ``Nk = Nq`` if it needs equal lengths, and lengths round up to its multiple ``m`` (so the
+    preset's lengths keep their reach). A kernel with compile keys then has them moved to the
+    nearest entry of its palette of ``palette`` keys per dtype
+    (:mod:`flashcheck.harness.adapters.palette`). The score range is capped at the kernel's
+    limit.
 
     Every kernel of a campaign runs the same plan, each on the plan's cases fitted to it;
     kernels whose fitted cases coincide share one oracle evaluation."""
@@ -34,6 +35,9 @@ def fit_recipe(r: Recipe, kernel: Kernel, *, palette: int = DEFAULT_PALETTE) -> 
         window=r.window if "window" in masks else None,
         mask_density=r.mask_density if "mask" in masks else None,
         scale=r.scale if (kernel.options is None or "scale" in kernel.options) else None,
+        # options=None: causal/window/mask/scale only, neither softmax option
+        cap_factor=r.cap_factor if "softcap" in (kernel.options or ()) else None,
+        sink_offset=r.sink_offset if "sinks" in (kernel.options or ()) else None,
     )
     dims = [x for x in (kernel.head_dims or HEAD_DIMS) if x <= kernel.max_head_dim]
     if kernel.head_dims is not None or max(out.d, out.dv) > kernel.max_head_dim:

@@ -12,8 +12,9 @@ and the campaign re-run exactly the check a saved case failed.
 - ``determinism``: two runs agree (bitwise if the kernel declares it, else within twice the
   bound); ``gradient-determinism`` the same for the backward;
 - ``key-permutation``: permuting keys and values moves O by at most the two bounds;
-- ``options-applied``: ``causal``, ``window`` and an explicit ``scale`` change the output
-  where they change the exact answer (a kernel that ignores an option).
+- ``options-applied``: ``causal``, ``window``, an explicit ``scale``, a ``softcap`` and
+  ``sinks`` change the output where they change the exact answer (a kernel that ignores an
+  option); the report's case sets every option the kernel takes.
 
 A check that has nothing to test on a case (one (batch, head) slice, no option set, a mask
 that a key permutation would move) says so: NOT-APPLICABLE is never a pass. The checks against
