@@ -31,37 +31,56 @@ KERNEL = textwrap.dedent(
 )
 
 
-def test_the_digest_follows_the_defining_file(tmp_path, monkeypatch):
-    path = tmp_path / "digest_kernel.py"
-    path.write_text("def fn(q, k, v):\n    return q\n")
+def test_the_digests_follow_the_defining_file_and_its_projects_modules(tmp_path, monkeypatch):
+    pkg = tmp_path / "digest_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("def twice(x):\n    return 2 * x\n")
+    (pkg / "entry.py").write_text(
+        "from digest_pkg.helper import twice\n\n\ndef fn(q, k, v):\n    return twice(q)\n"
+    )
     monkeypatch.syspath_prepend(tmp_path)
-    import digest_kernel
+    from digest_pkg import entry
 
-    kern = Kernel("k", digest_kernel.fn)
-    first = source_digests({"digest_kernel:fn": kern})
-    assert first["digest_kernel:fn"].startswith("digest_kernel.py sha256:")
-    path.write_text(path.read_text() + "# edited\n")
-    assert source_digests({"digest_kernel:fn": kern}) != first
+    kern = {"digest_pkg.entry:fn": Kernel("k", entry.fn)}
+    first = source_digests(kern)["digest_pkg.entry:fn"]
+    assert set(first) == {"digest_pkg/__init__.py", "digest_pkg/entry.py", "digest_pkg/helper.py"}
+    assert all(d.startswith("sha256:") for d in first.values())
+    (pkg / "helper.py").write_text("def twice(x):\n    return x + x\n")
+    second = source_digests(kern)["digest_pkg.entry:fn"]
+    assert second["digest_pkg/helper.py"] != first["digest_pkg/helper.py"]
+    assert second["digest_pkg/entry.py"] == first["digest_pkg/entry.py"]
     # A function with no file (a builtin) has no digest and is never refused.
     assert source_digests({"b": Kernel("b", len)}) == {}
+    # flashcheck's own kernels: the adapter's file and the loaded modules of the kernels
+    # folder, named from the package.
+    import flashcheck.kernels.naive  # noqa: F401  (loaded on a first call otherwise)
+    from flashcheck.harness.adapters.registry import resolve
+
+    own = source_digests({"naive-numpy": resolve("naive-numpy")})["naive-numpy"]
+    assert {"harness/adapters/builtin.py", "kernels/naive.py"} <= set(own)
+    assert all(f.startswith(("harness/adapters/", "kernels/")) for f in own)
 
 
-def test_check_unchanged_names_the_kernel_its_results_and_both_digests():
+def test_check_unchanged_names_the_kernel_its_results_and_the_changed_file():
+    files = {"m.py": "sha256:aaaa", "h.py": "sha256:1111"}
     records = [
         {"type": "header"},
-        {"type": "session", "env": {ENV_KEY: {"m:f": "m.py sha256:aaaa", "m:g": "m.py sha256:1"}}},
+        {"type": "session", "env": {ENV_KEY: {"m:f": files, "m:g": {"m.py": "sha256:aaaa"}}}},
         {"type": "contract", "kernel": "m:f"},
         {"type": "result", "kernel": "m:f", "status": "PASS"},
         {"type": "result", "kernel": "m:f", "status": "FAIL"},
         {"type": "result", "kernel": "m:g", "status": "PASS"},
     ]
-    check_unchanged(records, {"m:f": "m.py sha256:aaaa", "m:g": "m.py sha256:1"}, "r.jsonl")
-    check_unchanged(records, {"other:h": "h.py sha256:0"}, "r.jsonl")  # a kernel not on file
-    check_unchanged(records[:1] + records[2:], {"m:f": "x"}, "r.jsonl")  # older files resume
+    check_unchanged(records, {"m:f": files}, "r.jsonl")
+    check_unchanged(records, {"other:h": {"h.py": "sha256:0"}}, "r.jsonl")  # not on file
+    # A file only one run loaded is not compared; older files (no record) resume.
+    check_unchanged(records, {"m:f": {**files, "lazy.py": "sha256:9"}}, "r.jsonl")
+    check_unchanged(records[:1] + records[2:], {"m:f": {"m.py": "x"}}, "r.jsonl")
     with pytest.raises(ResultLogError) as err:
-        check_unchanged(records, {"m:f": "m.py sha256:bbbb", "m:g": "m.py sha256:1"}, "r.jsonl")
+        check_unchanged(records, {"m:f": {**files, "h.py": "sha256:2222"}}, "r.jsonl")
     msg = str(err.value)
-    assert "m:f (2 results; m.py sha256:aaaa then, m.py sha256:bbbb now)" in msg
+    assert "m:f (2 results): h.py (sha256:1111 then, sha256:2222 now)" in msg
     assert "m:g" not in msg and "--fresh" in msg and "--name" in msg
 
 
@@ -82,9 +101,11 @@ def test_a_report_resumed_after_its_kernel_was_edited_is_refused(tmp_path, monke
     assert run_report(opts, echo=quiet) == 0
     results = tmp_path / "out" / "r" / "results.jsonl"
     sessions = [r for r in read_records(results) if r.get("type") == "session"]
-    assert sessions[0]["env"][ENV_KEY]["edited_kernel:good"].startswith("edited_kernel.py sha256:")
+    assert sessions[0]["env"][ENV_KEY]["edited_kernel:good"]["edited_kernel.py"].startswith(
+        "sha256:"
+    )
     assert run_report(opts, echo=quiet) == 0  # the same source: resumes
     path.write_text(KERNEL + "\n# a fix\n")
-    with pytest.raises(ResultLogError, match=r"edited_kernel:good \(\d+ results; edited_kernel"):
+    with pytest.raises(ResultLogError, match=r"edited_kernel:good \(\d+ results\): edited_kernel"):
         run_report(opts, echo=quiet)
     assert run_report(replace(opts, fresh=True), echo=quiet) == 0

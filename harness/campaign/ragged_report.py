@@ -189,7 +189,9 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
             _reference_pool(opts, cfg.device) as pool,
         ):
             env = environment_record(cfg.device)
+            # Again after the probe: a module the kernel imports on its first call is loaded.
             env[SOURCES_KEY] = source_digests(declared)
+            check_unchanged(log.records, env[SOURCES_KEY], log.path)
             log.append(SessionRecord(env).to_json())
             _log_contracts(log, adapters, devices, cfg.dtypes)
             where = "in this process" if pool is None else f"on {pool.workers} processes"

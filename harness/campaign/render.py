@@ -59,7 +59,8 @@ _VERDICTS = (
 _STRUCTURAL = (
     "Each kernel compared with itself: a (batch, head) slice alone vs the batched call, "
     "inputs inside NaN-padded buffers, two runs, permuted keys, NaN inputs, and each option "
-    "(causal, window, scale) changing the output where it changes the exact answer; "
+    "(causal, window, scale, and a soft-cap and sinks for kernels that take them) changing "
+    "the output where it changes the exact answer; "
     "integrity: inputs (and dO) bitwise unchanged by a call, a returned result bitwise "
     "unchanged by the next call; the backward with dO strided and expanded (stride 0) "
     "against the same dO contiguous. "

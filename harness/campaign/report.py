@@ -307,7 +307,9 @@ def _campaign(
     ``budget`` stopped early says what it covered instead of completing."""
     cfg, devices = setup.header.config, setup.devices
     env = environment_record(cfg.device)
+    # Again after the probe: a module the kernel imports on its first call is loaded now.
     env[SOURCES_KEY] = source_digests(setup.declared)
+    check_unchanged(log.records, env[SOURCES_KEY], log.path)
     log.append(SessionRecord(env).to_json())
     _log_contracts(log, adapters, devices, cfg.dtypes)
     runnable = [

@@ -292,10 +292,10 @@ def environment(data: ResultsFile) -> list[str]:
 
 
 def _cell(value) -> str:
-    """An environment value in one table cell: a mapping (each kernel's source digest) as
-    ``key: value`` pairs."""
+    """An environment value in one table cell: a mapping (each kernel's source files and
+    their digests) as ``key: value`` pairs, nested ones inside."""
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        return "; ".join(f"{k}: {_cell(v).replace('; ', ', ')}" for k, v in value.items()) or "-"
     return str(value)
 
 

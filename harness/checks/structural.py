@@ -226,7 +226,7 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
     if case.scale is not None:
         variants.append((f"scale={case.scale!r}", replace(case, scale=None)))
     if case.softcap is not None:
-        variants.append((f"softcap={case.softcap!r}", replace(case, softcap=None)))
+        variants.append((f"softcap={case.softcap:.4g}", replace(case, softcap=None)))
     if case.sinks is not None:
         variants.append(("sinks", replace(case, sinks=None)))
     if not variants:
@@ -265,7 +265,7 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
             change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))
             said = (
                 f"{label} did not change the output where it changes the exact answer (by up "
-                f"to {change:.3g})"
+                f"to {change:.3g} in O)"
             )
             # Wrong without the option too: the option may be applied and something else wrong
             # (a row maximum that never goes below a sentinel, say), so do not blame it.
