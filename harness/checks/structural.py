@@ -226,7 +226,9 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
     if case.scale is not None:
         variants.append((f"scale={case.scale!r}", replace(case, scale=None)))
     if case.softcap is not None:
-        variants.append((f"softcap={case.softcap:.4g}", replace(case, softcap=None)))
+        # Four significant digits, as a float (softcap=4.034, softcap=1.0).
+        cap = float(f"{case.softcap:.4g}")
+        variants.append((f"softcap={cap!r}", replace(case, softcap=None)))
     if case.sinks is not None:
         variants.append(("sinks", replace(case, sinks=None)))
     if not variants:
