@@ -297,6 +297,16 @@ def test_gate_exit_codes():
     assert gate_exit_code([bad], "fail-hard") == 1
     found = gate_findings([bad], "fail-hard")
     assert found == ["structural property nan-rule failed: k fp16"]
+    # options-applied names the option it found ignored
+    ignored = _res(
+        "FAIL",
+        part="structural",
+        property="options-applied",
+        reasons=("softcap=4.034 did not change the output where it changes the exact answer",),
+    )
+    assert gate_findings([ignored], "fail-hard") == [
+        "structural property options-applied failed (softcap=4.034 ignored): k fp16"
+    ]
     stopped = StoppedRecord("k", "fp16", "x", 5)
     assert gate_exit_code([stopped], "fail-hard") == 1
     no_run = LimitationRecord("k", "fp16", "x", "cpu", no_run=True)
