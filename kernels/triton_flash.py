@@ -34,9 +34,9 @@ warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4
 gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
 not overlap as in FlashAttention-3 / cuDNN. The exact exponent costs one instruction per score
 over a fused multiply-add: the Triton tutorial's forward, which fuses it (and overflows near
-1e12), is up to 5 % faster at the same tiles on an H200 (1–15 % on an H100 before the current
-tables); the fused form with an exact fallback for huge logits was measured slower here
-(benchmarks/RESULTS.md).
+1e12), is 1–3 % faster at the same tile (d = 128 without a mask) on an H200 (1–15 % on an H100
+before the current tables); the fused form with an exact fallback for huge logits was
+measured slower here (benchmarks/RESULTS.md).
 Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.

@@ -1,6 +1,7 @@
 """A campaign resumed after its kernel's source changed is refused, not finished with the old
 code's results under the new code's name."""
 
+import importlib
 import textwrap
 from dataclasses import replace
 
@@ -31,6 +32,10 @@ KERNEL = textwrap.dedent(
 )
 
 
+def _quiet(*args, **kwargs) -> None:
+    """An ``echo`` that prints nothing."""
+
+
 def test_the_digests_follow_the_defining_file_and_its_projects_modules(tmp_path, monkeypatch):
     pkg = tmp_path / "digest_pkg"
     pkg.mkdir()
@@ -54,8 +59,9 @@ def test_the_digests_follow_the_defining_file_and_its_projects_modules(tmp_path,
     assert source_digests({"b": Kernel("b", len)}) == {}
     # flashcheck's own kernels: the adapter's file and the loaded modules of the kernels
     # folder, named from the package.
-    import flashcheck.kernels.naive  # noqa: F401  (loaded on a first call otherwise)
     from flashcheck.harness.adapters.registry import resolve
+
+    importlib.import_module("flashcheck.kernels.naive")  # (else loaded on a first call)
 
     own = source_digests({"naive-numpy": resolve("naive-numpy")})["naive-numpy"]
     assert {"harness/adapters/builtin.py", "kernels/naive.py"} <= set(own)
@@ -97,15 +103,14 @@ def test_a_report_resumed_after_its_kernel_was_edited_is_refused(tmp_path, monke
         isolate=False,
         render=False,
     )
-    quiet = lambda *a, **k: None  # noqa: E731
-    assert run_report(opts, echo=quiet) == 0
+    assert run_report(opts, echo=_quiet) == 0
     results = tmp_path / "out" / "r" / "results.jsonl"
     sessions = [r for r in read_records(results) if r.get("type") == "session"]
     assert sessions[0]["env"][ENV_KEY]["edited_kernel:good"]["edited_kernel.py"].startswith(
         "sha256:"
     )
-    assert run_report(opts, echo=quiet) == 0  # the same source: resumes
+    assert run_report(opts, echo=_quiet) == 0  # the same source: resumes
     path.write_text(KERNEL + "\n# a fix\n")
     with pytest.raises(ResultLogError, match=r"edited_kernel:good \(\d+ results\): edited_kernel"):
-        run_report(opts, echo=quiet)
-    assert run_report(replace(opts, fresh=True), echo=quiet) == 0
+        run_report(opts, echo=_quiet)
+    assert run_report(replace(opts, fresh=True), echo=_quiet) == 0

@@ -13,16 +13,12 @@ from dataclasses import replace
 import pytest
 from record_helpers import result_record as _res
 
+from flashcheck.harness.campaign.gates import gate_exit_code, gate_findings
 from flashcheck.harness.campaign.logrecords import (
     LimitationRecord,
     StoppedRecord,
 )
-from flashcheck.harness.campaign.report import (
-    ReportOptions,
-    gate_exit_code,
-    gate_findings,
-    run_report,
-)
+from flashcheck.harness.campaign.report import ReportOptions, run_report
 from flashcheck.harness.campaign.runner import PRESETS, plan_items
 from flashcheck.harness.core.resultlog import read_records
 

@@ -22,7 +22,7 @@ from flashcheck.harness.checks.do_layouts import LAYOUT_BITS
 from flashcheck.harness.checks.registry import CHECKS, GRADIENT_CHECKS, check_target
 from flashcheck.harness.checks.structural import StructuralResult
 from flashcheck.harness.core.status import Status
-from flashcheck.kernels.naive import naive_numpy, naive_numpy_backward
+from flashcheck.kernels.naive import naive_numpy_backward
 from flashcheck.kernels.recurrence import PrecisionPolicy, online_attention
 
 PASS, FAIL, NA = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE
@@ -442,50 +442,3 @@ def test_the_suite_reports_gradient_bits_that_depend_on_the_layout_of_do(tmp_pat
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "gradient bits the same for every dO layout: not known: it failed" in text, text
-
-
-def _naive_options(q, k, v, *, causal=False, window=None, scale=None, softcap=None, sinks=None):
-    return naive_numpy(
-        q, k, v, causal=causal, window=window, scale=scale, softcap=softcap, sinks=sinks
-    )
-
-
-def ignores_softcap(q, k, v, *, causal=False, window=None, scale=None, softcap=None, sinks=None):
-    """Takes ``softcap`` and drops it."""
-    return _naive_options(q, k, v, causal=causal, window=window, scale=scale, sinks=sinks)
-
-
-def ignores_sinks(q, k, v, *, causal=False, window=None, scale=None, softcap=None, sinks=None):
-    """Takes ``sinks`` and drops them."""
-    return _naive_options(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap)
-
-
-@pytest.mark.parametrize(
-    ("fn", "label"), [(ignores_softcap, "softcap="), (ignores_sinks, "sinks")], ids=["cap", "sinks"]
-)
-def test_the_reports_options_case_catches_a_kernel_ignoring_a_softmax_option(fn, label):
-    """The report's structural part sets a soft-cap and sinks in its options-applied case (for
-    kernels that take them), so a kernel ignoring either fails there, not only through the
-    accuracy of the options part."""
-    from flashcheck.harness.campaign.fitting import fit_recipe
-    from flashcheck.harness.campaign.plan import PRESETS, structural_items
-    from flashcheck.harness.cases.families import make_case
-
-    item = next(
-        it
-        for it in structural_items(PRESETS["smoke"], "fp16", 0)
-        if it.tag.startswith("options-applied/")
-    )
-    bad = planted(
-        fn, options=("causal", "window", "scale", "softcap", "sinks"), masks=("causal", "window")
-    )
-    good = replace(bad, fn=_naive_options)
-    case = make_case(fit_recipe(item.recipe, bad))
-    assert case.softcap is not None and case.sinks is not None
-    found = CHECKS["options-applied"](bad, case, "cpu")
-    assert found.status is FAIL and label in found.message, found
-    assert CHECKS["options-applied"](good, case, "cpu").status is PASS
-    # A kernel without the softmax options gets the case without them.
-    plain = planted(naive_fn)
-    fitted = make_case(fit_recipe(item.recipe, plain))
-    assert fitted.softcap is None and fitted.sinks is None

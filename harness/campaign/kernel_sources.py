@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.adapter import Kernel
-from ..core.resultlog import ResultLogError
+from ..core.resultlog import ResultLogError, read_records
 
-__all__ = ["ENV_KEY", "check_unchanged", "source_digests"]
+__all__ = ["ENV_KEY", "check_results_file", "check_unchanged", "source_digests"]
 
 # The key of the session record's environment: {kernel spec: {file: "sha256:HEX16"}}.
 ENV_KEY = "kernel sources"
@@ -125,3 +125,10 @@ def check_unchanged(
         "They would not describe the code as it is now: pass --fresh to recompute the "
         "campaign, or --name NAME for a new report beside it"
     )
+
+
+def check_results_file(path: Path, kernels: Mapping[str, Kernel], *, fresh: bool) -> None:
+    """:func:`check_unchanged` on the results file at ``path``, if there is one to resume
+    (before the kernels are probed, so that a refusal costs no probing)."""
+    if not fresh and path.exists() and path.stat().st_size:
+        check_unchanged(read_records(path), source_digests(kernels), path)

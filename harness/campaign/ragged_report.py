@@ -25,11 +25,12 @@ from ..adapters.call_limit import CallLimit, limit_calls
 from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..core.environment import environment_record
-from ..core.resultlog import ResultLog, read_records
+from ..core.resultlog import ResultLog
 from ..core.status import Status
 from .executor import Executor, LocalExecutor
+from .gates import GATES
 from .kernel_sources import ENV_KEY as SOURCES_KEY
-from .kernel_sources import check_unchanged, source_digests
+from .kernel_sources import check_results_file, check_unchanged, source_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -41,7 +42,7 @@ from .logrecords import (
 from .ragged_campaign import RaggedCampaign
 from .ragged_records import RAGGED_PART, RaggedResult, RaggedResults, parse_ragged
 from .records import gist
-from .report import GATES, ReportOptions, default_name
+from .report import ReportOptions, default_name
 from .runner import PRESETS
 from .selection import check_dtypes, kernel_device, resolve_ragged_kernels
 
@@ -179,8 +180,7 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
     results_path = out_dir / "results.jsonl"
     # A clash with another campaign's results is said before the probe, not after it.
     ResultLog.check_resumable(results_path, header.to_json(), fresh=opts.fresh)
-    if not opts.fresh and results_path.exists() and results_path.stat().st_size:
-        check_unchanged(read_records(results_path), source_digests(declared), results_path)
+    check_results_file(results_path, declared, fresh=opts.fresh)
     with limit_calls(limit):
         adapters = _probe(declared, devices, cfg.dtypes, echo)
     try:

@@ -17,7 +17,6 @@ import re
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,49 +26,35 @@ from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
 from ..adapters.worker import KernelRef
 from ..core.environment import environment_record
-from ..core.resultlog import ResultLog, read_records
-from ..core.status import Status
+from ..core.resultlog import ResultLog
 from .budget import Budget
 from .executor import Executor, LocalExecutor
+from .gates import GATES, gate_findings
 from .kernel_sources import ENV_KEY as SOURCES_KEY
-from .kernel_sources import check_unchanged, source_digests
+from .kernel_sources import check_results_file, check_unchanged, source_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
     ContractRecord,
     Header,
     LimitationRecord,
-    Record,
     SessionRecord,
-    StoppedRecord,
     load,
     parse_records,
 )
 from .phases import PhaseClock, measure
 from .plan import PARTS
-from .resultrecords import (
-    GradientResult,
-    ResultRecord,
-    StructuralResult,
-)
 from .runner import PRESETS, STREAK, Campaign
 from .selection import check_dtypes, default_kernels, kernel_device, resolve_kernels
 from .stopping import sigint_held
 from .summary import terminal_summary
 
 __all__ = [
-    "GATES",
     "ReportOptions",
     "default_name",
-    "gate_exit_code",
-    "gate_findings",
     "run_report",
     "terminal_summary",
 ]
-
-# Each gate (``--fail-on``) and the least severity it counts: FAIL-HARD and every broken status
-# have severity 2, FAIL 1 (:attr:`Status.severity`).
-GATES = {"fail-hard": 2, "fail": 1, "never": None}
 
 
 @dataclass(frozen=True)
@@ -140,51 +125,6 @@ def _command(opts: ReportOptions, name: str, preset: str, device: str, kernels) 
     if opts.palette != DEFAULT_PALETTE:
         parts.append(f"--palette {opts.palette}")
     return " ".join(parts)
-
-
-def _gated(r: ResultRecord, least: int) -> str | None:
-    """What the gate counts in a result, or ``None``: a failed structural property (whatever
-    the gate's level), else a status of at least the gate's severity."""
-    if isinstance(r, StructuralResult) and r.status == Status.FAIL:
-        # options-applied names the option it found ignored ("sinks did not change ...").
-        ignored = re.match(r"(.+?) did not change the output", r.reasons[0] if r.reasons else "")
-        if r.property == "options-applied" and ignored:
-            return f"structural property {r.property} failed ({ignored.group(1)} ignored)"
-        return f"structural property {r.property} failed"
-    if r.status.severity >= least > 0:
-        if isinstance(r, StructuralResult):  # raised, hung or a wrong shape inside a property
-            return f"structural property {r.property} {r.status}"
-        return f"gradients {r.status}" if isinstance(r, GradientResult) else str(r.status)
-    return None
-
-
-def gate_findings(records: Sequence[Record], fail_on: str) -> list[str]:
-    """What the gate ``fail_on`` finds in a campaign's records, one line per kernel, dtype and
-    kind (empty: the gate passes). Beyond the statuses of :data:`GATES`, every gate but
-    ``never`` counts a failed structural property, a kernel stopped after repeated identical
-    failures, and a kernel that could not run at all."""
-    least = GATES[fail_on]
-    if least is None:
-        return []
-    found: Counter = Counter()
-    for r in records:
-        if isinstance(r, ResultRecord):
-            what = _gated(r, least)
-            if what is not None:
-                found[(r.kernel, r.dtype, what)] += 1
-        elif isinstance(r, StoppedRecord):
-            found[(r.kernel, r.dtype, f"stopped after {r.count} x {r.reason}")] += 1
-        elif isinstance(r, LimitationRecord) and r.no_run:
-            found[(r.kernel, r.dtype, f"could not run at all ({r.reason})")] += 1
-    return [
-        f"{n} {what}: {k} {dt}" if n > 1 else f"{what}: {k} {dt}"
-        for (k, dt, what), n in found.items()
-    ]
-
-
-def gate_exit_code(records: Sequence[Record], fail_on: str) -> int:
-    """1 if the gate ``fail_on`` finds anything (:func:`gate_findings`), else 0."""
-    return int(bool(gate_findings(records, fail_on)))
 
 
 def make_executor(opts: ReportOptions, device: str) -> Executor:
@@ -378,10 +318,7 @@ def run_report(opts: ReportOptions, *, echo=print, progress_stream=None) -> int:
             results_path = setup.results_path
             # A clash with another campaign's results is said before the probe, not after it.
             ResultLog.check_resumable(results_path, setup.header.to_json(), fresh=opts.fresh)
-            if not opts.fresh and results_path.exists() and results_path.stat().st_size:
-                check_unchanged(
-                    read_records(results_path), source_digests(setup.declared), results_path
-                )
+            check_results_file(results_path, setup.declared, fresh=opts.fresh)
             with measure(clock, "probing"):
                 adapters = _probe(executor, setup, opts, echo)
             with ResultLog.open(results_path, setup.header.to_json(), fresh=opts.fresh) as log:

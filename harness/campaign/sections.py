@@ -291,11 +291,11 @@ def environment(data: ResultsFile) -> list[str]:
     return lines
 
 
-def _cell(value) -> str:
+def _cell(value, sep: str = "; ") -> str:
     """An environment value in one table cell: a mapping (each kernel's source files and
-    their digests) as ``key: value`` pairs, nested ones inside."""
+    their digests) as ``key: value`` pairs, a nested one's pairs joined by commas."""
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {_cell(v).replace('; ', ', ')}" for k, v in value.items()) or "-"
+        return sep.join(f"{k}: {_cell(v, ', ')}" for k, v in value.items()) or "-"
     return str(value)
 
 

@@ -227,7 +227,7 @@ def _add_report(sub) -> argparse.ArgumentParser:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     """Where results go, time limits, resuming, rendering and the gate."""
-    from ..campaign.report import GATES
+    from ..campaign.gates import GATES
 
     p.add_argument("--out", default="reports", help="parent directory (default reports)")
     p.add_argument(
