@@ -2,13 +2,18 @@
 
     python benchmarks/gpu_tile_race.py [--reps 30] [--sizes 4096,16384,1024]
         [--cases fp16:128:1,fp16:64:0,fp16:64:1] [--tutorial MODULE:FUNCTION] [--json FILE]
+        [--candidates tiles|none] [--peers] [--control]
 
 Per shape (dtype, d, causal, N; H = 16, B·N = 16K, N(0, 1) inputs): the table's configuration
 (``own``, kernels/triton_flash.py's ``launch_config``), each candidate of :data:`CANDIDATES`
-for that head dim and causality, and with ``--tutorial`` the Triton tutorial's forward (fp16),
-all timed interleaved (CUDA events, medians of ``--reps`` rounds after warm-up). Every output
-is checked against fp64 attention at 256 query rows of every head (O in floored ulps of the
-input format). Prints each shape's ratios as it goes and a table last: time over ``own``.
+for that head dim and causality (none with ``--candidates none``), with ``--tutorial`` the
+Triton tutorial's forward (fp16), with ``--peers`` SDPA's flash and cuDNN backends and with
+``--control`` the table's configuration a second time (its ratio to itself is the method's
+bias), all timed interleaved (CUDA events, medians of ``--reps`` rounds after warm-up). Every
+output is checked against fp64 attention at 256 query rows of every head (O in floored ulps of
+the input format), and this kernel's against the table's bit for bit ("other bits" in the
+table where they differ). Prints each shape's ratios as it goes and a table last: time over
+``own``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ CANDIDATES = {
         "64x64 w4 s3 tma": C(64, 64, 4, 3, tma=True),
         "128x64 w4 s3 tma": C(128, 64, 4, 3, tma=True),
         "128x64 w4 s2 tma": C(128, 64, 4, 2, tma=True),
+        "128x64 w4 s3": C(128, 64, 4, 3),
+        "128x128 w8 s3 tma": C(128, 128, 8, 3, tma=True),
     },
 }
 
@@ -55,6 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="fp16:128:1,fp16:64:0,fp16:64:1")
     ap.add_argument("--tutorial", default="", help="MODULE:FUNCTION of the tutorial's forward")
     ap.add_argument("--json", default="")
+    ap.add_argument(
+        "--candidates", choices=["tiles", "none"], default="tiles",
+        help="the tile candidates, or none (the table's configuration and its peers)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peers", action="store_true", help="also time SDPA's flash and cuDNN backends in turn"
+    )
+    ap.add_argument(
+        "--control", action="store_true",
+        help="time the table's configuration twice: its ratio to itself shows the method's bias",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     import torch
 
@@ -72,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     try:
         for shape in shapes:
-            rows.append(race(shape, args.reps, tut))
+            rows.append(race(shape, args.reps, tut, args.candidates, args.peers, args.control))
             r = rows[-1]
             print(json.dumps(r), flush=True)
     except KeyboardInterrupt:
@@ -82,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         own = r["ms"]["own"]
         others = "; ".join(
-            f"{k} {t / own:.3f} ({r['ulps'][k]:.2f} ulps)" for k, t in r["ms"].items() if k != "own"
+            f"{k} {t / own:.3f} ({r['ulps'][k]:.2f} ulps"
+            + ("" if r["same_bits_as_own"][k] or k.startswith(("sdpa", "tut")) else ", other bits")
+            + ")"
+            for k, t in r["ms"].items()
+            if k != "own"
         )
         print(
             f"| {r['dtype']}, {r['d']} | {'yes' if r['causal'] else 'no'} | {r['n']} | "
@@ -93,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def race(shape, reps: int, tut) -> dict:
+def race(
+    shape, reps: int, tut, candidates: str = "tiles", peers: bool = False, control: bool = False
+) -> dict:
     import torch
 
     from flashcheck.harness.bench.timing import time_interleaved
@@ -112,8 +136,24 @@ def race(shape, reps: int, tut) -> dict:
         )[0]
 
     variants = {"own": lambda: run(own)}
-    for name, cfg in CANDIDATES[(64 if d <= 64 else 128, causal)].items():
+    if control:
+        variants["own again"] = lambda: run(own)
+    key = (64 if d <= 64 else 128, causal)
+    pool = {} if candidates == "none" else dict(CANDIDATES[key])
+    for name, cfg in pool.items():
         variants[name] = lambda cfg=cfg: run(cfg)
+    if peers:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+                              ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):  # fmt: skip
+
+            def call(backend=backend):
+                with sdpa_kernel([backend]):
+                    return sdpa(q, k, v, is_causal=causal, scale=scale)
+
+            variants[name] = call
     if tut is not None and dtype == torch.float16:
         variants["tutorial"] = lambda: tut(q, k, v, causal=causal)
     rows = torch.randperm(n, generator=torch.Generator().manual_seed(n))[:256].sort().values
@@ -126,9 +166,12 @@ def race(shape, reps: int, tut) -> dict:
     o_ref, w = p @ v.double(), p @ v.double().abs()
     bits = {torch.bfloat16: 7, torch.float16: 10}[dtype]
     ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(o_ref.abs(), w).clamp_min(1e-30))) - bits)
-    ulps = {}
+    ulps, same = {}, {}
+    first = variants["own"]()
     for name, f in variants.items():
-        ulps[name] = ((f()[:, :, rows].double() - o_ref).abs() / ulp).max().item()
+        out = f()
+        ulps[name] = ((out[:, :, rows].double() - o_ref).abs() / ulp).max().item()
+        same[name] = bool(torch.equal(out, first))
     ms = time_interleaved(list(variants.values()), reps=reps)
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     return {
@@ -136,7 +179,7 @@ def race(shape, reps: int, tut) -> dict:
         "tile": f"{own.block_m}x{own.block_n} w{own.warps} s{own.stages}"
         + (" tma" if own.tma else ""),
         "own_tflops": flops / ms[0] / 1e9, "ms": dict(zip(variants, ms, strict=True)),
-        "ulps": ulps,
+        "ulps": ulps, "same_bits_as_own": same,
     }  # fmt: skip
 
 

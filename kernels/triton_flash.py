@@ -19,8 +19,9 @@ the blocks on the causal diagonal, the window edges and the ragged key tail; onl
 build a mask. Both paths evaluate the same expressions, so the split changes no bit (tested).
 Causal row blocks are scheduled longest first. On Hopper, large head dims load through TMA
 tensor descriptors (4-D, built on the host); launch configurations per head dim are in
-``_HOPPER`` (and ``_HOPPER_SHORT`` for short key sequences, ``_H100`` where an H100 differs
-from the H200), chosen by ``benchmarks/tune_hopper.py`` (log in benchmarks/RESULTS.md).
+``_HOPPER`` (and ``_HOPPER_SHORT`` / ``_HOPPER_MID`` for short / medium key sequences,
+``_H100`` where an H100 differs from the H200), chosen by ``benchmarks/tune_hopper.py`` (log
+in benchmarks/RESULTS.md).
 
 Arithmetic class "flash" (docs/error-bounds.md): low-precision inputs, fp32 scores, softmax and
 accumulators, P rounded to the input format before P·V. fp32 inputs use IEEE fp32 dots unless
@@ -30,9 +31,11 @@ or zero-filled by TMA, and their scores set to −inf, so no out-of-bounds read 
 
 Known limits: forward only; head dims up to 256 (padded to a power of two ≥ 16; dv ≥ 64 with
 128-row blocks, a workaround for wrong results and faults measured on H100 with Triton 3.6); no
-warp specialisation (Triton 3.6's automatic pass fails to compile this loop at 4 warps and
-gives nothing at 8, see benchmarks/RESULTS.md), so softmax and the two GEMMs of a tile do
-not overlap as in FlashAttention-3 / cuDNN. The exact exponent costs one instruction per score
+warp specialisation, so softmax and the two GEMMs of a tile do not overlap as in
+FlashAttention-3 / cuDNN: Triton 3.6's automatic pass gives nothing at 8 warps and fails to
+compile this kernel at 4 (its TMA store of O, its second key loop); rewritten without them it
+compiles, but on an H200 the second consumer warpgroup's rows of O came out wrong
+(benchmarks/RESULTS.md). The exact exponent costs one instruction per score
 over a fused multiply-add: the Triton tutorial's forward, which fuses it (and overflows near
 1e12), is 1–3 % faster at the same tile (d = 128 without a mask) on an H200 (1–15 % on an H100
 before the current tables); the fused form with an exact fallback for huge logits was
@@ -549,6 +552,13 @@ _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
     (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
 }
+# Past _SHORT up to _MID keys: causal d = 128 on the tutorial's one-warpgroup tile, which took
+# 0.97-0.99 of 128 x 128 / 8 warps' time at N = 4K-8K on an H200 and 1.03-1.04 at 16K (in
+# turn, fp16 and bf16, benchmarks/gpu_tile_race.py, benchmarks/RESULTS.md).
+_MID = 8192
+_HOPPER_MID: dict[tuple[int, bool], LaunchConfig] = {
+    (128, True): LaunchConfig(128, 64, 4, 2, tma=True),
+}
 # The soft-cap with tanh.approx.f32 at d = 128, keyed by (head-dim bucket, causal, short
 # keys): tiles that put several CTAs on an SM (two with registers capped at 128, or 64 x 64
 # tiles of one warpgroup through TMA). The tanh's MUFU operation doubles the softmax's load on
@@ -609,19 +619,20 @@ def launch_config(
     q: Any, k: Any, v: Any, *, causal: bool, approx_cap: bool = False
 ) -> LaunchConfig:
     """The launch configuration :func:`launch` uses for these tensors by default: ``_HOPPER``'s
-    entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys; ``_H100``'s where
-    an H100 has one of its own; ``_HOPPER_APPROX_CAP``'s for a soft-cap with the approximate
-    tanh, ``approx_cap``), else :func:`portable_config`. What depends only on the device, head
-    dims, dtype, causality and whether the keys are short is cached, so a call costs a
-    dictionary lookup; the TMA alignment check, which depends on the tensors' addresses, runs
-    per call where needed, and where it fails ``_WITHOUT_TMA``'s entry (or the same tiles
-    through pointers) is used."""
+    entry on sm_90 for fp16/bf16 (``_HOPPER_SHORT``'s up to ``_SHORT`` keys, ``_HOPPER_MID``'s
+    up to ``_MID`` on GPUs other than the H100; ``_H100``'s where an H100 has one of its own;
+    ``_HOPPER_APPROX_CAP``'s for a soft-cap with the approximate tanh, ``approx_cap``), else
+    :func:`portable_config`. What depends only on the device, head dims, dtype, causality and
+    the key count's tier is cached, so a call costs a dictionary lookup; the TMA alignment
+    check, which depends on the tensors' addresses, runs per call where needed, and where it
+    fails ``_WITHOUT_TMA``'s entry (or the same tiles through pointers) is used."""
     d, dv = q.shape[3], v.shape[3]
     if _interpreting() or q.element_size() != 2 or q.device.type != "cuda":
         return portable_config(d, dv, q.element_size())
     short = k.shape[2] <= _SHORT
+    mid = not short and k.shape[2] <= _MID
     bucket = 64 if max(d, dv) <= 64 else (128 if max(d, dv) <= 128 else 256)
-    key = (q.device.index, d, dv, q.element_size(), bool(causal), short, approx_cap)
+    key = (q.device.index, d, dv, q.element_size(), bool(causal), short, mid, approx_cap)
     hop = _HOPPER_PICK.get(key)
     if hop is None:
         import torch
@@ -629,9 +640,12 @@ def launch_config(
         if torch.cuda.get_device_capability(q.device)[0] != 9:
             hop = portable_config(d, dv, q.element_size())
         else:
+            h100 = "H100" in torch.cuda.get_device_name(q.device)
             table = _HOPPER_SHORT if short and (bucket, bool(causal)) in _HOPPER_SHORT else _HOPPER
+            if mid and not h100 and (bucket, bool(causal)) in _HOPPER_MID:
+                table = _HOPPER_MID  # measured on an H200 only
             hop = table[(bucket, bool(causal))]
-            if "H100" in torch.cuda.get_device_name(q.device):
+            if h100:
                 hop = _H100.get((bucket, bool(causal), short), hop)
             if approx_cap:
                 hop = _HOPPER_APPROX_CAP.get((bucket, bool(causal), short), hop)

@@ -18,6 +18,7 @@ from flashcheck.harness.bench.timing import (
     ROTATE_BYTES,
     Timing,
     copies_for_l2,
+    time_interleaved,
     time_round_robin,
 )
 from flashcheck.harness.cli import main
@@ -84,6 +85,9 @@ class _Clock:
         def elapsed_time(self, end):
             return end.t - self.t
 
+        def synchronize(self):
+            pass
+
 
 def test_round_robin_takes_the_calls_in_turn_and_charges_each_its_own_time(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", _Clock.Event)
@@ -107,6 +111,32 @@ def test_round_robin_takes_the_calls_in_turn_and_charges_each_its_own_time(monke
     assert [x for n, x in timed if n == "slow"][:4] == [1, 2, 0, 1]  # inputs rotate by round
     with pytest.raises(ValueError, match="at least one"):
         time_round_robin([(fast, [])])
+
+
+def test_interleaved_timing_shuffles_each_round_and_charges_each_its_own_time(monkeypatch):
+    # A fixed order (or one only rotated) let a kernel always run after the same neighbour; on
+    # a GPU that biased its ratio to its own twin by up to 8 %.
+    monkeypatch.setattr(torch.cuda, "Event", _Clock.Event)
+    order = []
+
+    def kernel(name, cost):
+        def call():
+            order.append(name)
+            _Clock.now += cost
+
+        return call
+
+    fns = [kernel(n, c) for n, c in (("a", 1.0), ("b", 2.0), ("c", 3.0))]
+    assert time_interleaved(fns, reps=12, warmup=1) == [1.0, 2.0, 3.0]
+    rounds = [tuple(order[i : i + 3]) for i in range(3, len(order), 3)]
+    assert len(rounds) == 12 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    assert len(set(rounds)) > 2  # not one order, nor three rotations
+    first = list(order)
+    order.clear()
+    time_interleaved(fns, reps=12, warmup=1)
+    assert order == first  # seeded: the same orders again
+    with pytest.raises(ValueError, match="at least one"):
+        time_interleaved([], reps=1)
 
 
 def test_round_robin_queues_before_ahead_of_each_call_and_does_not_time_it(monkeypatch):

@@ -11,6 +11,7 @@ credited with reading back its previous call's operands from L2.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,12 +94,15 @@ def time_cuda(
 
 
 def time_interleaved(
-    fns: Sequence[Callable[[], Any]], *, reps: int, warmup: int = 2
+    fns: Sequence[Callable[[], Any]], *, reps: int, warmup: int = 2, seed: int = 0
 ) -> list[float]:
     """Median milliseconds of each of ``fns`` (CUDA events), the calls interleaved round by
-    round (``fns[0], fns[1], ..., fns[0], ...``) after ``warmup`` rounds: variants of one
-    kernel compared this way see the same clocks and the same cache state, so their ratio holds
-    even where the absolute times drift."""
+    round after ``warmup`` rounds: variants of one kernel compared this way see the same clocks
+    and the same cache state, so their ratio holds even where the absolute times drift. Each
+    round takes the functions in a new order (a shuffle seeded by ``seed``): with one fixed
+    order, one configuration timed twice in a round read 0.92 of itself at a short shape on an
+    H200, and with the order only rotated 0.95-0.98 (it still always ran right after its twin;
+    benchmarks/RESULTS.md)."""
     import torch
 
     if not fns or reps < 1 or warmup < 0:
@@ -107,8 +111,12 @@ def time_interleaved(
         for f in fns:
             f()
     times: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
+    shuffle = random.Random(seed).shuffle
     for _ in range(reps):
-        for i, f in enumerate(fns):
+        shuffle(order)
+        for i in order:
+            f = fns[i]
             a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             f()
