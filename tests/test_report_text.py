@@ -38,7 +38,8 @@ def test_structural_checks_that_raised_count_as_failed_and_not_as_unjudged_forwa
         _res("FAIL", part="structural"),
         _res("ERROR", part="structural", reasons=("TypeError: bwd() got 'causal'",)),
         _res("BAD-OUTPUT", part="structural", reasons=("backward must return (dQ, dK, dV)",)),
+        _res("SKIP", part="structural", reasons=("conformance: no reference kernel",)),
     ]
     head = terminal_summary(rows, "cases")[0]
-    assert "structural: 4 checks, 3 failed (1 BAD-OUTPUT, 1 ERROR, 1 FAIL)" in head, head
+    assert "structural: 4 checks, 3 failed (1 BAD-OUTPUT, 1 ERROR, 1 FAIL), 1 skipped" in head, head
     assert not any("no output to judge" in line for line in terminal_summary(rows, "cases"))

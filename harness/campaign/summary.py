@@ -35,6 +35,9 @@ def _group_lines(rows: list[ResultRecord], files: dict[str, str], case_dir: str)
         text = f"structural: {ran} checks, {len(failed)} failed"
         if any(s != Status.FAIL for s in failed):
             text += f" ({_counts(failed)})"
+        if skipped := len(struct) - ran:
+            # The report lists these too (SKIP, with why): say so, or the counts disagree.
+            text += f", {skipped} skipped"
         segments.append(text)
     if grad:
         segments.append("gradients: " + _counts(grad))
