@@ -3,6 +3,8 @@ mpmath computation (the forward from its definition at 300 bits, the gradients b
 differences of that forward), on tiny cases that reach past the cap and put the sink far above
 and below the row's scores."""
 
+import threading
+
 import mpmath
 import numpy as np
 import pytest
@@ -301,3 +303,46 @@ def test_the_gradients_reuse_the_forwards_logits_and_give_the_same_bits(monkeypa
     monkeypatch.setattr(options_fast, "_MEMO_BYTES", 1)  # the newest is always kept
     oracle(q, k, v, softcap=3.5)
     assert len(options_fast._MEMO) == 1 and len(formed) == 8
+
+
+def test_the_logits_memo_takes_one_thread_at_a_time(monkeypatch):
+    # The campaign computes references in several threads. Here a second thread inserts its
+    # logits exactly while the first scans the memo's sizes to evict (the first read of a kept
+    # array's size starts it): without the lock that scan raised "OrderedDict mutated during
+    # iteration" (seen in CI); with it the second waits its turn and both results are kept.
+    from types import SimpleNamespace
+
+    from flashcheck.harness.oracle import options_fast
+
+    started, errors = [], []
+
+    class Kept:
+        flags = None
+
+        def __init__(self):
+            self.flags = SimpleNamespace(writeable=True)
+
+        @property
+        def nbytes(self):
+            if not started:
+                started.append(threading.Thread(target=call, args=(2.0,)))
+                started[0].start()
+                started[0].join(timeout=0.5)  # holds the lock: the second thread waits
+            return 8
+
+    def call(cap):
+        try:
+            options_fast._shifted_logits(q, q, keep, scale, cap, None)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    q, keep = np.ones((2, 4)), np.ones((2, 2), dtype=bool)
+    scale = options_fast.Scale(mpmath.mpf(0.5), 0.5, 0.0, 0.0, 0.5, 4)
+    # One kept result already, so that the next insertion scans the sizes.
+    monkeypatch.setattr(options_fast, "_MEMO", options_fast.OrderedDict(x=(Kept(),)))
+    monkeypatch.setattr(options_fast, "_form_shifted_logits", lambda *a: (Kept(), Kept()))
+    call(1.0)
+    assert started, "the first call did not scan the memo"
+    started[0].join(timeout=5)
+    assert not errors and not started[0].is_alive()
+    assert len(options_fast._MEMO) == 3

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections import OrderedDict
 
 import mpmath
@@ -40,6 +41,7 @@ _PREC = 200  # working precision of the per-element logits
 # one gets.
 _MEMO: OrderedDict[bytes, tuple] = OrderedDict()
 _MEMO_BYTES = 256 * 2**20
+_MEMO_LOCK = threading.Lock()
 
 
 def _memo_key(q, k, keep, scale: Scale, cap, sink) -> bytes:
@@ -53,17 +55,24 @@ def _memo_key(q, k, keep, scale: Scale, cap, sink) -> bytes:
 
 
 def _shifted_logits(q, k, keep, scale: Scale, cap, sink):
-    """:func:`_form_shifted_logits`, its last few results kept by the content of the inputs."""
+    """:func:`_form_shifted_logits`, its last few results kept by the content of the inputs.
+    The campaign computes references in several threads at once: the memo is read and changed
+    under a lock (without it, one thread's eviction scan met another's insertion: "OrderedDict
+    mutated during iteration", seen in CI); the logits are formed outside it."""
     key = _memo_key(q, k, keep, scale, cap, sink)
-    hit = _MEMO.get(key)
-    if hit is None:
-        hit = _form_shifted_logits(q, k, keep, scale, cap, sink)
-        for a in hit:
-            a.flags.writeable = False
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return hit
+    hit = _form_shifted_logits(q, k, keep, scale, cap, sink)
+    for a in hit:
+        a.flags.writeable = False
+    with _MEMO_LOCK:
         _MEMO[key] = hit
+        _MEMO.move_to_end(key)
         while len(_MEMO) > 1 and sum(a.nbytes for v in _MEMO.values() for a in v) > _MEMO_BYTES:
             _MEMO.popitem(last=False)
-    _MEMO.move_to_end(key)
     return hit
 
 
