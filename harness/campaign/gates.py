@@ -3,10 +3,10 @@ the command exit 1, one line per kernel, dtype and kind of finding."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 
+from ..checks.structural import ignored_option
 from ..core.status import Status
 from .logrecords import LimitationRecord, Record, StoppedRecord
 from .resultrecords import GradientResult, ResultRecord, StructuralResult
@@ -22,10 +22,9 @@ def _gated(r: ResultRecord, least: int) -> str | None:
     """What the gate counts in a result, or ``None``: a failed structural property (whatever
     the gate's level), else a status of at least the gate's severity."""
     if isinstance(r, StructuralResult) and r.status == Status.FAIL:
-        # options-applied names the option it found ignored ("sinks did not change ...").
-        ignored = re.match(r"(.+?) did not change the output", r.reasons[0] if r.reasons else "")
-        if r.property == "options-applied" and ignored:
-            return f"structural property {r.property} failed ({ignored.group(1)} ignored)"
+        ignored = r.property == "options-applied" and r.reasons and ignored_option(r.reasons[0])
+        if ignored:
+            return f"structural property {r.property} failed ({ignored} ignored)"
         return f"structural property {r.property} failed"
     if r.status.severity >= least > 0:
         if isinstance(r, StructuralResult):  # raised, hung or a wrong shape inside a property

@@ -23,7 +23,7 @@ from typing import Any
 from ..adapters.adapter import Kernel
 from ..core.resultlog import ResultLogError, read_records
 
-__all__ = ["ENV_KEY", "check_results_file", "check_unchanged", "source_digests"]
+__all__ = ["ENV_KEY", "check_results_file", "check_unchanged", "checked_digests", "source_digests"]
 
 # The key of the session record's environment: {kernel spec: {file: "sha256:HEX16"}}.
 ENV_KEY = "kernel sources"
@@ -132,3 +132,12 @@ def check_results_file(path: Path, kernels: Mapping[str, Kernel], *, fresh: bool
     (before the kernels are probed, so that a refusal costs no probing)."""
     if not fresh and path.exists() and path.stat().st_size:
         check_unchanged(read_records(path), source_digests(kernels), path)
+
+
+def checked_digests(log: Any, kernels: Mapping[str, Kernel]) -> dict[str, dict[str, str]]:
+    """:func:`source_digests` for the session record of a run writing to ``log`` (a
+    ``ResultLog``), checked against the runs on file: again after the probe, since a module
+    the kernel imports on its first call is loaded only then."""
+    digests = source_digests(kernels)
+    check_unchanged(log.records, digests, log.path)
+    return digests

@@ -30,7 +30,7 @@ from ..core.status import Status
 from .executor import Executor, LocalExecutor
 from .gates import GATES
 from .kernel_sources import ENV_KEY as SOURCES_KEY
-from .kernel_sources import check_results_file, check_unchanged, source_digests
+from .kernel_sources import check_results_file, checked_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -189,9 +189,7 @@ def run_ragged_report(opts: ReportOptions, *, echo=print) -> int:
             _reference_pool(opts, cfg.device) as pool,
         ):
             env = environment_record(cfg.device)
-            # Again after the probe: a module the kernel imports on its first call is loaded.
-            env[SOURCES_KEY] = source_digests(declared)
-            check_unchanged(log.records, env[SOURCES_KEY], log.path)
+            env[SOURCES_KEY] = checked_digests(log, declared)
             log.append(SessionRecord(env).to_json())
             _log_contracts(log, adapters, devices, cfg.dtypes)
             where = "in this process" if pool is None else f"on {pool.workers} processes"

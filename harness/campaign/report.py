@@ -31,7 +31,7 @@ from .budget import Budget
 from .executor import Executor, LocalExecutor
 from .gates import GATES, gate_findings
 from .kernel_sources import ENV_KEY as SOURCES_KEY
-from .kernel_sources import check_results_file, check_unchanged, source_digests
+from .kernel_sources import check_results_file, checked_digests
 from .logrecords import (
     CampaignConfig,
     CompleteRecord,
@@ -251,9 +251,7 @@ def _campaign(
     ``budget`` stopped early says what it covered instead of completing."""
     cfg, devices = setup.header.config, setup.devices
     env = environment_record(cfg.device)
-    # Again after the probe: a module the kernel imports on its first call is loaded now.
-    env[SOURCES_KEY] = source_digests(setup.declared)
-    check_unchanged(log.records, env[SOURCES_KEY], log.path)
+    env[SOURCES_KEY] = checked_digests(log, setup.declared)
     log.append(SessionRecord(env).to_json())
     _log_contracts(log, adapters, devices, cfg.dtypes)
     runnable = [

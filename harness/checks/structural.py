@@ -44,6 +44,7 @@ __all__ = [
     "batch_head_independence",
     "determinism",
     "gradient_determinism",
+    "ignored_option",
     "key_permutation",
     "options_applied",
     "padded_buffers",
@@ -213,6 +214,20 @@ def key_permutation(adapter: Kernel, case: Case, device: str, perm: Any = None) 
     return StructuralResult.passed("permutation moved O within the bounds")
 
 
+# The wording of options-applied's failures; :func:`ignored_option` reads it back (the exit
+# gate names the option).
+_UNCHANGED = " did not change the output where it changes the exact answer"
+_IGNORES = "the kernel ignores the option there"
+
+
+def ignored_option(reason: str) -> str | None:
+    """The option an options-applied failure found ignored (``"softcap=4.034"``, ``"sinks"``),
+    or ``None``: another failure, or one where the output is wrong without the option too (it
+    cannot be told whether the option is applied)."""
+    label, sep, rest = reason.partition(_UNCHANGED)
+    return label if sep and _IGNORES in rest else None
+
+
 def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResult:
     """Each option the case sets (``causal``, ``window``, an explicit ``scale``, ``softcap``,
     ``sinks``) changes the kernel's output wherever it changes the exact answer by more than the
@@ -265,10 +280,7 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
         o2 = adapter.run(other, device).o
         if same_bits(out.o[moved], o2[moved]):
             change = float(np.max(np.abs(ref.o.hi - ref2.o.hi)[moved]))
-            said = (
-                f"{label} did not change the output where it changes the exact answer (by up "
-                f"to {change:.3g} in O)"
-            )
+            said = f"{label}{_UNCHANGED} (by up to {change:.3g} in O)"
             # Wrong without the option too: the option may be applied and something else wrong
             # (a row maximum that never goes below a sentinel, say), so do not blame it.
             with np.errstate(invalid="ignore"):
@@ -279,9 +291,7 @@ def options_applied(adapter: Kernel, case: Case, device: str) -> StructuralResul
                     "elements beyond their bound): whether the option is applied cannot be "
                     "told; the accuracy results show what else is wrong"
                 )
-            return StructuralResult.failed(
-                f"{said}: the kernel ignores the option there (without it the output is right)"
-            )
+            return StructuralResult.failed(f"{said}: {_IGNORES} (without it the output is right)")
     if not tested:
         return StructuralResult.not_applicable(
             "no option set changes the exact answer by more than the two bounds here"
