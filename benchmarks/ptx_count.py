@@ -148,10 +148,13 @@ def compile_forward(
     sinks: bool = False,
     config: object = None,
     approx_tanh: bool = False,
+    cap_fma: bool = True,
 ) -> tuple[str, str, int]:
     """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
     configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
-    (benchmarks/gpu_softcap_speed.py's copy); ``approx_tanh``: the cap by tanh.approx.f32. Returns
+    (benchmarks/gpu_softcap_speed.py's copy); ``approx_tanh``: the cap by tanh.approx.f32;
+    ``cap_fma``: the cap's product fused into the exponent (the default for caps the kernel
+    fuses; False: the unfused form larger caps take). Returns
     (PTX, SASS or '', scores per thread per block)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -199,6 +202,7 @@ def compile_forward(
         "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
         "SOFTCAP": (2 if approx_tanh else 1) if softcap else 0, "SINKS": sinks,
+        "CAP_FMA": softcap and cap_fma,
     }  # fmt: skip
     fixed = {}
     if cfg.tma:  # host-built 4-D descriptors
@@ -336,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
     ap.add_argument("--approx-tanh", action="store_true", help="the cap's tanh by tanh.approx.f32")
     ap.add_argument(
+        "--no-cap-fma",
+        action="store_true",
+        help="the cap's product by cap·log2 e rounded apart from the exponent (caps over "
+        "CAP_FMA_MAX; every cap before the fused form)",
+    )
+    ap.add_argument(
         "--tile",
         help="compile this launch configuration instead of the table's: BLOCK_M,BLOCK_N,WARPS,"
         "STAGES[,tma] (e.g. 128,64,4,2,tma, the tutorial's pick on an H200)",
@@ -361,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
-                config=config, approx_tanh=args.approx_tanh,
+                config=config, approx_tanh=args.approx_tanh, cap_fma=not args.no_cap_fma,
             )  # fmt: skip
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
             label += " sinks=yes" if args.sinks else ""

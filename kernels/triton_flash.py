@@ -39,7 +39,9 @@ compiles, but on an H200 the second consumer warpgroup's rows of O came out wron
 over a fused multiply-add: the Triton tutorial's forward, which fuses it (and overflows near
 1e12), is 1–3 % faster at the same tile (d = 128 without a mask) on an H200 (1–15 % on an H100
 before the current tables); the fused form with an exact fallback for huge logits was
-measured slower here (benchmarks/RESULTS.md).
+measured slower here (benchmarks/RESULTS.md). A soft-capped score is bounded by
+``cap·log2 e``, so for caps up to ``CAP_FMA_MAX`` the cap's product does enter the exponent
+through one fused multiply-add, without a fallback (``_softmax_step``).
 Under ``TRITON_INTERPRET=1`` the interpreter's
 bf16 ``tl.dot`` is broken upstream (triton-lang/triton#11584): a canary detects it on first
 use and bf16 then raises instead of returning garbage.
@@ -60,10 +62,12 @@ import triton.language as tl
 
 __all__ = [
     "ARITHMETIC",
+    "CAP_FMA_MAX",
     "TANH_BIG",
     "TANH_SMALL",
     "LaunchConfig",
     "bf16_dot_supported",
+    "cap_fma",
     "check_approx_tanh",
     "check_inputs",
     "check_options",
@@ -147,13 +151,19 @@ def tanh_of(x, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
+def _option_logits(
+    s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr, CAP_FMA: tl.constexpr
+):  # fmt: skip
     """The scores of the options paths, in exp2 units (the softmax step then runs with
     ``qk_scale = 1``): ``tanh(s·c1)·c2`` with ``c1 = scale/cap``, ``c2 = cap·log2 e`` under a
     soft-cap; ``s·c1`` with ``c1 = scale·log2 e`` with sinks alone (the sink is a logit in the
-    same units); ``s`` unchanged otherwise (the default path)."""
+    same units); ``s`` unchanged otherwise (the default path). With ``CAP_FMA`` the soft-cap's
+    ``tanh(s·c1)`` comes back without the product by ``c2``: the softmax step fuses it into
+    the exponent (``_softmax_step``)."""
     if SOFTCAP:
-        s = tanh_of(s * c1, SOFTCAP) * c2
+        s = tanh_of(s * c1, SOFTCAP)
+        if not CAP_FMA:
+            s = s * c2
     elif SINKS:
         s = s * c1
     return s
@@ -161,7 +171,8 @@ def _option_logits(s, c1, c2, SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
 
 @triton.jit
 def _softmax_step(
-    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr
+    s, m_i, l_i, keep, qk_scale, MASKED: tl.constexpr, POS_SCALE: tl.constexpr,
+    CAP_FMA: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax update on the scores ``s`` of a key block: returns ``p`` (fp32),
     the rescale factor ``alpha`` of the old accumulator, and the new running extreme and sum.
@@ -173,7 +184,37 @@ def _softmax_step(
     H200, benchmarks/RESULTS.md). (One fma per score while |m·c| < 2^14, the exact form beyond,
     was measured slower on an H100 with Triton 3.6: the extra state spills registers; so was
     the fused form everywhere with the row block run again exactly past |m·c| = 2^24, on an
-    H200: the second copy of the loops costs registers.)"""
+    H200: the second copy of the loops costs registers.)
+
+    ``CAP_FMA`` (a soft-cap whose ``cap·log2 e`` is below ``CAP_FMA_MAX``): ``s`` is
+    ``tanh(·)``, ``qk_scale`` is ``c2 = cap·log2 e`` and ``m`` is kept in exp2 units, the
+    same bits as the unfused form (``fl(max(t)·c2) = max(fl(t·c2))``: rounding is monotone).
+    The exponent is one ``fma(t, c2, −m)``, rounding once where the unfused form rounds
+    ``t·c2`` and then the difference. At the row's maximum it leaves ``t·c2 − fl(t·c2)``, the
+    product's rounding error, not 0: at most half an ulp of ``|m| < 2^14``, so ``p`` is within
+    2^-10 of 1 there. That offset is common to the row's scores, so it cancels in O, and LSE,
+    formed from the same ``m``, carries no offset at all. The capped scores are bounded by
+    ``cap·log2 e``, which is what makes this safe without the fallback the default path
+    would need."""
+    if CAP_FMA:
+        # Only with a soft-cap, whose c2 = cap·log2 e > 0.
+        tl.static_assert(POS_SCALE)
+        if MASKED:
+            top = tl.max(tl.where(keep, s, float("-inf")), 1)
+        else:
+            top = tl.max(s, 1)
+        m_new = tl.maximum(m_i, top * qk_scale)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        first = m_i == float("-inf")
+        m_old = tl.where(first, m_safe, m_i)
+        x = tl.fma(s, qk_scale, -m_safe[:, None])
+        shift = m_old - m_safe
+        if MASKED:
+            x = tl.where(keep, x, float("-inf"))
+        alpha = tl.where(first, 0.0, tl.math.exp2(shift))
+        p = tl.math.exp2(x)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        return p, alpha, m_new, l_i
     if POS_SCALE:
         if MASKED:
             m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
@@ -237,7 +278,7 @@ def _key_blocks(
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, CAP_FMA: tl.constexpr,
 ):  # fmt: skip
     # With an option qk_scale is 1 (option_constants): a literal lets the compiler drop the
     # exact product by 1 in the softmax step, one instruction per score.
@@ -246,12 +287,14 @@ def _key_blocks(
         step = 1.0
     if SINKS:
         step = 1.0
+    if CAP_FMA:
+        step = c2  # the softmax step's fused exponent takes the cap's product
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
         k = _load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        s = _option_logits(s, c1, c2, SOFTCAP, SINKS)
+        s = _option_logits(s, c1, c2, SOFTCAP, SINKS, CAP_FMA)
         keep = None
         if MASKED and not (CAUSAL or WINDOW):
             # Only the key tail: a condition per column.
@@ -276,9 +319,9 @@ def _key_blocks(
             # one select per score serves the maximum and the exponent (the same bits as the
             # step's two). Not for the key tail alone: at 256-row tiles that spilled registers.
             s = tl.where(keep, s, float("-inf"))
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, CAP_FMA)
         else:
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE, CAP_FMA)
         v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
     return acc, l_i, m_i
@@ -291,7 +334,7 @@ def _key_blocks_prefetched(
     skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
     TMA: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     POS_SCALE: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, CAP_FMA: tl.constexpr,
 ):  # fmt: skip
     """The mask-free blocks with QKᵀ of block j + 1 issued before the softmax of block j, so
     that the (asynchronous) tensor-core product can run under the softmax's exp2 and sums.
@@ -301,11 +344,13 @@ def _key_blocks_prefetched(
         step = 1.0
     if SINKS:
         step = 1.0
+    if CAP_FMA:
+        step = c2  # the softmax step's fused exponent takes the cap's product
     if start_lo < start_hi:
         cols = start_lo + offs_n
         k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        s = _option_logits(s, c1, c2, SOFTCAP, SINKS)
+        s = _option_logits(s, c1, c2, SOFTCAP, SINKS, CAP_FMA)
         for start in range(start_lo, start_hi, BLOCK_N):
             start = tl.multiple_of(start, BLOCK_N)
             # The last step re-reads its own block rather than one past the range; that
@@ -315,8 +360,8 @@ def _key_blocks_prefetched(
             cols_n = nxt + offs_n
             k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-            s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE)
+            s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS, CAP_FMA)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, CAP_FMA)
             cols = start + offs_n
             v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
@@ -340,7 +385,7 @@ def _flash_fwd(
     PRECISION: tl.constexpr, TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr, POS_SCALE: tl.constexpr,
     ACC_IN_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SINKS: tl.constexpr, CAP_FMA: tl.constexpr,
 ):  # fmt: skip
     """One program: a block of BLOCK_M query rows of one (batch, head) against all its keys.
 
@@ -422,26 +467,26 @@ def _flash_fwd(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS,
+        SOFTCAP, SINKS, CAP_FMA,
     )  # fmt: skip
     if PREFETCH:
         acc, l_i, m_i = _key_blocks_prefetched(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, qk_scale, c1, c2,
-            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS,
+            TMA, BLOCK_N, PRECISION, POS_SCALE, ACC_IN_DOT, SOFTCAP, SINKS, CAP_FMA,
         )  # fmt: skip
     else:
         acc, l_i, m_i = _key_blocks(
             acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
             offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right,
             c1, c2, False, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, WARP_SPECIALIZE, POS_SCALE,
-            ACC_IN_DOT, SOFTCAP, SINKS,
+            ACC_IN_DOT, SOFTCAP, SINKS, CAP_FMA,
         )  # fmt: skip
     acc, l_i, m_i = _key_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         True, CAUSAL, WINDOW, TMA, BLOCK_N, PRECISION, False, POS_SCALE, ACC_IN_DOT,
-        SOFTCAP, SINKS,
+        SOFTCAP, SINKS, CAP_FMA,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
     has = l_i != 0.0
@@ -686,6 +731,18 @@ def option_constants(scale: float, softcap: float | None, sinks: Any) -> tuple[f
     return scale * _LOG2E, 1.0, 1.0
 
 
+# Caps up to this fuse their product into the exponent (_softmax_step's CAP_FMA): the row
+# maximum's offset is then at most half an ulp of cap·log2 e < 2^14, 2^-10. A larger cap keeps
+# the unfused form, whose exponent is exactly 0 at the maximum.
+CAP_FMA_MAX = 8192.0
+
+
+def cap_fma(softcap: float | None) -> bool:
+    """Whether the forward fuses the soft-cap's product by ``cap·log2 e`` into the exponent
+    (caps in ``(0, CAP_FMA_MAX]``)."""
+    return bool(softcap) and softcap <= CAP_FMA_MAX
+
+
 def softcap_mode(softcap: float | None, approx_tanh: bool) -> int:
     """The kernels' ``SOFTCAP`` switch: 0 no cap, 1 the cap with :func:`tanh_fp32`, 2 with
     :func:`tanh_approx` (asked for and on a GPU: under the interpreter, 1)."""
@@ -745,7 +802,7 @@ def launch(
         PRECISION=precision, TMA=cfg.tma, WARP_SPECIALIZE=cfg.warp_specialize,
         HEAVY_FIRST=bool(causal), SPLIT=cfg.split, POS_SCALE=qk_scale > 0,
         ACC_IN_DOT=cfg.acc_in_dot, PREFETCH=cfg.prefetch and cfg.split,
-        SOFTCAP=mode, SINKS=sinks is not None,
+        SOFTCAP=mode, SINKS=sinks is not None, CAP_FMA=cap_fma(softcap),
         num_warps=cfg.warps, num_stages=cfg.stages, **extra,
     )  # fmt: skip
     _LAST_COMPILED["kernel"] = compiled  # registers / spills / shared memory, for tuning

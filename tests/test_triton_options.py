@@ -16,6 +16,7 @@ if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_av
 
 # E402 below: the Triton kernels import triton as they load, so they follow the skips above.
 import flashcheck  # noqa: E402
+from flashcheck.kernels import triton_flash as tf  # noqa: E402
 from flashcheck.kernels.triton_flash import (  # noqa: E402
     flash_attention,
     launch,
@@ -130,6 +131,34 @@ def test_mask_free_and_prefetching_paths_change_no_bit_with_the_options(variant)
     b = launch(q, k, v, config=other, **kw)
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp32"])
+def test_the_fused_cap_exponent_moves_o_by_an_ulp_at_most(fmt, monkeypatch):
+    """Caps up to CAP_FMA_MAX fuse the product by cap·log2 e into the exponent: each weight's
+    exponent (|x| ≤ 2·cap·log2 e ≈ 4.3 here) moves by an fp32 rounding, so each weight by
+    about 3 u32 relative and O by at most 6·u32·max|v| (both forms' roundings), then its own
+    store's ulp; LSE by a few fp32 ulps. Larger caps keep the exact form (bit-identical to the
+    forward with the fusion turned off)."""
+    assert tf.cap_fma(1.5) and tf.cap_fma(tf.CAP_FMA_MAX) and not tf.cap_fma(tf.CAP_FMA_MAX * 2)
+    q, k, v = _inputs(DTYPES[fmt], seed=11, nq=70, nk=96)
+    sinks = torch.tensor(SINKS, device=DEV)
+    kw = {"causal": True, "sinks": sinks}
+    fused = flash_attention(q, k, v, softcap=1.5, **kw)
+    big = flash_attention(q * 4096, k, v, softcap=20000.0, **kw)
+    monkeypatch.setattr(tf, "CAP_FMA_MAX", 0.0)
+    exact = flash_attention(q, k, v, softcap=1.5, **kw)
+    assert torch.equal(big[0], flash_attention(q * 4096, k, v, softcap=20000.0, **kw)[0])
+    o, e = fused[0].float(), exact[0].float()
+    u32 = torch.finfo(torch.float32).eps / 2
+    vmax = v.float().abs().amax(dim=(2, 3)).repeat_interleave(2, dim=1)[..., None, None]
+    tol = 8 * u32 * vmax + torch.finfo(DTYPES[fmt]).eps * torch.maximum(o.abs(), e.abs())
+    assert ((o - e).abs() <= tol).all()
+    lse_ulp = torch.finfo(torch.float32).eps * exact[1].abs().clamp_min(1.0)
+    assert ((fused[1] - exact[1]).abs() <= 8 * lse_ulp).all()
+    if fmt == "fp32" and DEV == "cpu":
+        # The interpreter's tl.fma rounds once (numpy-side fma): the two forms differ somewhere.
+        assert not torch.equal(fused[0], exact[0])
 
 
 def test_bad_options_raise_value_errors_that_say_what_to_pass():
