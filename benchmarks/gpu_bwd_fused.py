@@ -1,6 +1,6 @@
-"""The Triton backward's two paths on one GPU: the fused default (dQ by fp32 atomic adds inside
-the dK/dV kernel) and ``deterministic=True`` (a second kernel for dQ), beside SDPA's flash and
-cuDNN backwards.
+"""The Triton backward's two paths on one GPU: the fused one (``deterministic=False``, dQ by
+fp32 atomic adds inside the dK/dV kernel) and ``deterministic=True`` (a second kernel for dQ),
+beside SDPA's flash and cuDNN backwards.
 
     python benchmarks/gpu_bwd_fused.py                 # one H100 / H200, about 2-3 minutes
     python benchmarks/gpu_bwd_fused.py --device cpu    # the same steps at tiny shapes under the

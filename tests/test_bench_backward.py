@@ -295,7 +295,7 @@ def test_render_puts_the_fused_backward_beside_the_deterministic_one(tmp_path):
     assert head + "triton / cuDNN | triton-atomic / triton |" in md
     assert "| 4096 | 4 × 16 | 300 | 270 | 250 | 500 | 1.20 | 0.60 | 0.90 |" in md
     assert "| triton-atomic | 2 | 0 | 0 | 0.6 / 0.7 / 0.5 |" in md  # its gradient checks
-    assert "`triton-atomic` its default, fused path" in md
+    assert "`triton-atomic` its fused path (`deterministic=False`" in md
 
 
 def test_render_a_failed_gradient_check_does_not_score(tmp_path):

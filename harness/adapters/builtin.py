@@ -5,10 +5,10 @@ table of every built-in kernel.
 16- and 5-key blocks); ``naive-numpy`` / ``naive-torch``: standard attention at the input
 precision; ``triton`` / ``triton-tf32``: the Triton FlashAttention-2 forward and backward (IEEE
 fp32 or tf32 dots for fp32 inputs), with the bitwise reproducible two-kernel backward;
-``triton-atomic``: the same forward with the backward's default, fused path (dQ by fp32 atomic
-adds, not bitwise reproducible on a GPU), run only when named, as is ``triton-approx-tanh``
-(``triton`` with the soft-cap's tanh by the GPU's ``tanh.approx.f32``, declared
-``tanh="approx"``; GPU only). The kernels of the ragged
+``triton-atomic``: the same forward with the backward's fused path (``deterministic=False``:
+dQ by fp32 atomic adds, not bitwise reproducible on a GPU), run only when named, as is
+``triton-approx-tanh`` (``triton`` with the soft-cap's tanh by the GPU's ``tanh.approx.f32``,
+declared ``tanh="approx"``; GPU only). The kernels of the ragged
 layouts are declared in :mod:`~flashcheck.harness.adapters.builtin_ragged`, the FP8 kernel in
 :mod:`~flashcheck.harness.adapters.builtin_fp8`, and what each can run where in
 :mod:`~flashcheck.harness.adapters.availability`; :func:`project_kernels` holds them all.

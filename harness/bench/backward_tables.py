@@ -20,8 +20,9 @@ _PASS_METHOD = {
     "FlashAttention and Triton tutorial benchmarks time it. The same run also timed the "
     "forward and forward + backward of each provider; `fwd+bwd − fwd` is shown in its own "
     "table. `triton` runs the Triton backward's bitwise reproducible two-kernel path "
-    "(`deterministic=True`), `triton-atomic` its default, fused path (dQ summed with fp32 "
-    "atomic adds inside the dK/dV kernel; the same forward).",
+    "(`deterministic=True`, its default), `triton-atomic` its fused path "
+    "(`deterministic=False`: dQ summed with fp32 atomic adds inside the dK/dV kernel; the "
+    "same forward).",
     "fwd+bwd": "TFLOP/s count 3.5 × the forward's `4·N²·d` FLOPs per head (halved for causal): "
     "one forward, then `torch.autograd.grad(O, (Q, K, V), dO)`, timed together.",
 }
