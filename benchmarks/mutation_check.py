@@ -131,6 +131,17 @@ MUTANTS = {
         ],
         TRITON_TESTS,
     ),
+    "cap-product-twice": (
+        "soft-cap: the cap's product by cap·log2 e applied to the fused exponent's input too",
+        TRITON,
+        [
+            (
+                "        if not CAP_FMA:\n            s = s * c2",
+                "        if True:\n            s = s * c2",
+            )
+        ],
+        TRITON_TESTS,
+    ),
     "lse-wrong-base": (
         "LSE returned in log2 units (the ln 2 factor dropped)",
         TRITON,

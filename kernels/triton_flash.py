@@ -196,30 +196,16 @@ def _softmax_step(
     formed from the same ``m``, carries no offset at all. The capped scores are bounded by
     ``cap·log2 e``, which is what makes this safe without the fallback the default path
     would need."""
-    if CAP_FMA:
-        # Only with a soft-cap, whose c2 = cap·log2 e > 0.
-        tl.static_assert(POS_SCALE)
+    # The fused form only with a soft-cap, whose c2 = cap·log2 e > 0.
+    tl.static_assert(POS_SCALE or not CAP_FMA)
+    if POS_SCALE:
         if MASKED:
             top = tl.max(tl.where(keep, s, float("-inf")), 1)
         else:
             top = tl.max(s, 1)
-        m_new = tl.maximum(m_i, top * qk_scale)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        first = m_i == float("-inf")
-        m_old = tl.where(first, m_safe, m_i)
-        x = tl.fma(s, qk_scale, -m_safe[:, None])
-        shift = m_old - m_safe
-        if MASKED:
-            x = tl.where(keep, x, float("-inf"))
-        alpha = tl.where(first, 0.0, tl.math.exp2(shift))
-        p = tl.math.exp2(x)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        return p, alpha, m_new, l_i
-    if POS_SCALE:
-        if MASKED:
-            m_new = tl.maximum(m_i, tl.max(tl.where(keep, s, float("-inf")), 1))
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
+        if CAP_FMA:
+            top = top * qk_scale  # s is tanh(·): m is kept in the scores' exp2 units
+        m_new = tl.maximum(m_i, top)
         # A row that has kept no key yet has m = −inf: shift by 0 so x is −inf, not NaN.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         first = m_i == float("-inf")
@@ -233,8 +219,12 @@ def _softmax_step(
         first = m_i == float("inf")
     # (±inf is kept out of the shift's product even where discarded: c may be 0.)
     m_old = tl.where(first, m_safe, m_i)
-    x = (s - m_safe[:, None]) * qk_scale
-    shift = (m_old - m_safe) * qk_scale
+    if CAP_FMA:
+        x = tl.fma(s, qk_scale, -m_safe[:, None])
+        shift = m_old - m_safe
+    else:
+        x = (s - m_safe[:, None]) * qk_scale
+        shift = (m_old - m_safe) * qk_scale
     if MASKED:
         x = tl.where(keep, x, float("-inf"))
     # Before the first kept key, acc and l are 0 and m is ±inf: alpha = 0 (never ±inf·0 = NaN);
