@@ -18,6 +18,9 @@ from flashcheck.harness.campaign.budget import (
 from flashcheck.harness.campaign.logrecords import CoverageRecord
 from flashcheck.harness.campaign.plan import PRESETS, plan_items, structural_items
 
+# serial: wall-clock budgets (tox runs them alone, conftest.py).
+pytestmark = pytest.mark.serial
+
 CPU = PRESETS["cpu"]
 
 

@@ -17,6 +17,9 @@ from flashcheck.harness.adapters.call_limit import (
 from flashcheck.harness.adapters.outcome import call_kernel
 from flashcheck.harness.core.status import Status
 
+# serial: wall-clock limits and budgets (tox runs them alone, conftest.py).
+pytestmark = pytest.mark.serial
+
 
 def _spin(seconds: float) -> str:
     """A kernel that tries to swallow every exception while it sleeps."""

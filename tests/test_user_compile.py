@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 # Minutes of sleeping kernel calls in a subprocess.
-pytestmark = pytest.mark.slow
+# serial: they time what a user waits for (tox runs them alone, conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 HERE = Path(__file__).parent / "user"
 LIMIT_S = 180

@@ -108,6 +108,7 @@ def test_a_kernel_that_kills_the_test_process_is_named(user_dir):
     assert "flashcheck report --kernel user_kernels:kills_its_process" in out.stderr
 
 
+@pytest.mark.serial  # times an exit or a stop (tox runs it alone, conftest.py)
 def test_a_kernel_that_hangs_fails_its_property_with_timeout_and_the_run_goes_on(user_dir):
     args = ["test", "user_kernels:hangs_on_nan", "--dtype", "fp16", "--timeout", "3"]
     out, secs = _flashcheck([*args, "-k", "nan_inputs or repeated_runs"], user_dir)
@@ -157,6 +158,7 @@ def test_a_bug_past_1024_keys_fails_the_suite_as_it_fails_the_report(user_dir):
     )
 
 
+@pytest.mark.serial  # times an exit or a stop (tox runs it alone, conftest.py)
 def test_ctrl_c_says_where_the_run_stopped(user_dir):
     import signal
 
@@ -228,6 +230,7 @@ def _assert_group_gone(pgid, seconds=5.0):
     raise AssertionError("worker processes outlived the interrupted run")
 
 
+@pytest.mark.serial  # times an exit or a stop (tox runs it alone, conftest.py)
 @pytest.mark.parametrize(("signame", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_to_the_run_alone_stops_it_at_once(user_dir, signame, status):
     """SIGINT or SIGTERM sent to flashcheck's process only (kill, timeout, a scheduler), not
@@ -271,6 +274,7 @@ def test_a_signal_to_the_run_alone_stops_it_at_once(user_dir, signame, status):
     _assert_group_gone(proc.pid)  # the workers (same process group) are gone too
 
 
+@pytest.mark.serial  # times an exit or a stop (tox runs it alone, conftest.py)
 def test_sigint_twice_while_references_are_in_flight_stops_at_once(user_dir):
     """`timeout -s INT` signals the process, then its whole group: a second SIGINT can reach
     flashcheck while it stops its workers. It used to stop that half-way, and the exit then

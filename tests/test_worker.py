@@ -232,6 +232,7 @@ def test_reference_processes_yield_the_cores_to_the_kernel_workers():
     assert theirs == min(os.nice(0) + 10, 19)
 
 
+@pytest.mark.serial  # times the close
 def test_an_interrupted_close_returns_after_the_pools_manager_thread_has_ended():
     # Python 3.11's exit wakes the pool's manager thread through a pipe the thread closes as it
     # ends, unlocked (python/cpython#125451): an interrupted run that exited at that moment
