@@ -2,6 +2,7 @@
 
     python benchmarks/profile_limits.py [-n 8192] [-d 128] [--heads 16] [--out DIR]
     python benchmarks/profile_limits.py --pass bwd [-n 4096] [-d 128] [--causal] ...
+    python benchmarks/profile_limits.py --pass bwd --providers triton,triton-capped
 
 Profiles one bf16 non-causal forward of each (``benchmarks/iomodel_ncu.py run``, which warms
 up, then brackets a single call with cudaProfilerStart/Stop) with the SpeedOfLight,
@@ -59,6 +60,8 @@ def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     if kernel == "triton":
         out = flash_attention_differentiable(q, k, v, causal=causal)
+    elif kernel == "triton-capped":  # soft-cap 2 with the GPU's tanh, as the options bench
+        out = flash_attention_differentiable(q, k, v, causal=causal, softcap=2.0, approx_tanh=True)
     else:
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -123,14 +126,26 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="where to save the raw CSV rows")
     ap.add_argument("--pass", dest="which_pass", choices=("fwd", "bwd"), default="fwd")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--run-bwd", choices=("triton", "sdpa-cudnn"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--providers",
+        default="triton,sdpa-cudnn",
+        help="comma-separated, of triton, sdpa-cudnn and (--pass bwd) triton-capped: the "
+        "Triton backward with a soft-cap of 2 and approx_tanh=True",
+    )
+    ap.add_argument(
+        "--run-bwd", choices=("triton", "triton-capped", "sdpa-cudnn"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.run_bwd:  # the profiled child process
         run_backward(args.run_bwd, args.n, args.d, args.heads, args.causal)
         return 0
     backward = args.which_pass == "bwd"
     found: dict[str, dict[str, str]] = {}
-    for kernel in ("triton", "sdpa-cudnn"):
+    providers = args.providers.split(",")
+    bad = sorted(set(providers) - {"triton", "sdpa-cudnn", "triton-capped"})
+    if bad or ("triton-capped" in providers and not backward):
+        ap.error(f"--providers: {bad or 'triton-capped'} (triton-capped with --pass bwd only)")
+    for kernel in providers:
         for i, row in enumerate(profile(kernel, args.n, args.d, args.heads, backward, args.causal)):
             name = row.get("Kernel Name", "?")[:60]
             found[f"{kernel}: {name} #{i}" if backward else f"{kernel}: {name}"] = row
