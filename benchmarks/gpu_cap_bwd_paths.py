@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from probe_softcap_configs import bench_inputs  # the shapes and inputs of the other probes
+
 from flashcheck.harness.bench.timing import time_interleaved
 
 
@@ -39,12 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
     rows = []
     for n in (int(x) for x in args.sizes.split(",")):
-        b, h, d = max(1, 16384 // n), 16, 128
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v, do = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(4)
-        )
+        q, k, v, do = bench_inputs(n, 4)
         for causal in (False, True):
             fns, outs = {}, {}
             for cap in (None, 2.0):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_softcap_speed import check_capped
+from probe_softcap_configs import bench_inputs  # the shapes and inputs of the other probes
 
 from flashcheck.harness.bench.timing import time_interleaved
 from flashcheck.kernels import triton_flash as tf
@@ -59,12 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
     rows, failed = [], 0
     for n in (int(x) for x in args.sizes.split(",")):
-        b, h, d = max(1, 16384 // n), 16, 128
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v = (
-            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-            for _ in range(3)
-        )
+        q, k, v = bench_inputs(n, 3)
+        d = q.shape[-1]
         for causal in (False, True):
             opts = {"causal": causal, "window": None, "scale": d**-0.5, "allow_tf32": False}
             cap = {"softcap": args.cap, "approx_tanh": True}

@@ -134,7 +134,7 @@ def test_mask_free_and_prefetching_paths_change_no_bit_with_the_options(variant)
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "fp32"])
-def test_the_fused_cap_exponent_moves_o_by_an_ulp_at_most(fmt, monkeypatch):
+def test_the_fused_cap_exponent_moves_o_only_by_its_roundings(fmt, monkeypatch):
     """Caps up to CAP_FMA_MAX fuse the product by cap·log2 e into the exponent: each weight's
     exponent (|x| ≤ 2·cap·log2 e ≈ 4.3 here) moves by an fp32 rounding, so each weight by
     about 3 u32 relative and O by at most 6·u32·max|v| (both forms' roundings), then its own
