@@ -49,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
                 o, lse = flash_attention(q, k, v, **opts)
                 for det in (True, False):
                     name = f"{'capped' if cap else 'plain'} {'two-kernel' if det else 'fused'}"
-
                     fns[name] = partial(
                         flash_attention_backward, q, k, v, o, lse, do, **opts, deterministic=det
                     )
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                     for x, y in zip(a, f, strict=True)
                 ]
             ms = dict(zip(fns, time_interleaved(list(fns.values()), reps=args.reps), strict=True))
-            rows.append((n, causal, ms, diffs))
+            rows.append((n, causal, ms))
             print(
                 f"N={n} causal={causal} "
                 + ", ".join(f"{k} {t:.3f} ms" for k, t in ms.items())
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "plain two-kernel | capped fused / capped two-kernel | capped fused / plain fused |"
     )
     print("|---|---|---|---|---|---|---|")
-    for n, causal, ms, _d in rows:
+    for n, causal, ms in rows:
         p2, pf = ms["plain two-kernel"], ms["plain fused"]
         c2, cf = ms["capped two-kernel"], ms["capped fused"]
         print(
