@@ -2,26 +2,15 @@
 as a user runs it: the installed command, in a folder holding nothing but the user's module."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_flashcheck
 
 pytestmark = pytest.mark.slow  # a subprocess per campaign: a few seconds each
 
 HERE = Path(__file__).parent / "user"
-
-
-def _flashcheck(args, cwd):
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
-    return subprocess.run(
-        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 @pytest.fixture
@@ -31,7 +20,9 @@ def user_dir(tmp_path):
 
 
 def _report(kernel, user_dir):
-    out = _flashcheck(["report", "--kernel", f"user_fp8:{kernel}", "--preset", "smoke"], user_dir)
+    out = run_flashcheck(
+        ["report", "--kernel", f"user_fp8:{kernel}", "--preset", "smoke"], user_dir
+    )
     return out, out.stdout + out.stderr
 
 
@@ -50,7 +41,7 @@ def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
     again, text = _report("good", user_dir)
     assert again.returncode == 0, text
     assert results.read_text().splitlines() == lines
-    other = _flashcheck(
+    other = run_flashcheck(
         ["report", "--kernel", "user_fp8:good", "--preset", "cpu", "--name", "user_fp8-good"],
         user_dir,
     )
@@ -64,7 +55,7 @@ def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):
     saved = sorted((user_dir / "reports/user_fp8-p_e5m2/cases").glob("*.json"))
     record = json.loads(saved[0].read_text())
     assert record["dtype"] == "e4m3" and record["kernel"] == "user_fp8:p_e5m2"
-    rep = _flashcheck(["replay", record["id"], "--dir", str(saved[0].parent)], user_dir)
+    rep = run_flashcheck(["replay", record["id"], "--dir", str(saved[0].parent)], user_dir)
     assert "(same verdict)" in rep.stdout, rep.stdout + rep.stderr
 
 
@@ -75,7 +66,7 @@ def test_descale_applied_twice_exits_1_naming_the_descale(user_dir):
 
 
 def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):
-    out = _flashcheck(["test", "user_fp8:good"], user_dir)
+    out = run_flashcheck(["test", "user_fp8:good"], user_dir)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "flashcheck report --kernel user_fp8:good" in out.stderr
 
@@ -94,7 +85,7 @@ def test_fp8_kernel_without_descale_keywords_is_a_usage_error(user_dir):
 
 def test_a_hanging_fp8_kernel_is_stopped_and_the_report_goes_on(user_dir):
     args = ["report", "--kernel", "user_fp8:hangs_when_long", "--preset", "smoke"]
-    out = _flashcheck([*args, "--timeout", "2"], user_dir)
+    out = run_flashcheck([*args, "--timeout", "2"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "TIMEOUT user_fp8:hangs_when_long e4m3 fp8_uniform_long" in text
@@ -103,7 +94,7 @@ def test_a_hanging_fp8_kernel_is_stopped_and_the_report_goes_on(user_dir):
     assert "| user_fp8:hangs_when_long | e4m3 | – | – | KernelHung: " in report
     assert "| flash-fp8-numpy | e4m3 | 0." in report
     saved = sorted((user_dir / "reports/user_fp8-hangs_when_long/cases").glob("*.json"))
-    rep = _flashcheck(
+    rep = run_flashcheck(
         ["replay", saved[0].stem, "--dir", str(saved[0].parent), "--timeout", "2"], user_dir
     )
     assert rep.returncode == 1 and "replayed: TIMEOUT (same verdict)" in rep.stdout, rep.stdout

@@ -12,22 +12,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_flashcheck
 
 pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 # A subprocess each (about 5 s on the smoke preset, fp16, the options part alone).
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent / "user"
-ARGS = ["--preset", "smoke", "--part", "options", "--dtype", "fp16", "--workers", "1"]
+ARGS = ["--preset", "smoke", "--part", "options", "--dtype", "fp16"]
 
 
 def _report(cwd, *kernels):
-    exe = Path(sys.executable).with_name("flashcheck")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flashcheck.harness.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHCHECK_")}
     specs = [a for k in kernels for a in ("--kernel", f"user_softcap:{k}")]
-    args = [*cmd, "report", *specs, *ARGS]
-    out = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    out = run_flashcheck(["report", *specs, *ARGS], cwd, 300)
     return out.returncode, out.stdout + out.stderr
 
 

@@ -15,6 +15,10 @@ __all__ = ["add_test"]
 
 
 def _cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
+    # Said before anything heavy is imported: the kernel's module (torch with it), then the
+    # suite's own pytest process, take seconds to start, more on a loaded machine.
+    what = "the built-in kernels" if args.spec == "builtin" else args.spec
+    print(f"flashcheck test: loading {what} and starting the property suite ...", flush=True)
     import contextlib
     import importlib.resources
     import os
