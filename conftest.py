@@ -2,7 +2,8 @@
 ``serial``, for ``pytest -n auto`` (pytest-xdist); ``--phase serial`` keeps only those, run
 alone after it, because they time the product (first output within seconds, a run within its
 budget, an exit within seconds of Ctrl-C) and a second worker on a 2-core machine would be part
-of what they time. Without ``--phase`` every test runs, as before."""
+of what they time. Without ``--phase`` every test runs, as before. In the parallel phase each
+module of the property suite is one ``xdist_group`` (for ``--dist loadgroup``)."""
 
 import pytest
 
@@ -27,6 +28,13 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if not want_serial and config.pluginmanager.hasplugin("xdist"):
+        # One pytest-xdist worker per module of the property suite (with --dist loadgroup):
+        # its kernels are tested on the same derandomized cases, which the oracle's memo then
+        # answers once per worker instead of once per kernel.
+        for it in items:
+            if it.nodeid.startswith("properties/"):
+                it.add_marker(pytest.mark.xdist_group(it.nodeid.split("::")[0]))
 
 
 def pytest_sessionfinish(session, exitstatus):

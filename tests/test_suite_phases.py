@@ -42,3 +42,21 @@ def test_the_phases_split_the_tests_by_the_serial_mark(project, phase, ran):
 def test_a_phase_with_nothing_selected_exits_0_and_all_still_says_no_tests(project):
     assert project.runpytest("--phase", "parallel", "-k", "test_b").ret == 0
     assert project.runpytest("--phase", "all", "-k", "nothing").ret == 5
+
+
+def test_each_property_module_is_one_xdist_group_in_the_parallel_phase(project):
+    """The oracle's memo answers a module's shared cases once only if its tests share a
+    worker: every test of ``properties/<module>`` gets that module's ``xdist_group``, the rest
+    none."""
+    group = """
+def test_group(request):
+    mark = request.node.get_closest_marker("xdist_group")
+    assert (mark and mark.args) == {want!r}
+"""
+    (project.path / "properties").mkdir()
+    (project.path / "properties" / "test_p.py").write_text(
+        group.format(want=("properties/test_p.py",))
+    )
+    project.makepyfile(test_y=group.format(want=None))
+    res = project.runpytest("--phase", "parallel", "-n", "2", "--dist", "loadgroup")
+    res.assert_outcomes(passed=3)

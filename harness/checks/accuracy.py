@@ -33,7 +33,8 @@ from ..judging.classes import PRECISION_BELOW
 from ..judging.diagnosis import CONSISTENT, explain
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.verdict import baseline_error, gradient_errors, judge, judge_gradients
-from ..oracle.evaluate import OracleResult, problem_oracle
+from ..oracle.evaluate import OracleResult
+from ..oracle.memo import memoized_oracle
 from .check_results import CheckResult, GradientCheckResult
 from .gradient_readings import mask_readings
 from .text import format_check, format_gradient_check
@@ -77,13 +78,15 @@ def naive_baseline() -> Kernel:
 
 
 def case_oracle(case: Case) -> OracleResult:
-    """The oracle's O and LSE for ``case`` (from its validated problem)."""
-    return problem_oracle(case.problem)
+    """The oracle's O and LSE for ``case`` (from its validated problem; computed once per
+    process for equal problems)."""
+    return memoized_oracle(case.problem)
 
 
 def gradient_oracle(case: Case) -> OracleResult:
-    """The oracle's O, LSE and gradients for ``case`` and its upstream gradient."""
-    return problem_oracle(case.problem, do=case.grad_output())
+    """The oracle's O, LSE and gradients for ``case`` and its upstream gradient (computed once
+    per process for equal problems and gradients)."""
+    return memoized_oracle(case.problem, do=case.grad_output())
 
 
 def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float | None]:
