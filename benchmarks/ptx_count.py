@@ -288,11 +288,14 @@ def resource_usage(cubin: bytes) -> str:
     return f"{regs} registers a thread, {stack} bytes of stack frame (spills), {local} bytes local"
 
 
-def compile_peer(path: Path, *, causal: bool, n: int) -> tuple[str, int, str]:
+def compile_peer(
+    path: Path, *, causal: bool, n: int, tile: tuple[int, int, int, int] | None = None
+) -> tuple[str, int, str]:
     """Compile the Triton tutorial's forward from ``path`` (a file defining the tutorial's
     autotuned ``_attn_fwd`` with host tensor descriptors, fp16, as benchmarks/RESULTS.md
-    describes) for sm_90 at the tile of this kernel's table entry for ``causal`` and ``n``
-    keys (d = 128): (SASS, scores per thread per key block, the tile)."""
+    describes) for sm_90 at ``tile`` (rows, keys, warps, stages) or else the tile of this
+    kernel's H100 table entry for ``causal`` and ``n`` keys (d = 128): (SASS, scores per thread
+    per key block, the tile with the registers and spills it compiled to)."""
     import importlib.util
 
     import triton
@@ -311,7 +314,8 @@ def compile_peer(path: Path, *, causal: bool, n: int) -> tuple[str, int, str]:
     spec = importlib.util.spec_from_file_location("tutorial_forward", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    bm, bn, d = cfg.block_m, cfg.block_n, 128
+    bm, bn, warps, stages = tile or (cfg.block_m, cfg.block_n, cfg.warps, cfg.stages)
+    d = 128
     sig = {
         "sm_scale": "fp32", "M": "*fp32", "Z": "i32", "H": "i32", "N_CTX": "i32",
         "desc_q": f"tensordesc<fp16[{bm}, {d}]>", "desc_o": f"tensordesc<fp16[{bm}, {d}]>",
@@ -321,13 +325,17 @@ def compile_peer(path: Path, *, causal: bool, n: int) -> tuple[str, int, str]:
         "HEAD_DIM": d, "BLOCK_M": bm, "BLOCK_N": bn, "FP8_OUTPUT": False,
         "STAGE": 3 if causal else 1, "warp_specialize": False,
     }  # fmt: skip
+    # the jit function under its autotuner: `_attn_fwd` in later versions of the tutorial,
+    # `_attn_fwd_tma` (no warp_specialize) in the one of 003da478
+    fn = (getattr(mod, "_attn_fwd", None) or mod._attn_fwd_tma).fn
+    if "warp_specialize" not in fn.arg_names:
+        del const["warp_specialize"]
     sig.update({k: "constexpr" for k in const})
-    fn = mod._attn_fwd.fn  # the jit function under its autotuner
     src = ASTSource(fn=fn, signature=sig, constexprs=const)
-    opts = {"num_warps": cfg.warps, "num_stages": cfg.stages}
+    opts = {"num_warps": warps, "num_stages": stages}
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-    tile = f"{bm}x{bn} w{cfg.warps} s{cfg.stages}"
-    return get_sass(ck.asm["cubin"]), bm * bn // (32 * cfg.warps), tile
+    label = f"{bm}x{bn} w{warps} s{stages} ({resource_usage(ck.asm['cubin'])})"
+    return get_sass(ck.asm["cubin"]), bm * bn // (32 * warps), label
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nSASS, N = {args.n}")
             print(format_table(rows_s, scores=scores))
         if args.peer is not None:
-            sass, per, tile = compile_peer(args.peer, causal=causal, n=args.n)
+            sass, per, tile = compile_peer(
+                args.peer, causal=causal, n=args.n, tile=config[:4] if args.tile else None
+            )
             rows = [(f"tutorial {tile} causal={causal}", c) for c in count_loops(sass, sass=True)]
             print(f"\nSASS of the tutorial's forward, N = {args.n}, the same tile")
             print(format_table(rows, scores=per))
