@@ -84,3 +84,11 @@ def test_the_memo_keeps_at_most_its_bytes(monkeypatch):
     memo.memoized_oracle(_problem(seed=0))
     assert _counts() == {"hits": 1, "misses": 3}
     assert memo.memo_counts()["answers"] == 1 and memo.memo_counts()["bytes"] <= one
+
+
+def test_an_answer_above_the_size_of_one_is_not_kept(monkeypatch):
+    monkeypatch.setattr(memo, "ANSWER_BYTES", 100)  # below any answer's size
+    memo.memoized_oracle(_problem())
+    memo.memoized_oracle(_problem())
+    assert _counts() == {"hits": 0, "misses": 2}
+    assert memo.memo_counts()["answers"] == 0

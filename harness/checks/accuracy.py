@@ -33,7 +33,7 @@ from ..judging.classes import PRECISION_BELOW
 from ..judging.diagnosis import CONSISTENT, explain
 from ..judging.gradient_bounds import GradientBounds, problem_gradient_bounds
 from ..judging.verdict import baseline_error, gradient_errors, judge, judge_gradients
-from ..oracle.evaluate import OracleResult
+from ..oracle.evaluate import OracleResult, problem_oracle
 from ..oracle.memo import memoized_oracle
 from .check_results import CheckResult, GradientCheckResult
 from .gradient_readings import mask_readings
@@ -77,16 +77,18 @@ def naive_baseline() -> Kernel:
     return project_kernels()["naive-numpy"]
 
 
-def case_oracle(case: Case) -> OracleResult:
-    """The oracle's O and LSE for ``case`` (from its validated problem; computed once per
-    process for equal problems)."""
-    return memoized_oracle(case.problem)
+def case_oracle(case: Case, *, memo: bool = True) -> OracleResult:
+    """The oracle's O and LSE for ``case`` (from its validated problem); with ``memo``, computed
+    once per process for equal problems (the property suite tests its kernels on the same
+    cases; a campaign, which computes each case once, passes ``memo=False``)."""
+    return memoized_oracle(case.problem) if memo else problem_oracle(case.problem)
 
 
-def gradient_oracle(case: Case) -> OracleResult:
-    """The oracle's O, LSE and gradients for ``case`` and its upstream gradient (computed once
-    per process for equal problems and gradients)."""
-    return memoized_oracle(case.problem, do=case.grad_output())
+def gradient_oracle(case: Case, *, memo: bool = True) -> OracleResult:
+    """The oracle's O, LSE and gradients for ``case`` and its upstream gradient (``memo`` as for
+    :func:`case_oracle`)."""
+    do = case.grad_output()
+    return memoized_oracle(case.problem, do=do) if memo else problem_oracle(case.problem, do=do)
 
 
 def naive_reference(case: Case, ref: OracleResult) -> tuple[float | None, float | None]:

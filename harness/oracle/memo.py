@@ -7,7 +7,8 @@ answer takes seconds, the gradients' most of all: measured on the CI suite's gra
 oracle is a pure function of the problem and ``dO``, so an answer is looked up by a digest of
 both, pickled. A hit gives a fresh copy (the pickled answer loaded again), so a caller cannot
 change what the next caller gets. The memo is bounded (least recently used answers go first)
-and safe to use from several threads (the campaign computes references in threads).
+and safe to use from several threads. A campaign, which computes each of its cases once, does
+not use it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 
 from .evaluate import OracleResult, problem_oracle
 
-__all__ = ["MEMO_BYTES", "memo_clear", "memo_counts", "memoized_oracle"]
+__all__ = ["ANSWER_BYTES", "MEMO_BYTES", "memo_clear", "memo_counts", "memoized_oracle"]
 
-# Pickled answers kept at most: the property suite's cases are small (kilobytes an answer);
-# a campaign's largest cases are megabytes.
+# Pickled answers kept at most, in all and each: the gradient property's answers took 300-350 KB
+# on average (CI profile), so about 400 of them; a single larger answer is not kept.
 MEMO_BYTES = 128 * 2**20
+ANSWER_BYTES = 16 * 2**20
 
 _MEMO: OrderedDict[bytes, bytes] = OrderedDict()
 _SIZE = 0
@@ -49,7 +51,7 @@ def memoized_oracle(problem: Any, *, do: Any = None) -> OracleResult:
     blob = pickle.dumps(result, protocol=5)
     with _LOCK:
         _COUNTS["misses"] += 1
-        if key not in _MEMO and len(blob) <= MEMO_BYTES:
+        if key not in _MEMO and len(blob) <= min(ANSWER_BYTES, MEMO_BYTES):
             _MEMO[key] = blob
             _SIZE += len(blob)
             while _SIZE > MEMO_BYTES:
