@@ -3,7 +3,8 @@
 The property suite draws the same cases for every kernel it tests (Hypothesis is derandomized
 under the ``ci`` profile and each kernel's cases come from the same strategies), and a certified
 answer takes seconds, the gradients' most of all: measured on the CI suite's gradient property,
-165 of 440 oracle calls repeated an earlier call's problem and upstream gradient exactly. The
+165 of 440 oracle calls repeated an earlier call's problem and upstream gradient exactly
+(benchmarks/oracle_memo_hits.py). The
 oracle is a pure function of the problem and ``dO``, so an answer is looked up by a digest of
 both, pickled. A hit gives a fresh copy (the pickled answer loaded again), so a caller cannot
 change what the next caller gets. The memo is bounded (least recently used answers go first)
@@ -23,8 +24,9 @@ from .evaluate import OracleResult, problem_oracle
 
 __all__ = ["ANSWER_BYTES", "MEMO_BYTES", "memo_clear", "memo_counts", "memoized_oracle"]
 
-# Pickled answers kept at most, in all and each: the gradient property's answers took 300-350 KB
-# on average (CI profile), so about 400 of them; a single larger answer is not kept.
+# Pickled answers kept at most, in all and each: the gradient property's answers take about
+# 1 MiB on average (CI profile, benchmarks/oracle_memo_hits.py), so the last hundred or so of
+# them, which covers the kernels of one test that share cases; a single larger answer is not kept.
 MEMO_BYTES = 128 * 2**20
 ANSWER_BYTES = 16 * 2**20
 
