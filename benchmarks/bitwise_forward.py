@@ -10,9 +10,9 @@ lengths (Nq ≠ Nk, tails that are not a multiple of the tile); causal, sliding 
 right, both) and neither; a positive and a negative scale; no option, a soft-cap, sinks; one
 query row NaN. On a GPU (``--device cuda``, the compiled kernels with the GPU's own launch
 tables): fp16 and bf16, d = 64 and 128 (or ``--dims``), Nq = 1000 and 2048 against Nk = 2048,
-the same masks, positive scale, no option. Prints the configurations whose O or LSE differ in
-any bit, and exits 1 if any does. For changes meant to move no bit (a cheaper mask, a
-refactor).
+the same masks, positive scale, no option (with ``--options`` also a soft-cap of 2 and sinks).
+Prints the configurations whose O or LSE differ in any bit, and exits 1 if any does. For
+changes meant to move no bit (a cheaper mask, a refactor).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--against-file", type=Path, help="a copy of the other triton_flash.py")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--dims", default="64,128", help="with --device cuda: the head dims")
+    ap.add_argument(
+        "--options", action="store_true", help="with --device cuda: also a soft-cap and sinks"
+    )
     args = ap.parse_args(argv)
     import numpy as np
     import torch
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes = [(nq, 2048, int(d)) for nq in (1000, 2048) for d in args.dims.split(",")]
         dtypes, scales = (torch.float16, torch.bfloat16), (None,)
         options = [(None, None)]
+        if args.options:
+            options += [(2.0, None), (None, torch.randn(3))]
     else:
         shapes = [(37, 53, 16), (64, 40, 32), (33, 33, 16), (70, 130, 16)]
         dtypes, scales = (torch.float16, torch.float32), (None, -0.3)

@@ -86,6 +86,7 @@ __all__ = [
 ARITHMETIC = "flash"
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)  # the largest finite fp32
 
 
 # tanh_fp32's two polynomials, float64 least-squares fits on Chebyshev nodes rounded to fp32:
@@ -205,10 +206,20 @@ def _softmax_step(
             top = tl.max(s, 1)
         if CAP_FMA:
             top = top * qk_scale  # s is tanh(·): m is kept in the scores' exp2 units
+        # m starts at −FLT_MAX (_flash_fwd), never −inf, so no score needs a guard: a row that
+        # has kept no key yet gets x = (−inf + FLT_MAX)·c = −inf, and the first kept key
+        # gets alpha = exp2((−FLT_MAX − m')·c) = 0 for c > 0 (or a number times acc = l = 0).
+        # Same bits as guarding −inf per row, five fewer instructions a row and block.
         m_new = tl.maximum(m_i, top)
-        # A row that has kept no key yet has m = −inf: shift by 0 so x is −inf, not NaN.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        first = m_i == float("-inf")
+        if CAP_FMA:
+            x = tl.fma(s, qk_scale, -m_new[:, None])
+            shift = m_i - m_new
+        else:
+            x = (s - m_new[:, None]) * qk_scale
+            shift = (m_i - m_new) * qk_scale
+        if MASKED:
+            x = tl.where(keep, x, float("-inf"))
+        alpha = tl.math.exp2(shift)
     else:
         # c ≤ 0 (allowed, if unusual): the smallest score gives the largest s·c.
         if MASKED:
@@ -217,19 +228,14 @@ def _softmax_step(
             m_new = tl.minimum(m_i, tl.min(s, 1))
         m_safe = tl.where(m_new == float("inf"), 0.0, m_new)
         first = m_i == float("inf")
-    # (±inf is kept out of the shift's product even where discarded: c may be 0.)
-    m_old = tl.where(first, m_safe, m_i)
-    if CAP_FMA:
-        x = tl.fma(s, qk_scale, -m_safe[:, None])
-        shift = m_old - m_safe
-    else:
+        # (+inf is kept out of the shift's product even where discarded: c may be 0.)
+        m_old = tl.where(first, m_safe, m_i)
         x = (s - m_safe[:, None]) * qk_scale
-        shift = (m_old - m_safe) * qk_scale
-    if MASKED:
-        x = tl.where(keep, x, float("-inf"))
-    # Before the first kept key, acc and l are 0 and m is ±inf: alpha = 0 (never ±inf·0 = NaN);
-    # an unchanged extreme gives alpha = exp2(0) = 1 exactly.
-    alpha = tl.where(first, 0.0, tl.math.exp2(shift))
+        if MASKED:
+            x = tl.where(keep, x, float("-inf"))
+        # Before the first kept key, acc and l are 0 and m is +inf: alpha = 0 (never
+        # inf·0 = NaN); an unchanged extreme gives alpha = exp2(0) = 1 exactly.
+        alpha = tl.where(first, 0.0, tl.math.exp2((m_old - m_safe) * qk_scale))
     p = tl.math.exp2(x)
     l_i = l_i * alpha + tl.sum(p, 1)
     return p, alpha, m_new, l_i
@@ -416,8 +422,9 @@ def _flash_fwd(
         q_ptrs = Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd
         q = tl.load(q_ptrs, mask=(rows[:, None] < NQ) & (offs_d[None, :] < D), other=0.0)
 
-    # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, min else.
-    m_i = tl.full([BLOCK_M], float("-inf") if POS_SCALE else float("inf"), dtype=tl.float32)
+    # The running extreme of the unscaled scores (see _softmax_step): max for c > 0, from
+    # −FLT_MAX rather than −inf (the step then needs no guard); min else, from +inf.
+    m_i = tl.full([BLOCK_M], -_FLT_MAX if POS_SCALE else float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINKS:
         # Every row starts from its head's sink, a first logit with no value row (σ·log2 e,

@@ -234,3 +234,32 @@ def test_non_positive_scale_takes_the_scaled_maximum(scale):
     ref = oracle(q, k, v, causal=causal, window=window, scale=scale)
     n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window, scale=scale)
     _assert_empirical_rule(o, ref, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 2, 1, 40, 17, 32, 32, True, None), (1, 2, 2, 17, 65, 32, 32, False, (5, 3))],
+    ids=["causal-nq-above-nk", "window"],
+)
+def test_rows_that_keep_no_key_yet_under_a_tiny_positive_scale(dtype, shape):
+    """The running maximum starts at −FLT_MAX rather than −inf, so the softmax step needs no
+    guard per row. At a row's first kept key the old accumulator's factor is then
+    exp2((−FLT_MAX − m)·c): 0 for ordinary scales, but about 0.03 for a scale of 1e-38. It
+    multiplies acc = l = 0 there, so O and LSE must still match the oracle, and rows that keep
+    no key (causal with Nq > Nk) still give O = 0 and LSE = −inf."""
+    q, k, v, causal, window = _run(dtype, shape, seed=5)
+    scale = 1e-38
+    o, lse = flash_attention(
+        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, window=window, scale=scale
+    )
+    o, lse = o.cpu(), lse.cpu()
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    ref = oracle(q, k, v, causal=causal, window=window, scale=scale)
+    n, _ = naive_numpy(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window, scale=scale)
+    _assert_empirical_rule(o, ref, n)
+    live = np.isfinite(ref.lse.hi)
+    np.testing.assert_array_equal(np.isneginf(lse.numpy()), ~live)
+    assert np.all(o.numpy()[~live] == 0)
+    err_l = np.abs(lse.numpy()[live] - ref.lse.hi[live])
+    assert np.all(err_l <= 64 * FP32.u * (1 + ref.lse.floor[live] + np.abs(ref.lse.hi[live])))
