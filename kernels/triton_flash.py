@@ -584,14 +584,17 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
 }
-# Up to _SHORT keys at d = 128: 128-row tiles with registers capped at 128 and two stages, so
-# two CTAs share an SM and one's prologue, epilogue and softmax run under the other's products
-# (on an H200: +6 % non-causal at N = 1K, +3-4 % causal at 1K-2K over the entries above;
-# level non-causal at 2K-16K; 2-7 % behind causal at N >= 4K; benchmarks/RESULTS.md).
+# Up to _SHORT keys: one-warpgroup 64 x 64 tiles through TMA at d <= 64 (two stages; 0.95-0.98
+# of the former entries' time, causal and not, fp16 and bf16, N = 1K-2K) and causal d = 128
+# (three stages). d = 128 without a mask takes _HOPPER's tile: it ran in 0.91-0.92 of the time
+# of the former short entry, 128 x 64 on 8 warps with registers capped at 128 (on an H200, timed
+# by `flashcheck bench --kernel benchmarks/tile_kernels.py:...`, benchmarks/RESULTS.md,
+# 2026-11-30; that entry had measured 6 % ahead by benchmarks/tune_hopper.py, which times the
+# configurations one after another, a method found biased under the GPU's power limit).
 _SHORT = 2048
 _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
-    (64, True): LaunchConfig(64, 64, 4, 3, tma=True),
-    (128, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
+    (64, False): LaunchConfig(64, 64, 4, 2, tma=True),
+    (64, True): LaunchConfig(64, 64, 4, 2, tma=True),
     (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
 }
 # Past _SHORT up to _MID keys: causal d = 128 on the tutorial's one-warpgroup tile, which took
@@ -620,10 +623,12 @@ _HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
 # replaced, not the same tiles through pointers (64 × 64 / 4 warps through pointers made an
 # illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys).
 _WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (64, False, True): LaunchConfig(128, 64, 8, 3),
     (64, True, True): LaunchConfig(128, 64, 4, 3),
     (64, True, False): LaunchConfig(128, 64, 4, 3),
     (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, True, False): LaunchConfig(128, 64, 8, 3),
+    (128, False, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
     (128, False, False): LaunchConfig(128, 64, 8, 2, maxnreg=128),
 }
 # Where the plain forward (no approximate soft-cap) falls back to another tile than the above.
@@ -638,6 +643,8 @@ _WITHOUT_TMA_PLAIN: dict[tuple[int, bool, bool], LaunchConfig] = {
 # tables above. (64 x 64 tiles with 4 warps and 3 stages ran short causal keys 5 % faster at
 # d = 128, but made an illegal memory access at Nq = 40, Nk = 17, d = 72, dv = 24: not used.)
 _H100: dict[tuple[int, bool, bool], LaunchConfig] = {
+    (64, False, True): LaunchConfig(128, 64, 8, 3),
+    (64, True, True): LaunchConfig(64, 64, 4, 3, tma=True),
     (128, False, False): LaunchConfig(256, 64, 8, 3),
     (128, False, True): LaunchConfig(256, 64, 8, 3),
 }
