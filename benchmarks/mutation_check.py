@@ -71,8 +71,8 @@ MUTANTS = {
         "exp2(t) instead of exp2(t - m) (exact in real arithmetic, overflows for large logits)",
         TRITON,
         [
-            ("shift = (m_old - m_safe) * qk_scale", "shift = (m_old * 0.0) * qk_scale"),
-            ("x = (s - m_safe[:, None]) * qk_scale", "x = s * qk_scale"),
+            ("shift = (m_i - m_new) * qk_scale", "shift = (m_i * 0.0) * qk_scale"),
+            ("x = (s - m_new[:, None]) * qk_scale", "x = s * qk_scale"),
             ("tl.where(has, m_i, 0.0) * qk_scale", "0.0 * qk_scale"),
         ],
         TRITON_TESTS,
