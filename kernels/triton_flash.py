@@ -588,7 +588,7 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
 # of the former entries' time, causal and not, fp16 and bf16, N = 1K-2K) and causal d = 128
 # (three stages). d = 128 without a mask takes _HOPPER's tile: it ran in 0.91-0.92 of the time
 # of the former short entry, 128 x 64 on 8 warps with registers capped at 128 (on an H200, timed
-# by `flashcheck bench --kernel benchmarks/tile_kernels.py:...`, benchmarks/RESULTS.md,
+# inside `flashcheck bench` through benchmarks/tile_kernels.py, benchmarks/RESULTS.md,
 # 2026-11-30; that entry had measured 6 % ahead by benchmarks/tune_hopper.py, which times the
 # configurations one after another, a method found biased under the GPU's power limit).
 _SHORT = 2048
@@ -639,9 +639,11 @@ _WITHOUT_TMA_PLAIN: dict[tuple[int, bool, bool], LaunchConfig] = {
 
 # On an H100 at d = 128 (benchmarks/tune_hopper.py there, benchmarks/RESULTS.md), keyed by
 # (head-dim bucket, causal, short keys): non-causal, 256-row tiles want 8 warps, not the H200's
-# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries). Other shapes keep the
-# tables above. (64 x 64 tiles with 4 warps and 3 stages ran short causal keys 5 % faster at
-# d = 128, but made an illegal memory access at Nq = 40, Nk = 17, d = 72, dv = 24: not used.)
+# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries). At d <= 64 up to
+# _SHORT keys an H100 keeps the entries it was measured on before the H200's changed (two
+# stages there were not measured on an H100). Other shapes keep the tables above. (64 x 64
+# tiles with 4 warps and 3 stages through pointers ran short causal keys 5 % faster at d = 128,
+# but made an illegal memory access at Nq = 40, Nk = 17, d = 72, dv = 24: not used.)
 _H100: dict[tuple[int, bool, bool], LaunchConfig] = {
     (64, False, True): LaunchConfig(128, 64, 8, 3),
     (64, True, True): LaunchConfig(64, 64, 4, 3, tma=True),
