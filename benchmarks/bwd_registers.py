@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ptx_count import count_loops, resource_usage, signature
+from ptx_count import count_loops, first_loop, opcode, resource_usage, signature
 
 _PTRS = ("Q", "K", "V", "DO", "DK", "DV_", "DQ")
 _FP32_PTRS = ("LSE", "Delta")
@@ -80,17 +80,74 @@ def compile_backward(
     )
 
 
+def tiles_of(args: argparse.Namespace) -> dict[str, tuple[int, ...] | None]:
+    """The ``--dkdv-tile`` and ``--dq-tile`` options as tuples (None: the picked tiles)."""
+    return {
+        "dkdv": tuple(int(x) for x in args.dkdv_tile.split(",")) if args.dkdv_tile else None,
+        "dq": tuple(int(x) for x in args.dq_tile.split(",")) if args.dq_tile else None,
+    }
+
+
+# Up to this many other instructions between two products keep them in one run.
+_RUN_GAP = 8
+
+
+def loop_timeline(sass: str) -> list[str]:
+    """The first innermost loop of a SASS listing as a timeline, in program order: runs of
+    tensor-core products (``HGMMA xN``, with the address arithmetic interleaved in them), each
+    wait for products (``WARPGROUP.DEPBAR...``) and barrier, and between them the count of other
+    instructions (of which MUFU)."""
+    out: list[str] = []
+    run = 0  # products in the open run
+    other = [0, 0]  # instructions (MUFU) since the last product, wait or barrier
+
+    def close(*, run_too: bool) -> None:
+        nonlocal run
+        if run and (run_too or other[0] > _RUN_GAP):
+            out.append(f"HGMMA x{run}")
+            run = 0
+        if not run and other[0]:
+            out.append(f"{other[0]} other instructions ({other[1]} MUFU)")
+            other[:] = [0, 0]
+
+    for line in first_loop(sass):
+        op = opcode(line)
+        if op.startswith("WARPGROUP.ARRIVE"):
+            continue
+        if op.startswith("HGMMA"):
+            close(run_too=False)
+            run += 1
+            other[:] = [0, 0]
+        elif op.startswith(("WARPGROUP.DEPBAR", "BAR.")):
+            close(run_too=True)
+            out.append(line[line.index(op) :].split(";")[0])
+        else:
+            other[0] += 1
+            other[1] += op.startswith("MUFU")
+    close(run_too=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--causal", choices=["no", "yes"], default="no")
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dkdv-tile", default="", help="rows,keys,warps,stages (default: picked)")
     ap.add_argument("--dq-tile", default="", help="the same for the dQ kernel")
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print the plain dK/dV loop's products, waits and the instructions between them",
+    )
     args = ap.parse_args(argv)
-    tiles = {
-        "dkdv": tuple(int(x) for x in args.dkdv_tile.split(",")) if args.dkdv_tile else None,
-        "dq": tuple(int(x) for x in args.dq_tile.split(",")) if args.dq_tile else None,
-    }
+    if args.timeline:
+        sass, usage, _ = compile_backward(
+            "dkdv", causal=args.causal == "yes", softcap=0, n=args.n, tile=tiles_of(args)["dkdv"]
+        )
+        print(f"dK/dV, no cap, {usage}:")
+        print("\n".join(f"  {x}" for x in loop_timeline(sass)))
+        return 0
+    tiles = tiles_of(args)
     print("| kernel | tanh | tile and resources | instr/score | MUFU/score | FP32/score |")
     print("|---|---|---|---|---|---|")
     for kernel in ("dkdv", "dq"):

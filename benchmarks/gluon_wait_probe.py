@@ -14,6 +14,9 @@ survived ``ptxas``. Needs Triton >= 3.6 (Gluon with ``warpgroup_mma``) and its b
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental import gluon
@@ -80,7 +83,10 @@ def main() -> int:
             ex2 += 1
         elif "WARPGROUP.DEPBAR.LE" in line:
             waits.append((line.split("DEPBAR.LE")[1].strip().rstrip(";"), ex2))
-    print(f"triton {triton.__version__}: {ex2} exponentials in the loop body")
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    release = version.strip().splitlines()[-2] if version.strip() else "ptxas version unknown"
+    print(f"triton {triton.__version__} ({release}): {ex2} exponentials in the loop body")
     for arg, before in waits:
         print(f"  wait {arg}: after {before} of them")
     return 0

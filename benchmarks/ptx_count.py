@@ -8,6 +8,8 @@ selects, divisions (``div.rn.f32`` is IEEE; ``div.full.f32`` is the 2-ulp approx
     python benchmarks/ptx_count.py                       # causal and not, with and without cap
     python benchmarks/ptx_count.py --causal no --softcap yes --sass
     python benchmarks/ptx_count.py --causal no --softcap no --sass --tile 128,64,4,2,tma
+    python benchmarks/ptx_count.py --causal no --softcap no --sass --tile 128,64,4,2,tma \
+        --peer PATH/fused_attention_tutorial.py --opcodes
 
 A score is one entry of the BLOCK_M × BLOCK_N tile; a thread holds
 BLOCK_M·BLOCK_N/(32·warps) of them, so a loop body's count divided by that is per score.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +47,7 @@ class LoopCount:
     mma: int
 
 
-def _opcode(line: str) -> str:
+def opcode(line: str) -> str:
     """The opcode of one PTX or SASS instruction line ('' for labels, directives, comments)."""
     s = line.strip()
     s = re.sub(r"^/\*[0-9a-f]+\*/\s*", "", s)  # SASS address (cuobjdump)
@@ -106,7 +109,7 @@ def count_loops(text: str, *, sass: bool) -> list[LoopCount]:
         spans = _loops(lines, r"^(\$L__BB\d+_\d+):", r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+)")
     out = []
     for a, b in spans:
-        ops = [op for op in (_opcode(x) for x in lines[a : b + 1]) if op]
+        ops = [op for op in (opcode(x) for x in lines[a : b + 1]) if op]
         if len(ops) < _MIN_LOOP:  # the trap loop after EXIT, not a key loop
             continue
         classes = [classify(op) for op in ops]
@@ -123,6 +126,38 @@ def count_loops(text: str, *, sass: bool) -> list[LoopCount]:
             )
         )
     return out
+
+
+def first_loop(text: str, *, sass: bool = True) -> list[str]:
+    """The instruction lines of the first innermost loop of a listing that :func:`count_loops`
+    counts (label to back-edge; labels, directives and a short trap loop left out)."""
+    lines = text.splitlines()
+    if sass:
+        spans = _loops(lines, r"^\.?(L_x_\d+|LBB\d+):", r"\bBRA\s+`?\(?\.?(L_x_\d+|LBB\d+)")
+    else:
+        spans = _loops(lines, r"^(\$L__BB\d+_\d+):", r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+)")
+    for a, b in spans:
+        body = [x for x in lines[a : b + 1] if opcode(x)]
+        if len(body) >= _MIN_LOOP:
+            return body
+    return []
+
+
+def loop_opcodes(text: str) -> Counter:
+    """Opcode counts (without modifiers: ``FADD.FTZ`` counts as ``FADD``) of the first
+    innermost loop of a SASS listing."""
+    ops = (opcode(x) for x in first_loop(text))
+    # (a control code left on a line of its own is not an opcode)
+    return Counter(op.split(".")[0] for op in ops if ":" not in op)
+
+
+def format_opcode_diff(ours: Counter, peer: Counter) -> str:
+    """A markdown table of the opcodes whose counts differ, largest excess of ``ours`` first."""
+    out = ["| opcode | this kernel | tutorial | difference |", "|---|---|---|---|"]
+    for op in sorted(set(ours) | set(peer), key=lambda o: (peer[o] - ours[o], o)):
+        if ours[op] != peer[op]:
+            out.append(f"| {op} | {ours[op]} | {peer[op]} | {ours[op] - peer[op]:+d} |")
+    return "\n".join(out)
 
 
 def format_table(rows: list[tuple[str, LoopCount]], *, scores: int) -> str:
@@ -363,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="also count the Triton tutorial's forward in this file, at the same tile (SASS)",
     )
+    ap.add_argument(
+        "--opcodes",
+        action="store_true",
+        help="with --peer: the opcodes whose counts differ between the two first key loops",
+    )
     args = ap.parse_args(argv)
     config = None
     if args.tile:
@@ -375,12 +415,13 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--tile takes BLOCK_M,BLOCK_N,WARPS,STAGES[,tma], got {args.tile!r}")
     pick = {"no": [False], "yes": [True], "both": [False, True]}
     for causal in pick[args.causal]:
-        rows_p, rows_s, scores = [], [], 1
+        rows_p, rows_s, scores, ours_sass = [], [], 1, ""
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
                 config=config, approx_tanh=args.approx_tanh, cap_fma=not args.no_cap_fma,
             )  # fmt: skip
+            ours_sass = sass
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
             label += " sinks=yes" if args.sinks else ""
             rows_p += [(label, c) for c in count_loops(ptx, sass=False)]
@@ -398,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = [(f"tutorial {tile} causal={causal}", c) for c in count_loops(sass, sass=True)]
             print(f"\nSASS of the tutorial's forward, N = {args.n}, the same tile")
             print(format_table(rows, scores=per))
+            if args.opcodes and ours_sass:
+                print("\nFirst key loop's opcodes (last case compiled) against the tutorial's")
+                print(format_opcode_diff(loop_opcodes(ours_sass), loop_opcodes(sass)))
     return 0
 
 

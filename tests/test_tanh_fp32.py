@@ -189,6 +189,46 @@ def test_ptx_count_classes_and_loops():
     assert pc.classify("mul.rn.bf16x2") == "other"
 
 
+def test_ptx_count_opcodes_against_a_peer():
+    pc = _ptx_count()
+    body = pc.first_loop(SASS)
+    assert len(body) == 19 and "FFMA" in body[0] and "BRA LBB1" in body[-1]
+    ops = pc.loop_opcodes(SASS)
+    assert ops == {"FFMA": 15, "MUFU": 1, "FSEL": 1, "HGMMA": 1, "BRA": 1}
+    peer = ops.copy()
+    peer.update({"FFMA": -15, "FADD": 1})
+    table = pc.format_opcode_diff(ops, peer)
+    assert table.splitlines()[2:] == ["| FFMA | 15 | 0 | +15 |", "| FADD | 0 | 1 | -1 |"]
+
+
+def test_backward_loop_timeline():
+    """bwd_registers.loop_timeline: products in runs (small gaps inside a run), waits,
+    barriers, and the instructions between them with their MUFU count."""
+    pc = _ptx_count()
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bwd_registers.py"
+    spec = importlib.util.spec_from_file_location("bwd_registers", path)
+    br = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(br)
+    hgmma = "--:-:-:-:1\tHGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24;\n"
+    ffma = "--:-:-:-:1\tFFMA R1, R2, R3, 1;\n"
+    sass = (
+        "LBB1:\n" + ffma * 3 + "--:-:-:-:1\tWARPGROUP.ARRIVE;\n" + hgmma + ffma * 2 + hgmma * 2
+        + "--:-:-:-:1\tWARPGROUP.DEPBAR.LE gsb0, 0x0;\n" + "--:-:1:-:1\tMUFU.EX2 R4, R4;\n" * 4
+        + ffma * 9 + hgmma + "--:-:-:-:1\tBAR.SYNC.DEFER_BLOCKING 0x0;\n"
+        + "--:-:-:-:5\t@!P2 BRA LBB1;\n"
+    )  # fmt: skip
+    assert pc.first_loop(sass)  # the listing parses as one loop
+    assert br.loop_timeline(sass) == [
+        "3 other instructions (0 MUFU)",
+        "HGMMA x3",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+        "13 other instructions (4 MUFU)",
+        "HGMMA x1",
+        "BAR.SYNC.DEFER_BLOCKING 0x0",
+        "1 other instructions (0 MUFU)",
+    ]
+
+
 def test_the_speed_script_restores_the_old_forward_and_nothing_else():
     """benchmarks/gpu_softcap_speed.py times the forward as it was before the change: its copy
     of the kernel module differs in tanh_fp32 and the options paths' scale only."""
