@@ -3,6 +3,8 @@
     python benchmarks/profile_limits.py [-n 8192] [-d 128] [--heads 16] [--out DIR]
     python benchmarks/profile_limits.py --pass bwd [-n 4096] [-d 128] [--causal] ...
     python benchmarks/profile_limits.py --pass bwd --providers triton,triton-capped
+    python benchmarks/profile_limits.py -n 1024 -d 64 --heads 32 --batch 16 --dtype fp16 \
+        --providers triton,tutorial_attention:attention     # a peer kernel on PYTHONPATH
 
 Profiles one bf16 non-causal forward of each (``benchmarks/iomodel_ncu.py run``, which warms
 up, then brackets a single call with cudaProfilerStart/Stop) with the SpeedOfLight,
@@ -11,7 +13,9 @@ and prints the metrics that say where the time goes: tensor-pipe (GMMA) activity
 special-function pipe (XU: exp2), FMA/ALU pipes, issue activity, warp stall reasons,
 registers and occupancy. ``--pass bwd`` profiles one backward instead (the Triton backward's
 kernels against cuDNN's, on a graph built and warmed up before the profiled window) and prints
-every kernel that takes at least 3 % of its backward's time.
+every kernel that takes at least 3 % of its backward's time. A provider ``module:function``
+is a forward ``fn(q, k, v, *, causal=False)`` importable from ``PYTHONPATH`` (as
+``flashcheck bench --kernel`` takes), profiled on the same inputs as ``triton``.
 """
 
 from __future__ import annotations
@@ -74,8 +78,47 @@ def run_backward(kernel: str, n: int, d: int, heads: int, causal: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def run_forward(
+    kernel: str, n: int, d: int, heads: int, causal: bool, batch: int, dtype: str
+) -> None:
+    """Warm up, then run exactly one forward of ``kernel`` (``triton`` or ``module:function``)
+    on ``(batch, heads, n, d)`` inputs between cudaProfilerStart/Stop."""
+    import importlib
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from flashcheck.kernels.triton_flash import flash_attention
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(batch, heads, n, d, device="cuda", dtype=dt, generator=g) for _ in range(3)
+    )
+    if kernel == "triton":
+        fn = flash_attention
+    else:
+        module, name = kernel.split(":")
+        fn = getattr(importlib.import_module(module), name)
+    for _ in range(5):
+        fn(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def profile(
-    kernel: str, n: int, d: int, heads: int, backward: bool = False, causal: bool = False
+    kernel: str,
+    n: int,
+    d: int,
+    heads: int,
+    backward: bool = False,
+    causal: bool = False,
+    *,
+    batch: int = 1,
+    dtype: str = "bf16",
 ) -> list[dict[str, str]]:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "raw"]
@@ -94,6 +137,10 @@ def profile(
             "--heads",
             str(heads),
         ] + (["--causal"] if causal else [])
+    elif ":" in kernel or batch != 1 or dtype != "bf16" or causal:
+        cmd += [sys.executable, __file__, "--run-fwd", kernel, "-n", str(n), "-d", str(d)]
+        cmd += ["--heads", str(heads), "--batch", str(batch), "--dtype", dtype]
+        cmd += ["--causal"] if causal else []
     else:
         cmd += [
             sys.executable,
@@ -126,27 +173,44 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="where to save the raw CSV rows")
     ap.add_argument("--pass", dest="which_pass", choices=("fwd", "bwd"), default="fwd")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--batch", type=int, default=1, help="forward only")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="forward only")
     ap.add_argument(
         "--providers",
         default="triton,sdpa-cudnn",
-        help="comma-separated, of triton, sdpa-cudnn and (--pass bwd) triton-capped: the "
-        "Triton backward with a soft-cap of 2 and approx_tanh=True",
+        help="comma-separated, of triton, sdpa-cudnn, (--pass bwd) triton-capped: the "
+        "Triton backward with a soft-cap of 2 and approx_tanh=True, and (forward) "
+        "module:function kernels",
     )
     ap.add_argument(
         "--run-bwd", choices=("triton", "triton-capped", "sdpa-cudnn"), help=argparse.SUPPRESS
     )
+    ap.add_argument("--run-fwd", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run_bwd:  # the profiled child process
         run_backward(args.run_bwd, args.n, args.d, args.heads, args.causal)
         return 0
+    if args.run_fwd:
+        run_forward(args.run_fwd, args.n, args.d, args.heads, args.causal, args.batch, args.dtype)
+        return 0
     backward = args.which_pass == "bwd"
     found: dict[str, dict[str, str]] = {}
     providers = args.providers.split(",")
-    bad = sorted(set(providers) - {"triton", "sdpa-cudnn", "triton-capped"})
+    bad = sorted(
+        set(providers)
+        - {"triton", "sdpa-cudnn", "triton-capped"}
+        - {p for p in providers if ":" in p}
+    )
+    if args.batch != 1 or args.dtype != "bf16" or (args.causal and not backward):
+        bad += [p for p in providers if p == "sdpa-cudnn"]  # iomodel_ncu.py's fixed inputs
     if bad or ("triton-capped" in providers and not backward):
         ap.error(f"--providers: {bad or 'triton-capped'} (triton-capped with --pass bwd only)")
     for kernel in providers:
-        for i, row in enumerate(profile(kernel, args.n, args.d, args.heads, backward, args.causal)):
+        rows = profile(
+            kernel, args.n, args.d, args.heads, backward, args.causal,
+            batch=args.batch, dtype=args.dtype,
+        )  # fmt: skip
+        for i, row in enumerate(rows):
             name = row.get("Kernel Name", "?")[:60]
             found[f"{kernel}: {name} #{i}" if backward else f"{kernel}: {name}"] = row
     if args.out:
@@ -187,7 +251,8 @@ def main() -> int:
     names = sorted({m for _, r in main_rows.values() for m in r if any(s in m for s in KEEP)})
     cols = list(main_rows)
     print(
-        f"{args.which_pass}, bf16, N={args.n}, d={args.d}, heads={args.heads}, B=1, "
+        f"{args.which_pass}, {args.dtype}, N={args.n}, d={args.d}, heads={args.heads}, "
+        f"B={args.batch}, "
         f"{'causal' if args.causal else 'non-causal'}"
     )
     print("| metric | " + " | ".join(main_rows[c][0] for c in cols) + " |")

@@ -1,9 +1,10 @@
 """Count what the GPU executes per score in the Triton forward's key loops, on a machine
 without a GPU: compile ``kernels/triton_flash.py``'s ``_flash_fwd`` for an sm_90 target (the
-H100/H200 launch configuration :func:`launch_config` picks for bf16, d = 128), find the loops in
-the PTX and in the SASS (``cuobjdump`` on the cubin, when the bundled tools run here) and print,
-per loop, instructions per score by class: MUFU (ex2, rcp, ...), FP32 arithmetic, compares and
-selects, divisions (``div.rn.f32`` is IEEE; ``div.full.f32`` is the 2-ulp approximation).
+H100/H200 launch configuration :func:`launch_config` picks for bf16, d = 128 or ``--d 64``),
+find the loops in the PTX and in the SASS (``cuobjdump`` on the cubin, when the bundled tools
+run here) and print, per loop, instructions per score by class: MUFU (ex2, rcp, ...), FP32
+arithmetic, compares and selects, divisions (``div.rn.f32`` is IEEE; ``div.full.f32`` is the
+2-ulp approximation).
 
     python benchmarks/ptx_count.py                       # causal and not, with and without cap
     python benchmarks/ptx_count.py --causal no --softcap yes --sass
@@ -151,6 +152,18 @@ def loop_opcodes(text: str) -> Counter:
     return Counter(op.split(".")[0] for op in ops if ":" not in op)
 
 
+def outside_loops(text: str) -> Counter:
+    """Opcode counts (without modifiers) of a SASS listing's instructions outside every
+    innermost loop: a program's fixed cost (prologue, loop set-up, epilogue), as opposed to its
+    cost per key block. Straight-line code, so for one program the counts are also what runs,
+    up to branches taken around parts of it."""
+    lines = text.splitlines()
+    spans = _loops(lines, r"^\.?(L_x_\d+|LBB\d+):", r"\bBRA\s+`?\(?\.?(L_x_\d+|LBB\d+)")
+    inside = {i for a, b in spans if b - a + 1 >= _MIN_LOOP for i in range(a, b + 1)}
+    ops = (opcode(x) for i, x in enumerate(lines) if i not in inside)
+    return Counter(op.split(".")[0] for op in ops if op and ":" not in op)
+
+
 def format_opcode_diff(ours: Counter, peer: Counter) -> str:
     """A markdown table of the opcodes whose counts differ, largest excess of ``ours`` first."""
     out = ["| opcode | this kernel | tutorial | difference |", "|---|---|---|---|"]
@@ -184,12 +197,13 @@ def compile_forward(
     config: object = None,
     approx_tanh: bool = False,
     cap_fma: bool = True,
+    d: int = 128,
 ) -> tuple[str, str, int]:
-    """Compile ``_flash_fwd`` for sm_90 (bf16, d = 128, B·N = 16K, H = 16, the H100 launch
-    configuration for ``n`` keys); ``old_tanh``: with the tanh before the change
-    (benchmarks/gpu_softcap_speed.py's copy); ``approx_tanh``: the cap by tanh.approx.f32;
-    ``cap_fma``: the cap's product fused into the exponent (the default for caps the kernel
-    fuses; False: the unfused form larger caps take). Returns
+    """Compile ``_flash_fwd`` for sm_90 (bf16, head dim ``d`` (64 or 128), B·N = 16K, H·d =
+    2048, the H100 launch configuration for ``n`` keys); ``old_tanh``: with the tanh before
+    the change (benchmarks/gpu_softcap_speed.py's copy); ``approx_tanh``: the cap by
+    tanh.approx.f32; ``cap_fma``: the cap's product fused into the exponent (the default for
+    caps the kernel fuses; False: the unfused form larger caps take). Returns
     (PTX, SASS or '', scores per thread per block)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -206,9 +220,9 @@ def compile_forward(
 
         tf = load_old(Path(tempfile.mkdtemp()))
 
-    d, h = 128, 16
-    table = tf._HOPPER_SHORT if n <= tf._SHORT else tf._HOPPER
-    cfg = tf._H100.get((128, causal, n <= tf._SHORT), table[(128, causal)])
+    h = 2048 // d
+    table = tf._HOPPER_SHORT if n <= tf._SHORT and (d, causal) in tf._HOPPER_SHORT else tf._HOPPER
+    cfg = tf._H100.get((d, causal, n <= tf._SHORT), table[(d, causal)])
     if config is not None:
         cfg = tf.LaunchConfig(*config)
     fn = tf._flash_fwd
@@ -233,7 +247,7 @@ def compile_forward(
     }  # fmt: skip
     const = {
         "CAUSAL": causal, "WINDOW": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "BLOCK_D": 128, "BLOCK_DV": 128, "PRECISION": "ieee", "TMA": cfg.tma,
+        "BLOCK_D": d, "BLOCK_DV": d, "PRECISION": "ieee", "TMA": cfg.tma,
         "WARP_SPECIALIZE": cfg.warp_specialize, "HEAVY_FIRST": causal, "SPLIT": cfg.split,
         "POS_SCALE": True, "ACC_IN_DOT": cfg.acc_in_dot, "PREFETCH": cfg.prefetch and cfg.split,
         "SOFTCAP": (2 if approx_tanh else 1) if softcap else 0, "SINKS": sinks,
@@ -243,7 +257,7 @@ def compile_forward(
     if cfg.tma:  # host-built 4-D descriptors
         for name in ("Q", "K", "V", "Out"):
             rows = cfg.block_m if name in ("Q", "Out") else cfg.block_n
-            fixed[name] = f"tensordesc<bf16[1, 1, {rows}, 128]>"
+            fixed[name] = f"tensordesc<bf16[1, 1, {rows}, {d}]>"
     sig, attrs = signature(
         names, const, values, bf16=("Q", "K", "V", "Out"), fp32=("LSE", "Sinks"),
         floats=("qk_scale", "c1", "c2"), fixed=fixed,
@@ -324,13 +338,18 @@ def resource_usage(cubin: bytes) -> str:
 
 
 def compile_peer(
-    path: Path, *, causal: bool, n: int, tile: tuple[int, int, int, int] | None = None
+    path: Path,
+    *,
+    causal: bool,
+    n: int,
+    tile: tuple[int, int, int, int] | None = None,
+    d: int = 128,
 ) -> tuple[str, int, str]:
     """Compile the Triton tutorial's forward from ``path`` (a file defining the tutorial's
     autotuned ``_attn_fwd`` with host tensor descriptors, fp16, as benchmarks/RESULTS.md
     describes) for sm_90 at ``tile`` (rows, keys, warps, stages) or else the tile of this
-    kernel's H100 table entry for ``causal`` and ``n`` keys (d = 128): (SASS, scores per thread
-    per key block, the tile with the registers and spills it compiled to)."""
+    kernel's H100 table entry for ``causal``, ``n`` keys and head dim ``d``: (SASS, scores per
+    thread per key block, the tile with the registers and spills it compiled to)."""
     import importlib.util
 
     import triton
@@ -341,8 +360,8 @@ def compile_peer(
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernels import triton_flash as tf
 
-    table = tf._HOPPER_SHORT if n <= tf._SHORT else tf._HOPPER
-    cfg = tf._H100.get((128, causal, n <= tf._SHORT), table[(128, causal)])
+    table = tf._HOPPER_SHORT if n <= tf._SHORT and (d, causal) in tf._HOPPER_SHORT else tf._HOPPER
+    cfg = tf._H100.get((d, causal, n <= tf._SHORT), table[(d, causal)])
     import torch
 
     torch.cuda.get_device_capability = lambda *a: (9, 0)  # its config filter asks; no GPU here
@@ -350,7 +369,6 @@ def compile_peer(
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     bm, bn, warps, stages = tile or (cfg.block_m, cfg.block_n, cfg.warps, cfg.stages)
-    d = 128
     sig = {
         "sm_scale": "fp32", "M": "*fp32", "Z": "i32", "H": "i32", "N_CTX": "i32",
         "desc_q": f"tensordesc<fp16[{bm}, {d}]>", "desc_o": f"tensordesc<fp16[{bm}, {d}]>",
@@ -378,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--causal", choices=["no", "yes", "both"], default="both")
     ap.add_argument("--softcap", choices=["no", "yes", "both"], default="both")
     ap.add_argument("--n", type=int, default=4096, help="keys (picks the launch config)")
+    ap.add_argument("--d", type=int, choices=[64, 128], default=128, help="head dim")
     ap.add_argument("--sass", action="store_true", help="count SASS loops too")
     ap.add_argument("--old-tanh", action="store_true", help="the forward before the change")
     ap.add_argument("--sinks", action="store_true", help="with attention sinks")
@@ -403,6 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --peer: the opcodes whose counts differ between the two first key loops",
     )
+    ap.add_argument(
+        "--outside",
+        action="store_true",
+        help="with --peer: the instructions outside the key loops (a program's fixed cost), "
+        "total and the opcodes that differ",
+    )
     args = ap.parse_args(argv)
     config = None
     if args.tile:
@@ -419,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         for cap in pick[args.softcap]:
             ptx, sass, scores = compile_forward(
                 causal=causal, softcap=cap, n=args.n, old_tanh=args.old_tanh, sinks=args.sinks,
-                config=config, approx_tanh=args.approx_tanh, cap_fma=not args.no_cap_fma,
+                config=config, approx_tanh=args.approx_tanh, cap_fma=not args.no_cap_fma, d=args.d,
             )  # fmt: skip
             ours_sass = sass
             label = f"causal={'yes' if causal else 'no'} softcap={'yes' if cap else 'no'}"
@@ -434,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(rows_s, scores=scores))
         if args.peer is not None:
             sass, per, tile = compile_peer(
-                args.peer, causal=causal, n=args.n, tile=config[:4] if args.tile else None
+                args.peer, causal=causal, n=args.n, tile=config[:4] if args.tile else None, d=args.d
             )
             rows = [(f"tutorial {tile} causal={causal}", c) for c in count_loops(sass, sass=True)]
             print(f"\nSASS of the tutorial's forward, N = {args.n}, the same tile")
@@ -442,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.opcodes and ours_sass:
                 print("\nFirst key loop's opcodes (last case compiled) against the tutorial's")
                 print(format_opcode_diff(loop_opcodes(ours_sass), loop_opcodes(sass)))
+            if args.outside and ours_sass:
+                ours_out, peer_out = outside_loops(ours_sass), outside_loops(sass)
+                print(
+                    f"\nOutside the key loops (last case compiled): this kernel "
+                    f"{sum(ours_out.values())} instructions, the tutorial {sum(peer_out.values())}"
+                )
+                print(format_opcode_diff(ours_out, peer_out))
     return 0
 
 

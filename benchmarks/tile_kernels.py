@@ -24,12 +24,16 @@ from flashcheck.kernels.triton_flash import LaunchConfig, launch
 CONFIGS: dict[str, LaunchConfig] = {
     "t128x64w4s2tma": LaunchConfig(128, 64, 4, 2, tma=True),
     "t128x64w4s3tma": LaunchConfig(128, 64, 4, 3, tma=True),
+    "t128x64w4s4tma": LaunchConfig(128, 64, 4, 4, tma=True),
+    "t128x64w4s6tma": LaunchConfig(128, 64, 4, 6, tma=True),
+    "t128x128w8s3tma": LaunchConfig(128, 128, 8, 3, tma=True),
     "t128x64w4s3": LaunchConfig(128, 64, 4, 3),
     "t128x64w8s2": LaunchConfig(128, 64, 8, 2),
     "t128x64w8s3": LaunchConfig(128, 64, 8, 3),
     "t128x64w8s2r128": LaunchConfig(128, 64, 8, 2, maxnreg=128),
     "t64x64w4s2tma": LaunchConfig(64, 64, 4, 2, tma=True),
     "t64x64w4s3tma": LaunchConfig(64, 64, 4, 3, tma=True),
+    "t64x64w4s4tma": LaunchConfig(64, 64, 4, 4, tma=True),
     "t256x64w16s3": LaunchConfig(256, 64, 16, 3),
 }
 

@@ -572,10 +572,13 @@ def portable_config(d: int, dv: int, dtype_bytes: int) -> LaunchConfig:
 # benchmarks/RESULTS.md). 256-row tiles with 16 warps (four warpgroups of 64 rows, 128
 # registers a thread) won at d = 128 non-causal; causal, they lost on the diagonal blocks.
 _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
-    (64, False): LaunchConfig(128, 64, 8, 3),
-    # Causal d <= 64 past _SHORT keys: the short entry's one-warpgroup TMA tile, 1-3 % ahead of
-    # 128 x 64 through pointers at N = 4K and 16K on an H200 (benchmarks/gpu_tile_race.py).
-    (64, True): LaunchConfig(64, 64, 4, 3, tma=True),
+    # d <= 64: one warpgroup on 64 x 64 tiles through TMA with two stages at every length. At
+    # N = 4K-16K on an H200, timed inside `flashcheck bench` through benchmarks/tile_kernels.py
+    # (benchmarks/RESULTS.md, 2026-11-30, ninth session), fp16 and bf16: without a mask 0.95-0.96
+    # of the time of 128 x 64 on 8 warps (the former entry); causal 0.98-0.99 of the same tile
+    # with three stages (the former entry, itself 1-3 % ahead of 128 x 64 through pointers).
+    (64, False): LaunchConfig(64, 64, 4, 2, tma=True),
+    (64, True): LaunchConfig(64, 64, 4, 2, tma=True),
     # The Triton tutorial's pick on an H200: it spills a few registers at the masked blocks'
     # loops, yet beat 256 x 64 on 16 warps by 3-10 % at N = 4K-16K in two runs timed in turn
     # (benchmarks/RESULTS.md, 2026-11-29, fourth session).
@@ -584,17 +587,16 @@ _HOPPER: dict[tuple[int, bool], LaunchConfig] = {
     (256, False): LaunchConfig(128, 64, 8, 2, tma=True),
     (256, True): LaunchConfig(128, 64, 8, 2, tma=True),
 }
-# Up to _SHORT keys: one-warpgroup 64 x 64 tiles through TMA at d <= 64 (two stages; 0.95-0.98
-# of the former entries' time, causal and not, fp16 and bf16, N = 1K-2K) and causal d = 128
-# (three stages). d = 128 without a mask takes _HOPPER's tile: it ran in 0.91-0.92 of the time
-# of the former short entry, 128 x 64 on 8 warps with registers capped at 128 (on an H200, timed
-# inside `flashcheck bench` through benchmarks/tile_kernels.py, benchmarks/RESULTS.md,
-# 2026-11-30; that entry had measured 6 % ahead by benchmarks/tune_hopper.py, which times the
-# configurations one after another, a method found biased under the GPU's power limit).
+# Up to _SHORT keys: causal d = 128 on one-warpgroup 64 x 64 tiles through TMA (three stages). (Head
+# dims up to 64 take _HOPPER's tile, which ran in 0.95-0.98 of the former short entries' time,
+# causal and not, fp16 and bf16, N = 1K-2K.) d = 128 without a mask takes _HOPPER's tile: it ran in
+# 0.91-0.92 of the time of the former short entry, 128 x 64 on 8 warps with registers capped at 128
+# (on an H200, timed inside `flashcheck bench` through benchmarks/tile_kernels.py,
+# benchmarks/RESULTS.md, 2026-11-30; that entry had measured 6 % ahead by benchmarks/tune_hopper.py,
+# which times the configurations one after another, a method found biased under the GPU's power
+# limit).
 _SHORT = 2048
 _HOPPER_SHORT: dict[tuple[int, bool], LaunchConfig] = {
-    (64, False): LaunchConfig(64, 64, 4, 2, tma=True),
-    (64, True): LaunchConfig(64, 64, 4, 2, tma=True),
     (128, True): LaunchConfig(64, 64, 4, 3, tma=True),
 }
 # Past _SHORT up to _MID keys: causal d = 128 on the tutorial's one-warpgroup tile, which took
@@ -624,6 +626,7 @@ _HOPPER_APPROX_CAP: dict[tuple[int, bool, bool], LaunchConfig] = {
 # illegal memory access on an H100, see _H100). Keyed by (head-dim bucket, causal, short keys).
 _WITHOUT_TMA: dict[tuple[int, bool, bool], LaunchConfig] = {
     (64, False, True): LaunchConfig(128, 64, 8, 3),
+    (64, False, False): LaunchConfig(128, 64, 8, 3),
     (64, True, True): LaunchConfig(128, 64, 4, 3),
     (64, True, False): LaunchConfig(128, 64, 4, 3),
     (128, True, True): LaunchConfig(128, 64, 8, 2, maxnreg=128),
@@ -637,16 +640,18 @@ _WITHOUT_TMA_PLAIN: dict[tuple[int, bool, bool], LaunchConfig] = {
 }
 
 
-# On an H100 at d = 128 (benchmarks/tune_hopper.py there, benchmarks/RESULTS.md), keyed by
-# (head-dim bucket, causal, short keys): non-causal, 256-row tiles want 8 warps, not the H200's
-# 16 (+8 % at N = 4K and 16K, +3 % at N = 1K over the H200's entries). At d <= 64 up to
-# _SHORT keys an H100 keeps the entries it was measured on before the H200's changed (two
-# stages there were not measured on an H100). Other shapes keep the tables above. (64 x 64
-# tiles with 4 warps and 3 stages through pointers ran short causal keys 5 % faster at d = 128,
-# but made an illegal memory access at Nq = 40, Nk = 17, d = 72, dv = 24: not used.)
+# On an H100 at d = 128 (benchmarks/tune_hopper.py there, benchmarks/RESULTS.md), keyed by (head-dim
+# bucket, causal, short keys): non-causal, 256-row tiles want 8 warps, not the H200's 16 (+8 % at N
+# = 4K and 16K, +3 % at N = 1K over the H200's entries). At d <= 64 an H100 keeps the entries it was
+# measured on before the H200's changed (two stages there were not measured on an H100). Other
+# shapes keep the tables above. (64 x 64 tiles with 4 warps and 3 stages through pointers ran short
+# causal keys 5 % faster at d = 128, but made an illegal memory access at Nq = 40, Nk = 17, d = 72,
+# dv = 24: not used.)
 _H100: dict[tuple[int, bool, bool], LaunchConfig] = {
     (64, False, True): LaunchConfig(128, 64, 8, 3),
+    (64, False, False): LaunchConfig(128, 64, 8, 3),
     (64, True, True): LaunchConfig(64, 64, 4, 3, tma=True),
+    (64, True, False): LaunchConfig(64, 64, 4, 3, tma=True),
     (128, False, False): LaunchConfig(256, 64, 8, 3),
     (128, False, True): LaunchConfig(256, 64, 8, 3),
 }

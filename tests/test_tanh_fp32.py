@@ -199,6 +199,10 @@ def test_ptx_count_opcodes_against_a_peer():
     peer.update({"FFMA": -15, "FADD": 1})
     table = pc.format_opcode_diff(ops, peer)
     assert table.splitlines()[2:] == ["| FFMA | 15 | 0 | +15 |", "| FADD | 0 | 1 | -1 |"]
+    # outside the key loop: the EXIT and the two-line trap loop after it (too short to count
+    # as a key loop), not the loop's 19 instructions
+    prologue = "--:-:-:-:1\tS2R R0, SR_CTAID.X;\n--:-:-:-:1\tSYNCS.EXCH.64 URZ, [UR4], UR6;\n"
+    assert pc.outside_loops(prologue + SASS) == {"S2R": 1, "SYNCS": 1, "EXIT": 1, "BRA": 1}
 
 
 def test_backward_loop_timeline():
