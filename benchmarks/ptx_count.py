@@ -242,7 +242,7 @@ def compile_forward(
         "svb": ints["sqb"], "svh": ints["sqh"], "svn": d, "svd": 1,
         "sob": ints["sqb"], "soh": ints["sqh"], "som": d, "sod": 1,
         "slb": h * n, "slh": n, "slm": 1,
-        "H": h, "H_KV": h, "NQ": n, "NK": n, "D": d, "DV": d,
+        "GROUP": 1, "NQ": n, "NK": n, "D": d, "DV": d,
         "win_left": -1, "win_right": -1,
     }  # fmt: skip
     const = {

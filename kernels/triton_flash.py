@@ -373,7 +373,7 @@ def _flash_fwd(
     svb, svh, svn, svd,
     sob, soh, som, sod,
     slb, slh, slm,
-    H, H_KV, NQ, NK, D, DV,
+    GROUP, NQ, NK, D, DV,
     qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -394,10 +394,13 @@ def _flash_fwd(
         # Causal row blocks further down see more keys: start those first so the last wave
         # of programs is made of short ones (better balance across SMs).
         pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    hk = h // (H // H_KV)
+    # Head and batch from the grid's second and third axes, and the query heads per key head
+    # (GROUP) from the host, rather than divisions by run-time head counts: about 20
+    # instructions each, in every program. GROUP = 1 (no grouping) is specialised by Triton
+    # as the constant 1, so h // GROUP costs nothing then.
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    hk = h // GROUP
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -486,9 +489,12 @@ def _flash_fwd(
         SOFTCAP, SINKS, CAP_FMA,
     )  # fmt: skip
     # l = 0 only for rows that kept no key; a NaN l (NaN input) must reach O, not pass for 0.
+    # Such a row's acc is 0 unless a masked V entry was inf or NaN (0·NaN in P·V): selected to
+    # 0 before the division, by 1, which gives the same bits as selecting after it. After the
+    # division the compiler moved the select past the fp16/bf16 conversion (byte permutes and
+    # selects on the packed halves, ~70 instructions a program at 64 × 64).
     has = l_i != 0.0
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
-    out = tl.where(has[:, None], out, 0.0)
+    out = tl.where(has[:, None], acc, 0.0) / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(
         has,
         (tl.where(has, m_i, 0.0) * qk_scale + tl.math.log2(tl.where(has, l_i, 1.0)))
@@ -799,14 +805,14 @@ def launch(
         )
     left, right = (-1, -1) if window is None else window
     n_m = triton.cdiv(nq, cfg.block_m)
-    grid = (n_m, bsz * hq)
+    grid = (n_m, hq, bsz)
     precision = "tf32" if (allow_tf32 and q.dtype == torch.float32) else "ieee"
     extra = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
     qk_scale, c1, c2 = option_constants(float(scale), softcap, sinks)
     compiled = _flash_fwd[grid](
         *tensors, lse, lse if sinks is None else sinks,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
-        hq, hk, nq, nk, d, dv,
+        hq // hk, nq, nk, d, dv,
         qk_scale, left, right, c1, c2,
         CAUSAL=bool(causal), WINDOW=window is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
