@@ -8,11 +8,13 @@ machine without the git history) beside this tree's and runs both with their def
 configurations. On the CPU (interpreter): 240 small configurations: fp16 and fp32; ragged
 lengths (Nq ≠ Nk, tails that are not a multiple of the tile); causal, sliding windows (left,
 right, both) and neither; a positive and a negative scale; no option, a soft-cap, sinks; one
-query row NaN. On a GPU (``--device cuda``, the compiled kernels with the GPU's own launch
-tables): fp16 and bf16, d = 64 and 128 (or ``--dims``), Nq = 1000 and 2048 against Nk = 2048,
-the same masks, positive scale, no option (with ``--options`` also a soft-cap of 2 and sinks).
-Prints the configurations whose O or LSE differ in any bit, and exits 1 if any does. For
-changes meant to move no bit (a cheaper mask, a refactor).
+query row NaN; three query heads on one key head for every other shape (grouped heads); in the
+second batch entry inf and NaN in V's first two columns, which reach rows that keep no key
+(causal with Nq > Nk, windows) as 0·inf and 0·NaN in P·V. On a GPU (``--device cuda``, the compiled
+kernels with the GPU's own launch tables): fp16 and bf16, d = 64 and 128 (or ``--dims``), Nq =
+1000 and 2048 against Nk = 2048, the same masks, positive scale, no option (with ``--options``
+also a soft-cap of 2 and sinks). Prints the configurations whose O or LSE differ in any bit,
+and exits 1 if any does. For changes meant to move no bit (a cheaper mask, a refactor).
 """
 
 from __future__ import annotations
@@ -77,12 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         dtypes, scales = (torch.float16, torch.float32), (None, -0.3)
         options = [(None, None), (2.0, None), (None, torch.randn(3))]
     n = bad = 0
-    for nq, nk, d in shapes:
+    for i, (nq, nk, d) in enumerate(shapes):
+        hk = 1 if dev == "cpu" and i % 2 else 3
         for dt in dtypes:
             q = (torch.randn(2, 3, nq, d) * 3).to(dt).to(dev)
-            k = (torch.randn(2, 3, nk, d) * 3).to(dt).to(dev)
-            v = torch.randn(2, 3, nk, d).to(dt).to(dev)
+            k = (torch.randn(2, hk, nk, d) * 3).to(dt).to(dev)
+            v = torch.randn(2, hk, nk, d).to(dt).to(dev)
             q[0, 0, 5] = float("nan")
+            if dev == "cpu":
+                # whole columns, so that every row block's keys carry them; only those two
+                # columns of O lose their bits to inf and NaN
+                v[1, :, :, 0] = float("inf")
+                v[1, :, :, 1] = float("nan")
             for causal, window in [
                 (True, None), (False, (5, 3)), (True, (7, -1)), (False, (-1, 2)), (False, None)
             ]:  # fmt: skip
