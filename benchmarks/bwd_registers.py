@@ -9,6 +9,9 @@ Per score: the key loop's (dQ kernel) or row loop's (dK/dV kernel) instructions 
 ``BLOCK_M·BLOCK_N/(32·warps)`` scores a thread holds per step (the mask-free loop, the
 first innermost loop in the listing). Registers and spills from the bundled
 ``cuobjdump -res-usage``. Needs Triton >= 3.9 (ASTSource with attrs) and its bundled tools.
+The loads are compiled through pointers (``TMA=False``): the descriptor path that
+``backward_config(..., tma=True)`` picks on a GPU needs descriptor argument types, which this
+script does not build.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def compile_backward(
     const = {
         "CAUSAL": causal, "WINDOW": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": d,
         "BLOCK_DV": d, "PRECISION": "ieee", "SPLIT": True, "SOFTCAP": softcap,
-        "OUT_K": True, "OUT_V": True, "DQ_ATOMIC": False,
+        "OUT_K": True, "OUT_V": True, "DQ_ATOMIC": False, "TMA": False,
     }  # fmt: skip
     sig, attrs = signature(fn.arg_names, const, values, bf16=_PTRS, fp32=_FP32_PTRS, floats=_FLOATS)
     const = {k: v for k, v in const.items() if k in fn.arg_names}

@@ -3,6 +3,9 @@
     python benchmarks/gpu_softcap_bwd_split.py [--reps 30] [--n 4096] [--dq TILES]
         [--dkdv TILES] [--tiles-only]
 
+A tile is ``m,n,warps,stages`` with an optional fifth field, 1 or 0: the loops' loads through
+TMA descriptors or pointers (``BackwardConfig.tma``; it applies to both kernels of the run).
+
 bf16, d = 128, H = 16, B·N = 16K, causal and not: the deterministic backward
 (``flash_attention_backward``) plain, with a soft-cap of 2 and the accurate tanh, and with
 ``approx_tanh=True``. Each of its three launches (preprocess, dK/dV, dQ) is timed with CUDA
@@ -23,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--dq", default="", help="dQ tiles to try: 'm,n,warps,stages;...'")
+    ap.add_argument(
+        "--dq", default="", help="dQ tiles to try: 'm,n,warps,stages[,tma];...' (tma: 1 or 0)"
+    )
     ap.add_argument("--dkdv", default="", help="dK/dV tiles to try, the same way")
     ap.add_argument(
         "--tiles-only", action="store_true", help="skip the per-kernel table; time the tiles only"
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None:
     """One kernel (``kernel``: "dq" or "dkdv") at other tiles (``--dq`` / ``--dkdv``
-    'm,n,warps,stages;...'), the other at the default's: that kernel's milliseconds plain and
+    'm,n,warps,stages[,tma];...'), the other at the default's: that kernel's milliseconds plain and
     capped (approximate tanh), and its outputs' largest difference from the default tiles',
     relative to their max (another block size may sum in another order)."""
     import torch
@@ -133,6 +138,8 @@ def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None
                     cfg = base._replace(
                         block_m=tile[0], block_n=tile[1], warps=tile[2], stages=tile[3]
                     )
+                if len(tile) > 4:  # a fifth field: loads through TMA (1) or pointers (0)
+                    cfg = cfg._replace(tma=bool(tile[4]))
                 times.clear()
                 current["variant"] = "t"
                 for _ in range(args.reps + 2):

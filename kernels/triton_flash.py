@@ -75,12 +75,15 @@ __all__ = [
     "last_compiled",
     "launch",
     "launch_config",
+    "load_block",
     "option_constants",
     "portable_config",
     "softcap_mode",
     "tanh_approx",
     "tanh_fp32",
     "tanh_of",
+    "tma_descriptor",
+    "tma_ok",
 ]
 
 ARITHMETIC = "flash"
@@ -242,7 +245,7 @@ def _softmax_step(
 
 
 @triton.jit
-def _load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.constexpr):
+def load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.constexpr):
     """Rows ``start .. start + BLOCK`` of K or V (width ``W``), zeros past ``N`` and ``W``.
     ``base``: the (batch, head) slice's pointer, or with ``TMA`` its (batch, head) coordinates
     in the 4-D descriptor ``desc``."""
@@ -288,7 +291,7 @@ def _key_blocks(
     for start in tl.range(start_lo, start_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
-        k = _load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
+        k = load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s = _option_logits(s, c1, c2, SOFTCAP, SINKS, CAP_FMA)
         keep = None
@@ -318,7 +321,7 @@ def _key_blocks(
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, CAP_FMA)
         else:
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, keep, step, MASKED, POS_SCALE, CAP_FMA)
-        v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
+        v = load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
     return acc, l_i, m_i
 
@@ -344,7 +347,7 @@ def _key_blocks_prefetched(
         step = c2  # the softmax step's fused exponent takes the cap's product
     if start_lo < start_hi:
         cols = start_lo + offs_n
-        k = _load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
+        k = load_block(k_desc, k_base, start_lo, cols, offs_d, skn, skd, NK, D, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s = _option_logits(s, c1, c2, SOFTCAP, SINKS, CAP_FMA)
         for start in range(start_lo, start_hi, BLOCK_N):
@@ -354,12 +357,12 @@ def _key_blocks_prefetched(
             nxt = tl.where(start + BLOCK_N < start_hi, start + BLOCK_N, start)
             nxt = tl.multiple_of(nxt, BLOCK_N)
             cols_n = nxt + offs_n
-            k = _load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
+            k = load_block(k_desc, k_base, nxt, cols_n, offs_d, skn, skd, NK, D, TMA)
             s_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             s_next = _option_logits(s_next, c1, c2, SOFTCAP, SINKS, CAP_FMA)
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, None, step, False, POS_SCALE, CAP_FMA)
             cols = start + offs_n
-            v = _load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
+            v = load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
             acc = _accumulate(acc, p, alpha, v, PRECISION, ACC_IN_DOT)
             s = s_next
     return acc, l_i, m_i
@@ -663,7 +666,7 @@ _H100: dict[tuple[int, bool, bool], LaunchConfig] = {
 }
 
 
-def _tma_ok(*tensors: Any) -> bool:
+def tma_ok(*tensors: Any) -> bool:
     """TMA descriptors need 16-byte aligned bases and row strides, and contiguous rows."""
     for t in tensors:
         es = t.element_size()
@@ -713,7 +716,7 @@ def launch_config(
                 hop = _HOPPER_APPROX_CAP.get((bucket, bool(causal), short), hop)
         _HOPPER_PICK[key] = hop
     # O is allocated contiguous by launch: its rows are dv elements, 16-byte aligned or not.
-    if hop.tma and not (_tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
+    if hop.tma and not (tma_ok(q, k, v) and (dv * q.element_size()) % 16 == 0):
         tkey = (bucket, bool(causal), short)
         fallback = (None if approx_cap else _WITHOUT_TMA_PLAIN.get(tkey)) or _WITHOUT_TMA.get(tkey)
         hop = fallback or hop._replace(tma=False, warp_specialize=False)
@@ -729,7 +732,7 @@ def last_compiled() -> Any:
     return _LAST_COMPILED.get("kernel")
 
 
-def _descriptor(t: Any, rows: int, cols: int) -> Any:
+def tma_descriptor(t: Any, rows: int, cols: int) -> Any:
     """A TMA descriptor of the 4-D tensor ``t`` with ``rows × cols`` blocks of one (batch,
     head) slice; reads past its rows and columns give zeros."""
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -798,10 +801,10 @@ def launch(
     tensors = (q, k, v, o)
     if cfg.tma:
         tensors = (
-            _descriptor(q, cfg.block_m, block_d),
-            _descriptor(k, cfg.block_n, block_d),
-            _descriptor(v, cfg.block_n, block_dv),
-            _descriptor(o, cfg.block_m, block_dv),
+            tma_descriptor(q, cfg.block_m, block_d),
+            tma_descriptor(k, cfg.block_n, block_d),
+            tma_descriptor(v, cfg.block_n, block_dv),
+            tma_descriptor(o, cfg.block_m, block_dv),
         )
     left, right = (-1, -1) if window is None else window
     n_m = triton.cdiv(nq, cfg.block_m)

@@ -49,7 +49,9 @@ Known limits: no LSE gradient (LSE is an output of the forward only); no dropout
 boolean mask; P is recomputed from fp32 scores and LSE, each rounded by about 2^-24 of its
 size, so past ``|scale·q·k| ~ 2^26`` P's exponent is off by units (the harness registers the
 backward with a score limit for that reason); tiles are tuned for fp16/bf16 on an H200
-(``backward_config``), not for fp32 or other GPUs, and use no TMA or warp specialisation; past
+(``backward_config``), not for fp32 or other GPUs; on an sm_90 GPU at 64 < d <= 128 the loops'
+loads go through TMA descriptors (``BackwardConfig.tma``) where the tensors' rows are 16-byte
+aligned, through pointers elsewhere (other tiles, the same bits); no warp specialisation; past
 d = 128 the dK/dV kernel runs twice, once per output (``BackwardConfig.kv_apart``), which
 recomputes P, and there dQ always comes from the dQ kernel (the fused program's tile did not fit
 an H100's shared memory); D is read by both kernels, so O(Nq) extra fp32 memory per head, plus
@@ -77,9 +79,12 @@ from flashcheck.kernels.triton_flash import (
     check_inputs,
     check_options,
     launch,
+    load_block,
     option_constants,
     softcap_mode,
     tanh_of,
+    tma_descriptor,
+    tma_ok,
 )
 
 __all__ = [
@@ -137,27 +142,19 @@ def _bwd_preprocess(
 
 @triton.jit
 def _dkdv_rows(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
+    dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base,
     start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
     sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV, off, qk_scale, win_left, win_right,
     c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
-    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_M):
         start = tl.multiple_of(start, BLOCK_M)
         rows = start + offs_m
-        q = tl.load(
-            q_base + rows[:, None] * sqm + offs_d[None, :] * sqd,
-            mask=(rows[:, None] < NQ) & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        do = tl.load(
-            do_base + rows[:, None] * sdom + offs_dv[None, :] * sdod,
-            mask=(rows[:, None] < NQ) & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
+        q = load_block(q_desc, q_base, start, rows, offs_d, sqm, sqd, NQ, D, TMA)
+        do = load_block(do_desc, do_base, start, rows, offs_dv, sdom, sdod, NQ, DV, TMA)
         # Padded rows read LSE = −inf, which the guard below turns into P = 0.
         lse = tl.load(lse_base + rows * slm, mask=rows < NQ, other=float("-inf"))
         # A row that kept no key: +inf makes S·c − lse2 = −inf (P = 0), never −inf − (−inf).
@@ -228,7 +225,7 @@ def _bwd_dkdv(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, SPLIT: tl.constexpr, OUT_K: tl.constexpr, OUT_V: tl.constexpr,
-    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+    SOFTCAP: tl.constexpr, DQ_ATOMIC: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """One program: dK and dV of BLOCK_N keys of one key/value head, over every query row of
     its group of query heads.
@@ -293,28 +290,38 @@ def _bwd_dkdv(
     for hh in range(0, GROUP):
         # The query heads of this kv head's group: h = hk·G, ..., hk·G + G − 1.
         h = hk * GROUP + hh
-        q_base = Q + b * sqb + h * sqh
-        do_base = DO + b * sdob + h * sdoh
+        if TMA:
+            # Q and dO are 4-D descriptors (batch, head, row, column) built on the host: the
+            # row loop's loads need no per-thread addresses (registers the 4-warp tiles spill).
+            q_desc = Q
+            do_desc = DO
+            q_base = (b, h)
+            do_base = (b, h)
+        else:
+            q_desc = None
+            do_desc = None
+            q_base = Q + b * sqb + h * sqh
+            do_base = DO + b * sdob + h * sdoh
         lse_base = LSE + b * slb + h * slh
         delta_base = Delta + b * sdb + h * sdh
         dq_base = DQ + b * sdqb + h * sdqh
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, lo, full_lo, cols,
-            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV,
-            off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
-            OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
+            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, lo,
+            full_lo, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ,
+            NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M,
+            PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, full_lo, full_hi,
-            cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D,
-            DV, off, qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M,
-            PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
+            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, full_lo,
+            full_hi, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ,
+            NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M,
+            PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, full_hi, hi, cols,
-            offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK, D, DV,
-            off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M, PRECISION,
-            OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC,
+            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, full_hi,
+            hi, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK,
+            D, DV, off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M,
+            PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
         )  # fmt: skip
     if OUT_K:
         dk = dk * sm_scale
@@ -335,24 +342,17 @@ def _bwd_dkdv(
 
 @triton.jit
 def _dq_keys(
-    dq, q, do, lse2, delta, k_base, v_base, start_lo, start_hi, rows, offs_n, offs_d, offs_dv,
-    skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+    dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, start_lo, start_hi, rows, offs_n,
+    offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
+    TMA: tl.constexpr,
 ):  # fmt: skip
     for start in range(start_lo, start_hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
         cols = start + offs_n
-        k = tl.load(
-            k_base + cols[:, None] * skn + offs_d[None, :] * skd,
-            mask=(cols[:, None] < NK) & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + cols[:, None] * svn + offs_dv[None, :] * svd,
-            mask=(cols[:, None] < NK) & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
+        k = load_block(k_desc, k_base, start, cols, offs_d, skn, skd, NK, D, TMA)
+        v = load_block(v_desc, v_base, start, cols, offs_dv, svn, svd, NK, DV, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if SOFTCAP:  # as in _dkdv_rows
             th = tanh_of(s * c1, SOFTCAP)
@@ -397,7 +397,7 @@ def _bwd_dq(
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr, SPLIT: tl.constexpr, SOFTCAP: tl.constexpr,
+    PRECISION: tl.constexpr, SPLIT: tl.constexpr, SOFTCAP: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -423,8 +423,17 @@ def _bwd_dq(
     delta = tl.load(Delta + b * sdb + h * sdh + rows * sdm, mask=rows < NQ, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
+    if TMA:
+        # K and V are 4-D descriptors built on the host (see _bwd_dkdv's Q and dO).
+        k_desc = K
+        v_desc = V
+        k_base = (b, hk)
+        v_base = (b, hk)
+    else:
+        k_desc = None
+        v_desc = None
+        k_base = K + b * skb + hk * skh
+        v_base = V + b * svb + hk * svh
     off = NK - NQ
     # The forward's key ranges: live keys [lo, hi), keys every row keeps [u_lo, u_hi).
     lo = 0
@@ -450,19 +459,19 @@ def _bwd_dq(
         full_lo = hi
         full_hi = hi
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_base, v_base, lo, full_lo, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
-        True, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
+        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True,
+        CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_base, v_base, full_lo, full_hi, rows, offs_n, offs_d,
-        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
-        False, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
+        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+        offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
+        False, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_base, v_base, full_hi, hi, rows, offs_n, offs_d, offs_dv,
-        skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
-        True, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP,
+        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
+        offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True,
+        CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
     dq = dq * sm_scale
     tl.store(
@@ -481,7 +490,9 @@ class BackwardConfig(NamedTuple):
     stages of the dK/dV kernel (a program owns ``block_n`` keys and steps over rows), and of
     the dQ kernel where the ``dq_*`` fields are set (a program owns ``dq_block_m`` rows and
     steps over keys; 0: as dK/dV). ``split=False`` sends every block through the masked path
-    (tests)."""
+    (tests). ``tma``: on an sm_90 GPU, the loads inside both kernels' loops (Q and dO rows in
+    dK/dV, K and V keys in dQ) go through host-built TMA descriptors where the tensors allow
+    it (16-byte aligned rows), through pointers otherwise; the same values either way."""
 
     block_m: int
     block_n: int
@@ -493,6 +504,7 @@ class BackwardConfig(NamedTuple):
     dq_warps: int = 0
     dq_stages: int = 0
     kv_apart: bool = False
+    tma: bool = False
 
     def for_dq(self) -> tuple[int, int, int, int]:
         """``(block_m, block_n, warps, stages)`` of the dQ kernel."""
@@ -508,6 +520,20 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+_SM90: dict[int, bool] = {}
+
+
+def _tma_usable(q: Any, k: Any, v: Any, do: Any) -> bool:
+    """Whether the loops' loads may go through TMA descriptors: a CUDA GPU of compute
+    capability 9 or later (not the interpreter) and tensors :func:`tma_ok` accepts."""
+    if _interpreting() or q.device.type != "cuda":
+        return False
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    if index not in _SM90:
+        _SM90[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _SM90[index] and tma_ok(q, k, v, do)
+
+
 def backward_config(
     d: int,
     dv: int,
@@ -516,10 +542,12 @@ def backward_config(
     approx_cap: bool = False,
     causal: bool = True,
     fused: bool = False,
+    tma: bool = False,
 ) -> BackwardConfig:
     """Tiles for head dims ``d``, ``dv`` and an input of ``dtype_bytes`` (``approx_cap``: a
     soft-cap with the approximate tanh; ``causal``; ``fused``: dQ by atomic adds inside the
-    dK/dV program). The dK/dV program keeps two fp32 accumulators of ``block_n × d`` in
+    dK/dV program; ``tma``: the loops' loads may go through TMA descriptors, an sm_90 GPU
+    and aligned tensors). The dK/dV program keeps two fp32 accumulators of ``block_n × d`` in
     registers besides its k and v tiles, so fp32 gets small tiles (not tuned)."""
     if _interpreting():
         # The interpreter's cost is per tile operation; 32-wide tiles still cross block edges
@@ -534,6 +562,15 @@ def backward_config(
     # despite recomputing P twice.
     if max(d, dv) > 128:
         return BackwardConfig(32, 128, 8, 3, True, 128, 32, 8, 3, kv_apart=True)
+    if max(d, dv) > 64 and tma and not fused:
+        # Loads through TMA free the registers that per-thread addresses held: dK/dV on one
+        # warpgroup of 64 keys × 64 rows then spills 6-24 bytes (42 through pointers) and
+        # two programs share an SM, one's softmax running under the other's products. On an
+        # H200 (bf16, d = 128, N = 4K, benchmarks/gpu_softcap_bwd_split.py --dkdv, --dq with
+        # a fifth field 1) that dK/dV took 0.89x / 0.86x the pointer tiles' time plain (non-
+        # causal / causal) and 0.84x / 0.92x soft-capped; dQ at 128 × 64 on two warpgroups
+        # 0.94x / 0.92x and 0.96x / 0.94x. The same bits (each key's sums in the same order).
+        return BackwardConfig(64, 64, 4, 2, True, 128, 64, 8, 3, tma=True)
     if max(d, dv) > 64 and approx_cap:
         # The capped dQ program: 128 rows × 64 keys on two warpgroups spill nothing; on an H200
         # (bf16, d = 128, N = 4K, benchmarks/gpu_softcap_bwd_split.py --dq) its dQ kernel took
@@ -581,12 +618,14 @@ def launch_backward(
     # copy of dO, when it is not contiguous, makes the gradients independent of its layout.
     do = do.contiguous()
     mode = softcap_mode(softcap, approx_tanh)
+    usable = _tma_usable(q, k, v, do)
     if config is None:
         # A window counts as causal here: its tiles were not measured apart.
         masked = bool(causal) or window is not None
         cfg = backward_config(
-            d, dv, q.element_size(), approx_cap=mode == 2, causal=masked, fused=not deterministic
-        )
+            d, dv, q.element_size(), approx_cap=mode == 2, causal=masked,
+            fused=not deterministic, tma=usable,
+        )  # fmt: skip
     else:
         cfg = config
     # Past d = 128 (kv_apart) the fused program's tile does not fit a GPU's shared memory, so
@@ -620,19 +659,28 @@ def launch_backward(
         BLOCK_M=dq_m, BLOCK_DV=block_dv, SINKS=sinks is not None, num_warps=dq_warps,
     )  # fmt: skip
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *delta.stride())
+    tma = cfg.tma and usable
+    q_in, do_in = q, do
+    if tma:
+        q_in = tma_descriptor(q, cfg.block_m, block_d)
+        do_in = tma_descriptor(do, cfg.block_m, block_dv)
     for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
         _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
-            q, k, v, do, lse, delta, dk, dvv, dq, *common, *dk.stride(), *dvv.stride(),
+            q_in, k, v, do_in, lse, delta, dk, dvv, dq, *common, *dk.stride(), *dvv.stride(),
             *dq.stride(), hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2,
-            **opts, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused,
+            **opts, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused, TMA=tma,
         )  # fmt: skip
     if fused:
         dq = _scaled_dq(dq, sm_scale, q.dtype)
     else:
         opts.update(BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages)
+        k_in, v_in = k, v
+        if tma:
+            k_in = tma_descriptor(k, dq_n, block_d)
+            v_in = tma_descriptor(v, dq_n, block_dv)
         _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
-            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-            hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts,
+            q, k_in, v_in, do, lse, delta, dq, *common, *dq.stride(),
+            hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts, TMA=tma,
         )  # fmt: skip
     if sinks is None:
         return dq, dk, dvv

@@ -328,8 +328,44 @@ def test_backward_tiles_by_mask_path_and_cap(monkeypatch):
     assert capped_causal[:4] == plain[:4] and capped_causal.for_dq() == capped.for_dq()
     assert fb.backward_config(64, 64, 2, causal=False) == fb.backward_config(64, 64, 2)
     assert fb.backward_config(128, 128, 4, causal=False) == fb.backward_config(128, 128, 4)
+    # Where the loads may go through TMA: one 64 × 64 dK/dV tile on one warpgroup and the
+    # 128 × 64 dQ tile for every mask and cap of the two-kernel path; the fused path, d <= 64
+    # and fp32 keep the pointer tiles.
+    for causal in (False, True):
+        for cap in (False, True):
+            tma = fb.backward_config(128, 128, 2, causal=causal, approx_cap=cap, tma=True)
+            assert tma[:4] == (64, 64, 4, 2) and tma.for_dq() == (128, 64, 8, 3) and tma.tma
+            assert not fb.backward_config(128, 128, 2, causal=causal, approx_cap=cap).tma
+    assert fb.backward_config(128, 128, 2, fused=True, tma=True) == plain
+    assert fb.backward_config(64, 64, 2, tma=True) == fb.backward_config(64, 64, 2)
+    assert fb.backward_config(128, 128, 4, tma=True) == fb.backward_config(128, 128, 4)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert fb.backward_config(128, 128, 2, causal=False) == BackwardConfig(32, 32, 4, 1)
+    assert fb.backward_config(128, 128, 2, tma=True) == BackwardConfig(32, 32, 4, 1)
+
+
+def test_a_tma_config_gives_the_bits_of_the_pointer_loads():
+    # BackwardConfig.tma: the loops' loads through TMA descriptors where they can run (an sm_90
+    # GPU, aligned tensors: there this compares the two paths), through pointers elsewhere (the
+    # interpreter: there it shows the flag is ignored). Either way, the same bits.
+    from flashcheck.kernels import triton_flash_bwd as fb
+
+    q, k, v, do = (
+        torch.randn(1, 2, 40, 32, generator=torch.Generator().manual_seed(i))
+        .to(torch.float16)
+        .to(DEV)
+        for i in range(4)
+    )
+    o, lse = flash_attention(q, k, v, causal=True)
+
+    def grads(cfg):
+        return fb.launch_backward(
+            q, k, v, o, lse, do, causal=True, window=None, scale=32**-0.5, allow_tf32=False,
+            config=cfg,
+        )  # fmt: skip
+
+    for got, want in zip(grads(SMALL._replace(tma=True)), grads(SMALL), strict=True):
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
 @pytest.mark.parametrize(
