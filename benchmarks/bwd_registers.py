@@ -3,15 +3,15 @@ machine without a GPU: compile ``kernels/triton_flash_bwd.py``'s ``_bwd_dkdv`` a
 for an sm_90 target (bf16, d = 128, N = 4096, H = 16, the tiles ``backward_config`` picks), plain
 and soft-capped (accurate and approximate tanh), and print one table.
 
-    python benchmarks/bwd_registers.py [--causal no|yes] [--n 4096]
+    python benchmarks/bwd_registers.py [--causal no|yes] [--n 4096] [--tma]
 
 Per score: the key loop's (dQ kernel) or row loop's (dK/dV kernel) instructions over the
 ``BLOCK_M·BLOCK_N/(32·warps)`` scores a thread holds per step (the mask-free loop, the
 first innermost loop in the listing). Registers and spills from the bundled
 ``cuobjdump -res-usage``. Needs Triton >= 3.9 (ASTSource with attrs) and its bundled tools.
-The loads are compiled through pointers (``TMA=False``): the descriptor path that
-``backward_config(..., tma=True)`` picks on a GPU needs descriptor argument types, which this
-script does not build.
+``--tma`` compiles the loops' loads through host-built descriptors (``BackwardConfig.tma``,
+what an sm_90 GPU runs at 64 < d <= 128 with aligned tensors), and the picked tiles are then
+``backward_config(..., tma=True)``'s; without it, through pointers.
 """
 
 from __future__ import annotations
@@ -30,12 +30,20 @@ _FLOATS = ("sm_scale", "qk_scale", "c1", "c2")
 
 
 def compile_backward(
-    kernel: str, *, causal: bool, softcap: int, n: int, tile: tuple[int, ...] | None = None
+    kernel: str,
+    *,
+    causal: bool,
+    softcap: int,
+    n: int,
+    tile: tuple[int, ...] | None = None,
+    tma: bool = False,
 ) -> tuple[str, str, int]:
     """Compile ``_bwd_dkdv`` (``kernel="dkdv"``) or ``_bwd_dq`` for sm_90, bf16, d = 128, H =
     16, ``n`` queries and keys, ``SOFTCAP=softcap`` (0, 1 accurate, 2 approximate), with the
     tiles :func:`backward_config` picks or ``tile`` (rows, keys, warps, stages): (SASS,
-    resource usage, scores per thread per step)."""
+    resource usage, scores per thread per step). ``tma``: the loops' loads through
+    descriptors (Q and dO in dK/dV, K and V in dQ), with ``backward_config(..., tma=True)``'s
+    tiles by default."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -44,7 +52,7 @@ def compile_backward(
     from kernels import triton_flash_bwd as fb
 
     d, h = 128, 16
-    cfg = fb.backward_config(d, d, 2, approx_cap=softcap == 2, causal=causal)
+    cfg = fb.backward_config(d, d, 2, approx_cap=softcap == 2, causal=causal, tma=tma)
     if kernel == "dkdv":
         fn, (bm, bn, warps, stages) = fb._bwd_dkdv, tile or cfg[:4]
     else:
@@ -67,9 +75,15 @@ def compile_backward(
     const = {
         "CAUSAL": causal, "WINDOW": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": d,
         "BLOCK_DV": d, "PRECISION": "ieee", "SPLIT": True, "SOFTCAP": softcap,
-        "OUT_K": True, "OUT_V": True, "DQ_ATOMIC": False, "TMA": False,
+        "OUT_K": True, "OUT_V": True, "DQ_ATOMIC": False, "TMA": tma,
     }  # fmt: skip
-    sig, attrs = signature(fn.arg_names, const, values, bf16=_PTRS, fp32=_FP32_PTRS, floats=_FLOATS)
+    fixed = {}
+    if tma:  # host-built 4-D descriptors, blocks of one (batch, head) slice
+        for name in ("Q", "DO") if kernel == "dkdv" else ("K", "V"):
+            fixed[name] = f"tensordesc<bf16[1, 1, {bm if kernel == 'dkdv' else bn}, {d}]>"
+    sig, attrs = signature(
+        fn.arg_names, const, values, bf16=_PTRS, fp32=_FP32_PTRS, floats=_FLOATS, fixed=fixed
+    )
     const = {k: v for k, v in const.items() if k in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
     ck = triton.compile(
@@ -137,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dkdv-tile", default="", help="rows,keys,warps,stages (default: picked)")
     ap.add_argument("--dq-tile", default="", help="the same for the dQ kernel")
+    ap.add_argument("--tma", action="store_true", help="loads through TMA descriptors")
     ap.add_argument(
         "--timeline",
         action="store_true",
@@ -145,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.timeline:
         sass, usage, _ = compile_backward(
-            "dkdv", causal=args.causal == "yes", softcap=0, n=args.n, tile=tiles_of(args)["dkdv"]
-        )
+            "dkdv", causal=args.causal == "yes", softcap=0, n=args.n,
+            tile=tiles_of(args)["dkdv"], tma=args.tma,
+        )  # fmt: skip
         print(f"dK/dV, no cap, {usage}:")
         print("\n".join(f"  {x}" for x in loop_timeline(sass)))
         return 0
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         for softcap, label in ((0, "no cap"), (1, "accurate"), (2, "approx")):
             sass, usage, per = compile_backward(
                 kernel, causal=args.causal == "yes", softcap=softcap, n=args.n,
-                tile=tiles[kernel],
+                tile=tiles[kernel], tma=args.tma,
             )  # fmt: skip
             loops = count_loops(sass, sass=True)
             c = loops[0]
