@@ -108,13 +108,12 @@ def _bwd_preprocess(
     sdob, sdoh, sdom, sdod,
     sdb, sdh, sdm,
     slb, slh, slm,
-    H, NQ, DV,
+    NQ, DV,
     BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, SINKS: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    h = tl.program_id(1)
+    b = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
     inside = (rows[:, None] < NQ) & (offs_dv[None, :] < DV)
@@ -219,7 +218,7 @@ def _bwd_dkdv(
     sdkb, sdkh, sdkn, sdkd,
     sdvb, sdvh, sdvn, sdvd,
     sdqb, sdqh, sdqm, sdqd,
-    H_KV, GROUP, NQ, NK, D, DV,
+    GROUP, NQ, NK, D, DV,
     sm_scale, qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -235,9 +234,10 @@ def _bwd_dkdv(
     stores are one compiled program; the query loop itself lives in ``_dkdv_rows``.
     """
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H_KV
-    hk = pid_bh % H_KV
+    # Key head and batch from the grid's second and third axes (as the forward): no integer
+    # division by a run-time head count, and no bound B·H ≤ 65,535 of one grid axis.
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
     n0 = pid_n * BLOCK_N
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -392,7 +392,7 @@ def _bwd_dq(
     slb, slh, slm,
     sdb, sdh, sdm,
     sdqb, sdqh, sdqm, sdqd,
-    H, H_KV, NQ, NK, D, DV,
+    GROUP, NQ, NK, D, DV,
     sm_scale, qk_scale, win_left, win_right, c1, c2,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -400,10 +400,9 @@ def _bwd_dq(
     PRECISION: tl.constexpr, SPLIT: tl.constexpr, SOFTCAP: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    hk = h // (H // H_KV)
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    hk = h // GROUP
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -653,9 +652,9 @@ def launch_backward(
             "num_stages": cfg.stages, "SOFTCAP": mode}  # fmt: skip
     dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
     terms = torch.empty_like(delta) if sinks is not None else delta
-    _bwd_preprocess[(triton.cdiv(nq, dq_m), bsz * hq)](
+    _bwd_preprocess[(triton.cdiv(nq, dq_m), hq, bsz)](
         o, do, delta, lse, delta if sinks is None else sinks, terms,
-        *o.stride(), *do.stride(), *delta.stride(), *lse.stride(), hq, nq, dv,
+        *o.stride(), *do.stride(), *delta.stride(), *lse.stride(), nq, dv,
         BLOCK_M=dq_m, BLOCK_DV=block_dv, SINKS=sinks is not None, num_warps=dq_warps,
     )  # fmt: skip
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *delta.stride())
@@ -665,9 +664,9 @@ def launch_backward(
         q_in = tma_descriptor(q, cfg.block_m, block_d)
         do_in = tma_descriptor(do, cfg.block_m, block_dv)
     for out_k, out_v in ((True, False), (False, True)) if cfg.kv_apart else ((True, True),):
-        _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), bsz * hk)](
+        _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), hk, bsz)](
             q_in, k, v, do_in, lse, delta, dk, dvv, dq, *common, *dk.stride(), *dvv.stride(),
-            *dq.stride(), hk, hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2,
+            *dq.stride(), hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2,
             **opts, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused, TMA=tma,
         )  # fmt: skip
     if fused:
@@ -678,9 +677,9 @@ def launch_backward(
         if tma:
             k_in = tma_descriptor(k, dq_n, block_d)
             v_in = tma_descriptor(v, dq_n, block_dv)
-        _bwd_dq[(triton.cdiv(nq, dq_m), bsz * hq)](
+        _bwd_dq[(triton.cdiv(nq, dq_m), hq, bsz)](
             q, k_in, v_in, do, lse, delta, dq, *common, *dq.stride(),
-            hq, hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts, TMA=tma,
+            hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts, TMA=tma,
         )  # fmt: skip
     if sinks is None:
         return dq, dk, dvv
