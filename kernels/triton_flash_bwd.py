@@ -523,9 +523,13 @@ _SM90: dict[int, bool] = {}
 
 
 def _tma_usable(q: Any, k: Any, v: Any, do: Any) -> bool:
-    """Whether the loops' loads may go through TMA descriptors: a CUDA GPU of compute
-    capability 9 or later (not the interpreter) and tensors :func:`tma_ok` accepts."""
-    if _interpreting() or q.device.type != "cuda":
+    """Whether the loops' loads may go through TMA descriptors: tensors :func:`tma_ok` accepts,
+    on a CUDA GPU of compute capability 9 or later or under the interpreter (which reads a
+    descriptor's blocks as the GPU does, zeros past its edges; only a config that asks for
+    them uses them there, so the CPU tests can compare both loads)."""
+    if _interpreting():
+        return tma_ok(q, k, v, do)
+    if q.device.type != "cuda":
         return False
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     if index not in _SM90:
