@@ -3,7 +3,7 @@ machine without a GPU: compile ``kernels/triton_flash_bwd.py``'s ``_bwd_dkdv`` a
 for an sm_90 target (bf16, d = 128, N = 4096, H = 16, the tiles ``backward_config`` picks), plain
 and soft-capped (accurate and approximate tanh), and print one table.
 
-    python benchmarks/bwd_registers.py [--causal no|yes] [--n 4096] [--tma]
+    python benchmarks/bwd_registers.py [--causal no|yes] [--n 4096] [--tma] [--maxnreg R]
 
 Per score: the key loop's (dQ kernel) or row loop's (dK/dV kernel) instructions over the
 ``BLOCK_M·BLOCK_N/(32·warps)`` scores a thread holds per step (the mask-free loop, the
@@ -37,13 +37,14 @@ def compile_backward(
     n: int,
     tile: tuple[int, ...] | None = None,
     tma: bool = False,
+    maxnreg: int | None = None,
 ) -> tuple[str, str, int]:
     """Compile ``_bwd_dkdv`` (``kernel="dkdv"``) or ``_bwd_dq`` for sm_90, bf16, d = 128, H =
     16, ``n`` queries and keys, ``SOFTCAP=softcap`` (0, 1 accurate, 2 approximate), with the
     tiles :func:`backward_config` picks or ``tile`` (rows, keys, warps, stages): (SASS,
     resource usage, scores per thread per step). ``tma``: the loops' loads through
     descriptors (Q and dO in dK/dV, K and V in dQ), with ``backward_config(..., tma=True)``'s
-    tiles by default."""
+    tiles by default; ``maxnreg``: a cap on the registers a thread."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -86,9 +87,10 @@ def compile_backward(
     )
     const = {k: v for k, v in const.items() if k in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
-    ck = triton.compile(
-        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages}
-    )
+    options = {"num_warps": warps, "num_stages": stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     tile = f"{bm}x{bn} w{warps} s{stages}"
     return (
         get_sass(ck.asm["cubin"]),
@@ -152,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dkdv-tile", default="", help="rows,keys,warps,stages (default: picked)")
     ap.add_argument("--dq-tile", default="", help="the same for the dQ kernel")
     ap.add_argument("--tma", action="store_true", help="loads through TMA descriptors")
+    ap.add_argument("--maxnreg", type=int, default=0, help="cap the registers a thread (0: none)")
     ap.add_argument(
         "--timeline",
         action="store_true",
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeline:
         sass, usage, _ = compile_backward(
             "dkdv", causal=args.causal == "yes", softcap=0, n=args.n,
-            tile=tiles_of(args)["dkdv"], tma=args.tma,
+            tile=tiles_of(args)["dkdv"], tma=args.tma, maxnreg=args.maxnreg,
         )  # fmt: skip
         print(f"dK/dV, no cap, {usage}:")
         print("\n".join(f"  {x}" for x in loop_timeline(sass)))
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         for softcap, label in ((0, "no cap"), (1, "accurate"), (2, "approx")):
             sass, usage, per = compile_backward(
                 kernel, causal=args.causal == "yes", softcap=softcap, n=args.n,
-                tile=tiles[kernel], tma=args.tma,
+                tile=tiles[kernel], tma=args.tma, maxnreg=args.maxnreg,
             )  # fmt: skip
             loops = count_loops(sass, sass=True)
             c = loops[0]

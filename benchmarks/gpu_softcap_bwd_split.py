@@ -4,7 +4,8 @@
         [--dkdv TILES] [--tiles-only]
 
 A tile is ``m,n,warps,stages`` with an optional fifth field, 1 or 0: the loops' loads through
-TMA descriptors or pointers (``BackwardConfig.tma``; it applies to both kernels of the run).
+TMA descriptors or pointers (``BackwardConfig.tma``; it applies to both kernels of the run),
+and an optional sixth: a cap on that kernel's registers a thread (``maxnreg``; 0: none).
 
 bf16, d = 128, H = 16, B·N = 16K, causal and not: the deterministic backward
 (``flash_attention_backward``) plain, with a soft-cap of 2 and the accurate tanh, and with
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument(
-        "--dq", default="", help="dQ tiles to try: 'm,n,warps,stages[,tma];...' (tma: 1 or 0)"
+        "--dq",
+        default="",
+        help="dQ tiles to try: 'm,n,warps,stages[,tma[,maxnreg]];...' (tma: 1 or 0)",
     )
     ap.add_argument("--dkdv", default="", help="dK/dV tiles to try, the same way")
     ap.add_argument(
@@ -112,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None:
     """One kernel (``kernel``: "dq" or "dkdv") at other tiles (``--dq`` / ``--dkdv``
-    'm,n,warps,stages[,tma];...'), the other at the default's: that kernel's milliseconds plain and
-    capped (approximate tanh), and its outputs' largest difference from the default tiles',
-    relative to their max (another block size may sum in another order)."""
+    'm,n,warps,stages[,tma[,maxnreg]];...'), the other at the default's: that kernel's
+    milliseconds plain and capped (approximate tanh), and its outputs' largest difference from
+    the default tiles', relative to their max (another block size may sum in another order)."""
     import torch
 
     n, d = args.n, 128  # bench_inputs' head dim
@@ -140,6 +143,9 @@ def other_tiles(args, kernel, fb, flash_attention, times, regs, current) -> None
                     )
                 if len(tile) > 4:  # a fifth field: loads through TMA (1) or pointers (0)
                     cfg = cfg._replace(tma=bool(tile[4]))
+                if len(tile) > 5 and tile[5]:  # a sixth: a cap on the registers a thread
+                    field = "dq_maxnreg" if kernel == "dq" else "maxnreg"
+                    cfg = cfg._replace(**{field: tile[5]})
                 times.clear()
                 current["variant"] = "t"
                 for _ in range(args.reps + 2):

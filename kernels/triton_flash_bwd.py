@@ -491,7 +491,9 @@ class BackwardConfig(NamedTuple):
     steps over keys; 0: as dK/dV). ``split=False`` sends every block through the masked path
     (tests). ``tma``: on an sm_90 GPU, the loads inside both kernels' loops (Q and dO rows in
     dK/dV, K and V keys in dQ) go through host-built TMA descriptors where the tensors allow
-    it (16-byte aligned rows), through pointers otherwise; the same values either way."""
+    it (16-byte aligned rows), through pointers otherwise; the same values either way.
+    ``maxnreg`` / ``dq_maxnreg``: a cap on the registers a thread of the dK/dV / dQ kernel (on a
+    GPU; ``None``: the compiler's choice), so that more programs share an SM."""
 
     block_m: int
     block_n: int
@@ -504,6 +506,8 @@ class BackwardConfig(NamedTuple):
     dq_stages: int = 0
     kv_apart: bool = False
     tma: bool = False
+    maxnreg: int | None = None
+    dq_maxnreg: int | None = None
 
     def for_dq(self) -> tuple[int, int, int, int]:
         """``(block_m, block_n, warps, stages)`` of the dQ kernel."""
@@ -654,6 +658,9 @@ def launch_backward(
             "BLOCK_N": cfg.block_n, "BLOCK_D": block_d, "BLOCK_DV": block_dv,
             "PRECISION": precision, "SPLIT": cfg.split, "num_warps": cfg.warps,
             "num_stages": cfg.stages, "SOFTCAP": mode}  # fmt: skip
+    # A register cap is a compile option of the GPU backends; the interpreter has none.
+    cap_kv = {} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}
+    cap_q = {} if cfg.dq_maxnreg is None or _interpreting() else {"maxnreg": cfg.dq_maxnreg}
     dq_m, dq_n, dq_warps, dq_stages = cfg.for_dq()
     terms = torch.empty_like(delta) if sinks is not None else delta
     _bwd_preprocess[(triton.cdiv(nq, dq_m), hq, bsz)](
@@ -671,7 +678,7 @@ def launch_backward(
         _bwd_dkdv[(triton.cdiv(nk, cfg.block_n), hk, bsz)](
             q_in, k, v, do_in, lse, delta, dk, dvv, dq, *common, *dk.stride(), *dvv.stride(),
             *dq.stride(), hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2,
-            **opts, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused, TMA=tma,
+            **opts, **cap_kv, OUT_K=out_k, OUT_V=out_v, DQ_ATOMIC=fused, TMA=tma,
         )  # fmt: skip
     if fused:
         dq = _scaled_dq(dq, sm_scale, q.dtype)
@@ -683,7 +690,8 @@ def launch_backward(
             v_in = tma_descriptor(v, dq_n, block_dv)
         _bwd_dq[(triton.cdiv(nq, dq_m), hq, bsz)](
             q, k_in, v_in, do, lse, delta, dq, *common, *dq.stride(),
-            hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts, TMA=tma,
+            hq // hk, nq, nk, d, dv, sm_scale, qk_scale, left, right, c1, c2, **opts, **cap_q,
+            TMA=tma,
         )  # fmt: skip
     if sinks is None:
         return dq, dk, dvv
