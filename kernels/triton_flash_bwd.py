@@ -489,9 +489,10 @@ class BackwardConfig(NamedTuple):
     stages of the dK/dV kernel (a program owns ``block_n`` keys and steps over rows), and of
     the dQ kernel where the ``dq_*`` fields are set (a program owns ``dq_block_m`` rows and
     steps over keys; 0: as dK/dV). ``split=False`` sends every block through the masked path
-    (tests). ``tma``: on an sm_90 GPU, the loads inside both kernels' loops (Q and dO rows in
-    dK/dV, K and V keys in dQ) go through host-built TMA descriptors where the tensors allow
-    it (16-byte aligned rows), through pointers otherwise; the same values either way.
+    (tests). ``tma``: on an sm_90 (or later) GPU and under the interpreter, the loads inside
+    both kernels' loops (Q and dO rows in dK/dV, K and V keys in dQ) go through host-built TMA
+    descriptors where the tensors allow it (16-byte aligned rows), through pointers otherwise;
+    the same values either way.
     ``maxnreg`` / ``dq_maxnreg``: a cap on the registers a thread of the dK/dV / dQ kernel (on a
     GPU; ``None``: the compiler's choice), so that more programs share an SM."""
 
