@@ -4,11 +4,14 @@ for an sm_90 target (bf16, d = 128, N = 4096, H = 16, the tiles ``backward_confi
 and soft-capped (accurate and approximate tanh), and print one table.
 
     python benchmarks/bwd_registers.py [--causal no|yes] [--n 4096] [--tma] [--maxnreg R]
+        [--timeline dkdv|dq]
 
 Per score: the key loop's (dQ kernel) or row loop's (dK/dV kernel) instructions over the
 ``BLOCK_M·BLOCK_N/(32·warps)`` scores a thread holds per step (the mask-free loop, the
 first innermost loop in the listing). Registers and spills from the bundled
-``cuobjdump -res-usage``. Needs Triton >= 3.9 (ASTSource with attrs) and its bundled tools.
+``cuobjdump -res-usage``. Needs Triton 3.6 or later (ASTSource with attrs) and its bundled
+tools. ``--timeline dkdv|dq`` prints that kernel's loop as products, waits and what lies
+between them, plain and capped.
 ``--tma`` compiles the loops' loads through host-built descriptors (``BackwardConfig.tma``,
 what an sm_90 GPU runs at 64 < d <= 128 with aligned tensors), and the picked tiles are then
 ``backward_config(..., tma=True)``'s; without it, through pointers.
@@ -157,17 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maxnreg", type=int, default=0, help="cap the registers a thread (0: none)")
     ap.add_argument(
         "--timeline",
-        action="store_true",
-        help="print the plain dK/dV loop's products, waits and the instructions between them",
+        nargs="?",
+        const="dkdv",
+        choices=["dkdv", "dq"],
+        help="print that kernel's loop (alone: dkdv), plain and capped (approximate tanh): "
+        "its products, waits and the instructions between them",
     )
     args = ap.parse_args(argv)
     if args.timeline:
-        sass, usage, _ = compile_backward(
-            "dkdv", causal=args.causal == "yes", softcap=0, n=args.n,
-            tile=tiles_of(args)["dkdv"], tma=args.tma, maxnreg=args.maxnreg,
-        )  # fmt: skip
-        print(f"dK/dV, no cap, {usage}:")
-        print("\n".join(f"  {x}" for x in loop_timeline(sass)))
+        for softcap, label in ((0, "no cap"), (2, "capped, approximate tanh")):
+            sass, usage, _ = compile_backward(
+                args.timeline, causal=args.causal == "yes", softcap=softcap, n=args.n,
+                tile=tiles_of(args)[args.timeline], tma=args.tma, maxnreg=args.maxnreg,
+            )  # fmt: skip
+            print(f"{args.timeline}, {label}, {usage}:")
+            print("\n".join(f"  {x}" for x in loop_timeline(sass)))
         return 0
     tiles = tiles_of(args)
     print("| kernel | tanh | tile and resources | instr/score | MUFU/score | FP32/score |")
