@@ -246,8 +246,9 @@ def _softmax_step(
 
 @triton.jit
 def load_block(desc, base, start, cols, offs, s_row, s_col, N, W, TMA: tl.constexpr):
-    """Rows ``start .. start + BLOCK`` of K or V (width ``W``), zeros past ``N`` and ``W``.
-    ``base``: the (batch, head) slice's pointer, or with ``TMA`` its (batch, head) coordinates
+    """Rows ``start .. start + BLOCK`` of one (batch, head) slice of a 4-D tensor (K or V in the
+    forward; Q, dO, K or V in the backward), width ``W``, zeros past ``N`` and ``W``.
+    ``base``: the slice's pointer, or with ``TMA`` its (batch, head) coordinates
     in the 4-D descriptor ``desc``."""
     if TMA:
         # Rows past N and columns past W come back as zeros (the descriptor's zero padding).

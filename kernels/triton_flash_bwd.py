@@ -489,7 +489,7 @@ class BackwardConfig(NamedTuple):
     stages of the dK/dV kernel (a program owns ``block_n`` keys and steps over rows), and of
     the dQ kernel where the ``dq_*`` fields are set (a program owns ``dq_block_m`` rows and
     steps over keys; 0: as dK/dV). ``split=False`` sends every block through the masked path
-    (tests). ``tma``: on an sm_90 (or later) GPU and under the interpreter, the loads inside
+    (tests). ``tma``: on an sm_90 GPU and under the interpreter, the loads inside
     both kernels' loops (Q and dO rows in dK/dV, K and V keys in dQ) go through host-built TMA
     descriptors where the tensors allow it (16-byte aligned rows), through pointers otherwise;
     the same values either way.
@@ -529,7 +529,7 @@ _SM90: dict[int, bool] = {}
 
 def _tma_usable(q: Any, k: Any, v: Any, do: Any) -> bool:
     """Whether the loops' loads may go through TMA descriptors: tensors :func:`tma_ok` accepts,
-    on a CUDA GPU of compute capability 9 or later or under the interpreter (which reads a
+    on a CUDA GPU of compute capability 9 (Hopper) or under the interpreter (which reads a
     descriptor's blocks as the GPU does, zeros past its edges; only a config that asks for
     them uses them there, so the CPU tests can compare both loads)."""
     if _interpreting():
@@ -538,7 +538,9 @@ def _tma_usable(q: Any, k: Any, v: Any, do: Any) -> bool:
         return False
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     if index not in _SM90:
-        _SM90[index] = torch.cuda.get_device_capability(index)[0] >= 9
+        # Hopper only: the tiles that ask for descriptors were measured there (an H200), and
+        # other generations' shared memory differs.
+        _SM90[index] = torch.cuda.get_device_capability(index)[0] == 9
     return _SM90[index] and tma_ok(q, k, v, do)
 
 
@@ -572,8 +574,9 @@ def backward_config(
         return BackwardConfig(32, 128, 8, 3, True, 128, 32, 8, 3, kv_apart=True)
     if max(d, dv) > 64 and tma and not fused:
         # Loads through TMA free the registers that per-thread addresses held: dK/dV on one
-        # warpgroup of 64 keys × 64 rows then spills 6-24 bytes (42 through pointers) and
-        # two programs share an SM, one's softmax running under the other's products. On an
+        # warpgroup of 64 keys × 64 rows then spills 6-24 registers (38-42 through pointers),
+        # and two programs fit an SM (255 registers × 128 threads, 97 KiB of shared memory),
+        # one's softmax able to run under the other's products. On an
         # H200 (bf16, d = 128, N = 4K, benchmarks/gpu_softcap_bwd_split.py --dkdv, --dq with
         # a fifth field 1) that dK/dV took 0.89x / 0.86x the pointer tiles' time plain (non-
         # causal / causal) and 0.84x / 0.92x soft-capped; dQ at 128 × 64 on two warpgroups

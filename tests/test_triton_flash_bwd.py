@@ -21,7 +21,7 @@ from flashcheck.kernels.recurrence import (  # noqa: E402
     PrecisionPolicy,
     online_attention_backward,
 )
-from flashcheck.kernels.triton_flash import flash_attention  # noqa: E402
+from flashcheck.kernels.triton_flash import flash_attention, tma_descriptor  # noqa: E402
 from flashcheck.kernels.triton_flash_bwd import (  # noqa: E402
     BackwardConfig,
     flash_attention_backward,
@@ -346,17 +346,26 @@ def test_backward_tiles_by_mask_path_and_cap(monkeypatch):
 
 @pytest.mark.parametrize("softcap", [None, 2.0])
 @pytest.mark.parametrize("shape", [GRID[0], GRID[1], GRID[2]], ids=_sid)
-def test_the_descriptor_loads_give_the_bits_of_the_pointer_loads(shape, softcap):
+def test_the_descriptor_loads_give_the_bits_of_the_pointer_loads(shape, softcap, monkeypatch):
     # BackwardConfig.tma: the loops' loads through TMA descriptors (an sm_90 GPU, and the
     # interpreter, which reads a descriptor's blocks as the GPU does) give the pointer loads'
     # bits. Grouped heads (each query head reads its key head's block), ragged rows and keys
-    # (zeros past the edges, never the next head's rows), d below the block width; the window
-    # case's rows (d = 59, 118 bytes) are not 16-byte aligned, so it runs the pointer loads.
+    # (zeros past the edges, never the next head's rows), d below the block width. The window
+    # case's rows (d = 59, 118 bytes) are not 16-byte aligned: it must fall back to pointers.
     # Planted: the dQ kernel's K and V blocks read at the query head (b, h) instead of its key
     # head fail the two grouped-head cases (benchmarks/RESULTS.md).
+    from flashcheck.kernels import triton_flash_bwd as fb
+
     q, k, v, do, causal, window = _inputs(torch.float16, shape, 5)
     o, lse = flash_attention(q, k, v, causal=causal, window=window, softcap=softcap)
     win = None if window is None else (window[0], window[1])
+    made = []  # the descriptors the launcher built: proof that the descriptor path ran
+
+    def counted(t, rows, cols):
+        made.append((tuple(t.shape), rows, cols))
+        return tma_descriptor(t, rows, cols)
+
+    monkeypatch.setattr(fb, "tma_descriptor", counted)
 
     def grads(cfg):
         return launch_backward(
@@ -364,12 +373,18 @@ def test_the_descriptor_loads_give_the_bits_of_the_pointer_loads(shape, softcap)
             allow_tf32=False, config=cfg, softcap=softcap,
         )  # fmt: skip
 
-    # With a register cap too (BackwardConfig.maxnreg, dq_maxnreg: compile options on a GPU,
-    # ignored by the interpreter): the same arithmetic, spilled or not.
     want = grads(SMALL)
+    assert not made
+    # The register cap (BackwardConfig.maxnreg, dq_maxnreg) is a compile option on a GPU, where
+    # the second configuration checks that a capped, spilling compile keeps the bits; the
+    # interpreter ignores it.
     for cfg in (SMALL._replace(tma=True), SMALL._replace(tma=True, maxnreg=128, dq_maxnreg=128)):
+        made.clear()
         for got, ref in zip(grads(cfg), want, strict=True):
             assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), cfg
+        aligned = shape[5] * 2 % 16 == 0 and shape[6] * 2 % 16 == 0
+        # Q and dO for dK/dV, K and V for dQ; none where the rows are not aligned.
+        assert len(made) == (4 if aligned else 0), made
 
 
 @pytest.mark.parametrize(
