@@ -9,7 +9,8 @@ and soft-capped (accurate and approximate tanh), and print one table.
 Per score: the key loop's (dQ kernel) or row loop's (dK/dV kernel) instructions over the
 ``BLOCK_M·BLOCK_N/(32·warps)`` scores a thread holds per step (the mask-free loop, the
 first innermost loop in the listing). Registers and spills from the bundled
-``cuobjdump -res-usage``. Needs Triton 3.6 or later (ASTSource with attrs) and its bundled
+``cuobjdump -res-usage``, shared memory from the compiled kernel's metadata. Needs Triton
+3.6 or later (ASTSource with attrs) and its bundled
 tools. ``--timeline dkdv|dq`` prints that kernel's loop as products, waits and what lies
 between them, plain and capped.
 ``--tma`` compiles the loops' loads through host-built descriptors (``BackwardConfig.tma``,
@@ -97,7 +98,7 @@ def compile_backward(
     tile = f"{bm}x{bn} w{warps} s{stages}"
     return (
         get_sass(ck.asm["cubin"]),
-        f"{tile}: {resource_usage(ck.asm['cubin'])}",
+        f"{tile}: {resource_usage(ck.asm['cubin'])}, {ck.metadata.shared} bytes of shared memory",
         bm * bn // (32 * warps),
     )
 

@@ -140,6 +140,20 @@ def _bwd_preprocess(
 
 
 @triton.jit
+def _slice(X, b, h, sxb, sxh, TMA: tl.constexpr):
+    """The (batch ``b``, head ``h``) slice of ``X`` as :func:`load_block` takes it, with ``X``
+    itself as its ``desc``: with ``TMA``, ``X`` is a 4-D descriptor (batch, head, row, column)
+    built on the host, and the slice is its coordinates (no per-thread addresses in the loops:
+    registers that the one-warpgroup tiles would spill); without, ``X`` is a pointer and the
+    slice its base (``desc`` is then unused)."""
+    if TMA:
+        base = (b, h)
+    else:
+        base = X + b * sxb + h * sxh
+    return base
+
+
+@triton.jit
 def _dkdv_rows(
     dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base,
     start_lo, start_hi, cols, offs_m, offs_d, offs_dv,
@@ -290,35 +304,25 @@ def _bwd_dkdv(
     for hh in range(0, GROUP):
         # The query heads of this kv head's group: h = hk·G, ..., hk·G + G − 1.
         h = hk * GROUP + hh
-        if TMA:
-            # Q and dO are 4-D descriptors (batch, head, row, column) built on the host: the
-            # row loop's loads need no per-thread addresses (registers the 4-warp tiles spill).
-            q_desc = Q
-            do_desc = DO
-            q_base = (b, h)
-            do_base = (b, h)
-        else:
-            q_desc = None
-            do_desc = None
-            q_base = Q + b * sqb + h * sqh
-            do_base = DO + b * sdob + h * sdoh
+        q_base = _slice(Q, b, h, sqb, sqh, TMA)
+        do_base = _slice(DO, b, h, sdob, sdoh, TMA)
         lse_base = LSE + b * slb + h * slh
         delta_base = Delta + b * sdb + h * sdh
         dq_base = DQ + b * sdqb + h * sdqh
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, lo,
+            dk, dv, k, v, Q, DO, q_base, do_base, lse_base, delta_base, dq_base, lo,
             full_lo, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ,
             NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M,
             PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, full_lo,
+            dk, dv, k, v, Q, DO, q_base, do_base, lse_base, delta_base, dq_base, full_lo,
             full_hi, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ,
             NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, False, CAUSAL, WINDOW, BLOCK_M,
             PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
         )  # fmt: skip
         dk, dv = _dkdv_rows(
-            dk, dv, k, v, q_desc, do_desc, q_base, do_base, lse_base, delta_base, dq_base, full_hi,
+            dk, dv, k, v, Q, DO, q_base, do_base, lse_base, delta_base, dq_base, full_hi,
             hi, cols, offs_m, offs_d, offs_dv, sqm, sqd, sdom, sdod, slm, sdm, sdqm, sdqd, NQ, NK,
             D, DV, off, qk_scale, win_left, win_right, c1, c2, True, CAUSAL, WINDOW, BLOCK_M,
             PRECISION, OUT_K, OUT_V, SOFTCAP, DQ_ATOMIC, TMA,
@@ -422,17 +426,8 @@ def _bwd_dq(
     delta = tl.load(Delta + b * sdb + h * sdh + rows * sdm, mask=rows < NQ, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if TMA:
-        # K and V are 4-D descriptors built on the host (see _bwd_dkdv's Q and dO).
-        k_desc = K
-        v_desc = V
-        k_base = (b, hk)
-        v_base = (b, hk)
-    else:
-        k_desc = None
-        v_desc = None
-        k_base = K + b * skb + hk * skh
-        v_base = V + b * svb + hk * svh
+    k_base = _slice(K, b, hk, skb, skh, TMA)
+    v_base = _slice(V, b, hk, svb, svh, TMA)
     off = NK - NQ
     # The forward's key ranges: live keys [lo, hi), keys every row keeps [u_lo, u_hi).
     lo = 0
@@ -458,17 +453,17 @@ def _bwd_dq(
         full_lo = hi
         full_hi = hi
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
+        dq, q, do, lse2, delta, K, V, k_base, v_base, lo, full_lo, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True,
         CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, full_lo, full_hi, rows, offs_n,
+        dq, q, do, lse2, delta, K, V, k_base, v_base, full_lo, full_hi, rows, offs_n,
         offs_d, offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2,
         False, CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
     dq = _dq_keys(
-        dq, q, do, lse2, delta, k_desc, v_desc, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
+        dq, q, do, lse2, delta, K, V, k_base, v_base, full_hi, hi, rows, offs_n, offs_d,
         offs_dv, skn, skd, svn, svd, NK, D, DV, off, qk_scale, win_left, win_right, c1, c2, True,
         CAUSAL, WINDOW, BLOCK_N, PRECISION, SOFTCAP, TMA,
     )  # fmt: skip
