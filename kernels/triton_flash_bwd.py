@@ -489,7 +489,8 @@ class BackwardConfig(NamedTuple):
     descriptors where the tensors allow it (16-byte aligned rows), through pointers otherwise;
     the same values either way.
     ``maxnreg`` / ``dq_maxnreg``: a cap on the registers a thread of the dK/dV / dQ kernel (on a
-    GPU; ``None``: the compiler's choice), so that more programs share an SM."""
+    GPU; ``None``: the compiler's choice), so that more programs share an SM. ``tma`` with a
+    2-stage dQ kernel is refused (it faulted on an H200; see :func:`launch_backward`)."""
 
     block_m: int
     block_n: int
@@ -606,6 +607,21 @@ def _scaled_dq(acc: torch.Tensor, sm_scale: float, dtype: torch.dtype) -> torch.
     return (acc * sm_scale).to(dtype)
 
 
+def check_config(cfg: BackwardConfig, *, fused: bool) -> None:
+    """Refuse a ``cfg`` known to fault (``fused``: dQ by atomic adds, no dQ kernel): with
+    ``tma`` and the mask split, a 2-stage dQ kernel. On an H200 with Triton 3.6 that kernel
+    stopped the process ("unspecified launch failure", the CUDA context lost) at 64 x 32 and
+    64 x 64 tiles without a mask, and ran with one masked loop (``split=False``), causal, or at
+    1 or 3 stages (benchmarks/gpu_dq_stages_fault.py, benchmarks/RESULTS.md). Refused on every
+    machine, so that a config means the same everywhere."""
+    if cfg.tma and cfg.split and not fused and cfg.for_dq()[3] == 2:
+        raise ValueError(
+            "BackwardConfig with tma=True and a 2-stage dQ kernel (dq_stages, or stages when "
+            "dq_stages is 0) is refused: its descriptor loads faulted on a Hopper GPU; "
+            "pass dq_stages=1 or 3, or tma=False"
+        )
+
+
 def launch_backward(
     q, k, v, o, lse, do, *, causal, window, scale, allow_tf32, config=None, softcap=None,
     sinks=None, deterministic=True, approx_tanh=False,
@@ -637,6 +653,7 @@ def launch_backward(
     # Past d = 128 (kv_apart) the fused program's tile does not fit a GPU's shared memory, so
     # dQ comes from the dQ kernel there whatever `deterministic` says.
     fused = not deterministic and not cfg.kv_apart
+    check_config(cfg, fused=fused)
     if fused:
         dq = torch.zeros((bsz, hq, nq, d), dtype=torch.float32, device=q.device)
     else:

@@ -275,6 +275,27 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_pass():
         flash_attention_backward(q, k, v, o.cpu().numpy(), lse, do)
 
 
+def test_a_two_stage_dq_kernel_with_descriptor_loads_is_refused():
+    # That configuration faulted on an H200 (Triton 3.6; benchmarks/RESULTS.md): refused before
+    # any launch, on every machine, with what to pass instead. The configs that ran there pass.
+    from flashcheck.kernels.triton_flash_bwd import check_config
+
+    q, k, v, do, _, _ = _inputs(torch.float16, (1, 2, 1, 9, 12, 16, 16, False, None), 6)
+    o, lse = flash_attention(q, k, v)
+    kw = {"causal": False, "window": None, "scale": 0.25, "allow_tf32": False}
+    for cfg in (SMALL._replace(tma=True, dq_stages=2), BackwardConfig(16, 16, 4, 2, tma=True)):
+        with pytest.raises(ValueError, match="dq_stages=1 or 3, or tma=False"):
+            launch_backward(q, k, v, o, lse, do, config=cfg, **kw)
+    for cfg in (
+        SMALL._replace(tma=True, dq_stages=3),
+        SMALL._replace(tma=True, dq_stages=2, split=False),
+        SMALL._replace(dq_stages=2),
+        BackwardConfig(64, 64, 4, 2, True, 128, 64, 8, 3, tma=True),  # the H200 default
+    ):
+        check_config(cfg, fused=False)
+    check_config(SMALL._replace(tma=True, dq_stages=2), fused=True)  # no dQ kernel
+
+
 def test_dq_tiles_reach_the_dq_kernel_only():
     # BackwardConfig's dq_* fields tile the dQ kernel alone: dK, dV are bitwise those of the
     # dK/dV tiles, dQ bitwise that of the dQ tiles (each kernel's sums follow its own tiles).
