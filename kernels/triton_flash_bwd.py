@@ -490,7 +490,7 @@ class BackwardConfig(NamedTuple):
     the same values either way.
     ``maxnreg`` / ``dq_maxnreg``: a cap on the registers a thread of the dK/dV / dQ kernel (on a
     GPU; ``None``: the compiler's choice), so that more programs share an SM. ``tma`` with a
-    2-stage dQ kernel is refused (it faulted on an H200; see :func:`launch_backward`)."""
+    2-stage dQ kernel is refused (it faulted on an H200; see :func:`check_config`)."""
 
     block_m: int
     block_n: int
