@@ -84,6 +84,55 @@ def test_mistakes_of_different_kinds_this_input_cannot_tell_apart_are_named_toge
     ], res.verdict.reasons
 
 
+def test_readings_that_fit_the_same_output_say_that_they_are_alternatives():
+    # One key whose logit lies far below the sink: a sink multiplied by the scale and a scale
+    # left out both push the key's weight to about 0, with answers that differ but within the
+    # bound. A user's trial read the two reasons as two bugs; each now names the other.
+    import torch
+
+    def sink_scaled(q, k, v, *, causal=False, scale=None, sinks=None):
+        c = q.shape[-1] ** -0.5
+        s = (q.float() @ k.float().transpose(-1, -2)) * c
+        sink = torch.as_tensor(sinks, dtype=torch.float32).view(1, -1, 1, 1) * c
+        w = torch.cat([s, sink.expand(*s.shape[:-1], 1)], -1).softmax(-1)[..., :-1]
+        return (w @ v.float()).to(q.dtype)
+
+    q = torch.full((1, 1, 1, 4), 6.0)
+    k = torch.full((1, 1, 1, 4), -6.0)  # s·scale = -72
+    v = torch.arange(1.0, 5.0).view(1, 1, 1, 4)
+    res = flashcheck.check(sink_scaled, q, k, v, sinks=np.array([-60.0]), save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    scaled = "the sinks multiplied by the scale (a sink is a logit, not scaled)"
+    unscaled = "the scale left out (scale 1)"
+    assert res.verdict.diagnosis == [
+        f"{CONSISTENT}{a}: the output matches exact attention under that reading within the "
+        f"kernel's bound; {b} fits too: this input cannot tell which"
+        for a, b in ((unscaled, scaled), (scaled, unscaled))
+    ], res.verdict.reasons
+
+
+def test_a_reading_only_the_lse_tells_apart_is_named_by_it():
+    # One key: O = V under every reading, so only the LSE can tell a wrong soft-cap. The
+    # property suite shrank a user's kernel that caps the unscaled product to this case (its
+    # bits) and named nothing; the LSE names it now, and says that it did.
+    import torch
+
+    def cap_unscaled(q, k, v, *, causal=False, scale=None, softcap=None):
+        s = softcap * torch.tanh((q.float() @ k.float().transpose(-1, -2)) / softcap) * scale
+        return (s.softmax(-1) @ v.float()).to(q.dtype), torch.logsumexp(s, -1)
+
+    q, k, v = (
+        torch.tensor(x, dtype=torch.float16).view(1, 1, 1, 1)
+        for x in (0.125732421875, -0.132080078125, 0.640625)
+    )
+    res = flashcheck.check(cap_unscaled, q, k, v, scale=0.125, softcap=2**-10, save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    assert len(res.verdict.diagnosis) == 1, res.verdict.reasons
+    why = res.verdict.diagnosis[0]
+    assert why.startswith(CONSISTENT + "the soft-cap taken of the unscaled product"), why
+    assert why.endswith("(its LSE tells it: O is the same under both here)"), why
+
+
 def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     case = _case(causal=True)
     ok = flashcheck.check(uk.textbook, case, save="never")

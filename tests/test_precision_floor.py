@@ -4,6 +4,7 @@ declared, and errors that fit them are FAIL-HARD with a reason naming the declar
 
 import importlib.util
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -85,6 +86,16 @@ def test_errors_within_a_lower_class_give_the_precision_reason():
     assert v.verdict == Status.FAIL_HARD
     assert v.reasons[0].startswith(f"FAIL-HARD: {REASON}")
     assert "exceed the deterministic bound" in v.reasons[1]
+
+
+def test_a_case_states_the_precision_reason_once_for_o_and_lse():
+    # O's judgement and LSE's both find the kernel below fp32; a user saw the line twice.
+    from flashcheck.harness.judging.tensor_verdict import Verdict
+
+    o = _judge(error=2.0, lower_det=4.0)
+    lse = replace(o, name="lse")
+    both = Verdict({"o": o, "lse": lse}).reasons
+    assert both == o.reasons and sum("precision below" in r for r in both) == 1
 
 
 def test_no_precision_reason_beyond_the_lower_class_or_for_nan():
@@ -187,3 +198,19 @@ def test_fit_text_names_the_classes_the_errors_fit():
         "errors fit: flash-fa1, naive; not flash (1 case with NaN/Inf outputs and 2 cases with "
         "no output to judge left out)"
     )
+
+
+def test_fit_text_says_when_the_class_a_reason_names_does_not_fit_the_other_cases():
+    # A case that fits only tf32 says "declare tf32"; bf16 products in an fp32 kernel (a
+    # user's trial) fit tf32 on some cases and nothing on others, where declaring tf32 would
+    # not help: the summary says so. Where tf32 fits every case, it says nothing more.
+    why = "FAIL-HARD: " + precision_reason("fp32", "tf32")  # as a verdict records it
+
+    def rec(tf32, reasons=()):
+        util = {"naive": 9.0, "flash": 9.0, "flash-fa1": 9.0, "tf32": tf32}
+        return SimpleNamespace(status=Status.FAIL_HARD, class_util=util, reasons=reasons)
+
+    mixed = fit_text([rec(0.5, (why,)), rec(40.0, ("O exceeds the bound",))])
+    assert mixed.startswith("errors fit: no class; not flash, flash-fa1, naive, tf32; tf32, ")
+    assert "declaring tf32 would not make them pass" in mixed
+    assert "would not" not in fit_text([rec(0.5, (why,)), rec(0.7, (why,))])

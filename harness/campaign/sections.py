@@ -10,6 +10,7 @@ from typing import Any
 
 from ..checks.batch_invariance import DECLARED_BUT, NOT_BATCH_INVARIANT
 from ..core.status import Status
+from ..judging.classes import precision_reason_class
 from .logrecords import ResultsFile
 from .tables import BROKEN, finite_max, fmt, groups, shape_text, status_counts
 
@@ -212,6 +213,16 @@ def fit_text(results: Iterable[Any]) -> str | None:
     no = [c for c, ok in fits if not ok]
     text = "errors fit: " + (", ".join(yes) if yes else "no class")
     text += f"; not {', '.join(no)}" if no else ""
+    # A case whose errors fit only a reduced class says "declare it"; when other cases exceed
+    # that class's bound too, the declaration would not make them pass (a user's bf16 products
+    # in an fp32 kernel were read as tf32 case by case).
+    named = {precision_reason_class(w) for r in results for w in getattr(r, "reasons", ())}
+    named &= set(no)
+    for cls in sorted(named):
+        text += (
+            f"; {cls}, which some cases' reasons name, is exceeded by others: the arithmetic is "
+            f"below {cls} somewhere, and declaring {cls} would not make them pass"
+        )
     # Only forward accuracy cases (the records with a class fit) carry an output to judge:
     # a structural or gradient check that raised is counted in its own part of the summary.
     unjudged = sum(1 for r in results if r.status.broken and hasattr(r, "class_util"))

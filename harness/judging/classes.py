@@ -23,6 +23,7 @@ __all__ = [
     "applicable_classes",
     "floor_classes",
     "precision_reason",
+    "precision_reason_class",
     "reduced_classes",
 ]
 
@@ -102,3 +103,12 @@ def precision_reason(fmt_name: str, cls: str) -> str:
         f'(declare arithmetic="{cls}", --arithmetic {cls}, only if that is what the kernel '
         f"does: another step below {below} precision can fit the same bounds)"
     )
+
+
+def precision_reason_class(reason: str) -> str | None:
+    """The reduced class a :func:`precision_reason` names (``"tf32"``), also behind a verdict's
+    prefix (``"FAIL-HARD: precision below ..."``); ``None`` for any other reason."""
+    if PRECISION_BELOW not in reason:
+        return None
+    _, sep, rest = reason.partition('declare arithmetic="')
+    return rest.split('"', 1)[0] if sep else None

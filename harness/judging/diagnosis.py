@@ -9,7 +9,9 @@ sinks multiplied by the scale, an FP8 descale applied twice or left out. For a c
 :func:`diagnose` evaluates attention under each such alternative (in float64: its error is
 negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
 output matches within its own deterministic bound. It only speaks where the alternative's
-answer differs from the true one by more than that bound, so a match is evidence, not chance.
+answer differs from the true one by more than that bound, so a match is evidence, not chance:
+in O, or where O cannot tell them apart (one key: O = V whatever the scores), in the LSE the
+kernel returns. Readings that fit one output equally are named as alternatives.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _reference(
     no_max: type | None = None,
     floor: type | None = None,
     guarded: bool = False,
-) -> np.ndarray:
+    with_lse: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
     """float64 attention of ``p`` with the given departures: which keys each row keeps, the
     score scale, the key/value head of each query head, and the softmax's axis. A row (or, over
     the queries, a column) that keeps nothing gives 0. ``inputs``: a problem whose q, k, v
@@ -63,7 +66,8 @@ def _reference(
     inf / inf = NaN) and underflow (0 / 0) where a kernel computing in it would. ``floor``: a
     numpy float type; the rows whose every exp(s) underflows to 0 in it give NaN (0 / 0), or 0
     if ``guarded`` (a kernel writing 0 for a row whose sum is 0), the others the exact
-    answer."""
+    answer. ``with_lse``: also the reading's LSE, ``m + log Σ`` over the keys (−inf for a row
+    that keeps nothing), or ``None`` for a softmax over the queries, which has none."""
     x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
@@ -72,6 +76,7 @@ def _reference(
     sink = p.sinks if sinks is _SAME else sinks
     rows = np.arange(nq)
     out = np.zeros((b_n, hq, nq, dv))
+    lse = np.zeros((b_n, hq, nq))
     with np.errstate(all="ignore"):
         for b in range(b_n):
             for h in range(hq):
@@ -107,7 +112,11 @@ def _reference(
                 else:  # inf / inf, 0 / 0: NaN, as in the kernel; a row with no key gives 0
                     prob = np.where(kp.any(axis=axis, keepdims=True), e / den, 0.0)
                 out[b, h] = prob @ x.v[b, kh]
-    return out
+                if axis == -1:
+                    lse[b, h] = (m + np.log(den))[:, 0]
+    if not with_lse:
+        return out
+    return out, (lse if axis == -1 else None)
 
 
 def _rounded(x: np.ndarray, fmt: type | None) -> np.ndarray:
@@ -273,10 +282,19 @@ def _aliases(labels: list[str]) -> str:
     return f" (on this input {' and '.join(labels)} {verb} the same answer)"
 
 
-def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
+def diagnose(
+    p: AttentionProblem,
+    o: np.ndarray,
+    exact: np.ndarray,
+    det: np.ndarray,
+    *,
+    lse: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> list[str]:
     """The common mistakes (module docstring) that the kernel's output ``o`` matches within its
     deterministic bound ``det`` (elementwise, plus an ulp of the format) while the exact answer
-    ``exact`` does not: one reason per match, starting with :data:`CONSISTENT`. Empty for
+    ``exact`` does not: one reason per match, starting with :data:`CONSISTENT`. ``lse``: the
+    kernel's LSE, the exact one and its bound; where a reading's O cannot be told from the
+    exact O (one key: O = V under every reading), it is matched by its LSE instead. Empty for
     non-finite inputs (the NaN rule has its own checks)."""
     if not all(np.isfinite(x).all() for x in (p.q, p.k, p.v)):
         return []
@@ -289,6 +307,7 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
     # keep one key truly but nine top-left missed their tolerance by a fraction of an ulp.)
     widest = np.broadcast_to(det.max(axis=-2, keepdims=True), det.shape)
     found: list[list[str]] = []  # the labels of each reading that fits: its own, then aliases
+    by_lse: list[list[str]] = []  # those told from the exact answer by the LSE alone
     seen: list[tuple[np.ndarray, list[str], frozenset]] = []
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
@@ -297,8 +316,16 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
         # The kind of mistake a reading stands for: what it changes (with or without the
         # guard against 0 / 0, exp's limits are one mistake in each format).
         kind = frozenset(kw) - {"guarded"}
-        alt = _reference(p, **kw)
-        same = next((s for s in seen if np.array_equal(alt, s[0], equal_nan=True)), None)
+        alt, alt_lse = _reference(p, **kw, with_lse=True)
+        same = next(
+            (
+                s
+                for s in seen
+                if np.array_equal(alt, s[0], equal_nan=True)
+                and (lse is None or _same(alt_lse, s[3]))
+            ),
+            None,
+        )
         if same is not None:
             # The same answer as an earlier reading. Two masks that keep the same keys here (a
             # causal mask aligned top-left and the diagonal off by +1 at Nq = 2, Nk = 1), or
@@ -310,7 +337,7 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
                 same[1].append(label)
             continue
         labels = [label]
-        seen.append((alt, labels, kind))
+        seen.append((alt, labels, kind, alt_lse))
         tol = (widest if "keep" in kw else det) * tol_scale + ulp(alt, p.fmt)
         with np.errstate(invalid="ignore"):
             differs = np.isfinite(exact) & ~(np.abs(alt - exact) <= tol)
@@ -321,13 +348,53 @@ def diagnose(p: AttentionProblem, o: np.ndarray, exact: np.ndarray, det: np.ndar
                 | (np.isnan(o) & (alt == 0) & nan_as_empty)
                 | (~np.isfinite(o) & ~np.isfinite(alt))
             )
-        if differs.any() and matches.all():
+        if matches.all() and differs.any():
+            found.append(labels)
+        elif matches.all() and _lse_tells(lse, alt_lse):
+            by_lse.append(labels)
             found.append(labels)
     return [
         f"{CONSISTENT}{labels[0]}: the output matches exact attention under that reading "
-        "within the kernel's bound" + _aliases(labels[1:])
+        "within the kernel's bound"
+        + (" (its LSE tells it: O is the same under both here)" if labels in by_lse else "")
+        + _aliases(labels[1:])
+        + _rivals(labels, found)
         for labels in found
     ]
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None) == (b is None) and (a is None or np.array_equal(a, b, equal_nan=True))
+
+
+def _lse_tells(
+    lse: tuple[np.ndarray, np.ndarray, np.ndarray] | None, alt: np.ndarray | None
+) -> bool:
+    """Whether a reading whose O matches the kernel's but not distinguishably from the exact O
+    is told by the LSE: the reading's LSE differs from the exact one by more than its bound
+    (plus an fp32 ulp) somewhere and the kernel's matches it everywhere. (A user's kernel
+    that capped the unscaled product went unnamed by the property suite, which had shrunk it
+    to one key, where O = V whatever the scores.)"""
+    if lse is None or alt is None or lse[0] is None:
+        return False
+    got, exact, det = (np.asarray(x, dtype=np.float64) for x in lse)
+    with np.errstate(invalid="ignore"):
+        tol = det + ulp(np.where(np.isfinite(alt), alt, 0.0), FP32)
+        differs = np.isfinite(exact) & ~(np.abs(alt - exact) <= tol)
+        matches = (np.abs(got - alt) <= tol) | (got == alt)
+    return bool(differs.any() and matches.all())
+
+
+def _rivals(labels: list[str], found: list[list[str]]) -> str:
+    """What a reason adds when other readings fit this output too, with answers that differ
+    but within the bound: they are alternatives, not findings in addition (a user read "the
+    scale left out" and "the sinks multiplied by the scale", both fitting one key that a huge
+    negative logit left below the sink, as two bugs)."""
+    others = [other[0] for other in found if other is not labels]
+    if not others:
+        return ""
+    verb = "fits" if len(others) == 1 else "fit"
+    return f"; {' and '.join(others)} {verb} too: this input cannot tell which"
 
 
 def diagnose_lse(lse: np.ndarray, exact: np.ndarray, det: np.ndarray) -> list[str]:
@@ -363,7 +430,7 @@ def explain(
     matches a common mistake, a reduced-precision class whose bound also holds its errors
     ("precision below fp32: the errors fit tf32") is a coincidence, not the explanation: that
     reason goes."""
-    verdict.diagnosis = diagnose(p, o, exact, det)
+    verdict.diagnosis = diagnose(p, o, exact, det, lse=lse)
     if lse is not None and lse[0] is not None:
         verdict.diagnosis += diagnose_lse(*lse)
     if verdict.diagnosis:

@@ -96,7 +96,10 @@ class Verdict:
 
     @property
     def reasons(self) -> list[str]:
-        return [r for t in self.tensors.values() for r in t.reasons] + self.diagnosis
+        # Each reason once: a reason about the kernel as a whole (its precision below the
+        # input format's) is found by O's judgement and LSE's alike.
+        every = [r for t in self.tensors.values() for r in t.reasons] + self.diagnosis
+        return list(dict.fromkeys(every))
 
     @property
     def summary(self) -> ErrorSummary:
