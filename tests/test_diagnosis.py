@@ -90,12 +90,19 @@ def test_readings_that_fit_the_same_output_say_that_they_are_alternatives():
     # bound. A user's trial read the two reasons as two bugs; each now names the other.
     import torch
 
-    def sink_scaled(q, k, v, *, causal=False, scale=None, sinks=None):
+    def logits(q, k, sinks):
         c = q.shape[-1] ** -0.5
         s = (q.float() @ k.float().transpose(-1, -2)) * c
         sink = torch.as_tensor(sinks, dtype=torch.float32).view(1, -1, 1, 1) * c
-        w = torch.cat([s, sink.expand(*s.shape[:-1], 1)], -1).softmax(-1)[..., :-1]
+        return torch.cat([s, sink.expand(*s.shape[:-1], 1)], -1)
+
+    def sink_scaled(q, k, v, *, causal=False, scale=None, sinks=None):
+        w = logits(q, k, sinks).softmax(-1)[..., :-1]
         return (w @ v.float()).to(q.dtype)
+
+    def sink_scaled_with_lse(q, k, v, *, causal=False, scale=None, sinks=None):
+        x = logits(q, k, sinks)
+        return (x.softmax(-1)[..., :-1] @ v.float()).to(q.dtype), torch.logsumexp(x, -1)
 
     q = torch.full((1, 1, 1, 4), 6.0)
     k = torch.full((1, 1, 1, 4), -6.0)  # s·scale = -72
@@ -108,6 +115,13 @@ def test_readings_that_fit_the_same_output_say_that_they_are_alternatives():
         f"{CONSISTENT}{a}: the output matches exact attention under that reading within the "
         f"kernel's bound; {b} fits too: this input cannot tell which"
         for a, b in ((unscaled, scaled), (scaled, unscaled))
+    ], res.verdict.reasons
+    # Returning its LSE (-30: the scaled sink's; the scale left out gives -60), the kernel is
+    # told apart: the reading whose LSE fits too is the one named (a user's re-check).
+    res = flashcheck.check(sink_scaled_with_lse, q, k, v, sinks=np.array([-60.0]), save="never")
+    assert res.verdict.diagnosis == [
+        f"{CONSISTENT}{scaled}: the output matches exact attention under that reading within "
+        "the kernel's bound"
     ], res.verdict.reasons
 
 

@@ -220,8 +220,8 @@ def fit_text(results: Iterable[Any]) -> str | None:
     named &= set(no)
     for cls in sorted(named):
         text += (
-            f"; {cls}, which some cases' reasons name, is exceeded by others: the arithmetic is "
-            f"below {cls} somewhere, and declaring {cls} would not make them pass"
+            f"; {cls}, which the reasons of some cases name, does not fit the other cases: "
+            f"their arithmetic is below {cls}, and declaring {cls} would not make them pass"
         )
     # Only forward accuracy cases (the records with a class fit) carry an output to judge:
     # a structural or gradient check that raised is counted in its own part of the summary.
