@@ -309,7 +309,7 @@ def diagnose(
     found: list[list[str]] = []  # the labels of each reading that fits: its own, then aliases
     by_lse: list[list[str]] = []  # those told from the exact answer by the LSE alone
     lse_fit: list[list[str]] = []  # those whose LSE the kernel's matches too
-    seen: list[tuple[np.ndarray, list[str], frozenset]] = []
+    seen: list[tuple[np.ndarray, list[str], frozenset, np.ndarray | None]] = []
     for label, kw in _alternatives(p):
         tol_scale = kw.pop("tol_scale", 1.0)
         # (a reading that writes 0 for rows that keep keys does not take NaN for that 0)
