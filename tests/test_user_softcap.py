@@ -64,8 +64,10 @@ def test_a_kernel_that_does_not_name_an_option_is_told_so():
     def kw_only(q, k, v, **kw):
         return plain(q, k, v)
 
-    # **kwargs is not taken to mean the softmax options, unless declared
+    # **kwargs is not taken to mean the softmax options, unless declared; the error says how
     assert "sinks" not in accepted_options(kw_only)
+    with pytest.raises(ValueError, match=r"given them only when declared: flashcheck.kernel"):
+        flashcheck.check(kw_only, *_inputs(), sinks=SINKS, save="never")
     declared = flashcheck.kernel(kw_only, options=("causal", "scale", "sinks"))
     res = flashcheck.check(declared, *_inputs(), sinks=SINKS, save="never")
     assert res.verdict.verdict == "FAIL-HARD"  # it ignores the sinks it declared

@@ -15,6 +15,7 @@ with the case, or one drawn from a hash of its inputs, so a replay recomputes th
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import replace
 from functools import cache
@@ -333,8 +334,8 @@ def check(
     outside = adapter.options is not None and _missing_options(case, adapter.options)
     if outside:
         raise ValueError(
-            f"the input needs {outside} but {adapter.name} takes no keyword of that name: add "
-            "it to the function's signature, or leave the option out"
+            f"the input needs {outside} but {adapter.name} takes no keyword of that name: "
+            + _how_to_take(adapter, outside)
         )
     _refuse_outside_contract(adapter, case, device, adapter.supports(case, device))
     res = check_case(adapter, case, device=device)
@@ -416,6 +417,22 @@ def _refuse_outside_contract(adapter: Kernel, case: Case, device: str, why: str 
             "inside it, or declare the contract wider (flashcheck.kernel(fn, dtypes=..., "
             "masks=..., ...))"
         )
+
+
+def _how_to_take(adapter: Kernel, names: list[str]) -> str:
+    """How to have ``names`` passed to ``adapter``'s function: a ``**kwargs`` signature is
+    given the soft-cap and sinks only when declared (they change the softmax, and a function
+    that forwards its keywords elsewhere may not take them)."""
+    try:
+        params = inspect.signature(adapter.fn).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return (
+            f"its **kwargs is given them only when declared: flashcheck.kernel(fn, options="
+            f"{tuple(sorted(set(adapter.options) | set(names)))!r}), or leave the option out"
+        )
+    return "add it to the function's signature, or leave the option out"
 
 
 def _missing_options(case: Case, options: frozenset[str]) -> list[str]:
