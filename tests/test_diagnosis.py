@@ -147,6 +147,48 @@ def test_a_reading_only_the_lse_tells_apart_is_named_by_it():
     assert why.endswith("(its LSE tells it: O is the same under both here)"), why
 
 
+_SINK_Q = "3006 b03a 3920 2eb7 b849 35c9 3d37 3b94 b9a1 bd10 b8fc 294a c0a6 b300 bcfc b9dc"
+_SINK_Q += " b85b b510 3696 3c2c b01d 3d77 b952 35a0 3b3a 2e04 b9f3 bb60 b753 330c bc0a b2b2"
+_SINK_K = "b118 3854 32de 35b0 b93b b026 3a46 3df9 bd09 3e0e 3d62 3a40 343b b506 3dd5 3fd7"
+_SINK_K += " 3f35 3d43 35b8 bcd5 9c90 3940 bd27 3652 36e1 3991 bcbd b94b b6fc bcae 3ef5 b7ef"
+
+
+def _fp16_bits(text, shape):
+    import torch
+
+    bits = np.array([int(x, 16) for x in text.split()], np.uint16)
+    return torch.from_numpy(bits.view(np.float16).reshape(shape).copy())
+
+
+def test_a_reading_within_an_ulp_of_the_truth_is_named_where_it_explains_the_break():
+    # A user's sink-scaled kernel, shrunk by the property suite to one key and a sink of -40
+    # (these bits): O missed its fp16 bound by 2 ulp, within 0.01 ulp of the scaled-sink
+    # reading, but that reading lies within the bound plus an ulp of the truth, and nothing was
+    # named. Named now, because it accounts for the one element that breaks the bound.
+    sys.path.insert(0, str(HERE))
+    try:
+        import user_softcap
+    finally:
+        sys.path.remove(str(HERE))
+    q, k = _fp16_bits(_SINK_Q, (1, 1, 1, 32)), _fp16_bits(_SINK_K, (1, 1, 1, 32))
+    v = _fp16_bits("3543", (1, 1, 1, 1))
+    sinks = np.array([-40.0], np.float32)
+    res = flashcheck.check(user_softcap.sink_scaled, q, k, v, sinks=sinks, save="never")
+    assert res.verdict.verdict == "FAIL-HARD"
+    assert res.verdict.diagnosis == [
+        CONSISTENT + "the sinks multiplied by the scale (a sink is a logit, not scaled): the "
+        "output matches exact attention under that reading within the kernel's bound"
+    ], res.verdict.reasons
+    ok = flashcheck.check(user_softcap.correct, q, k, v, sinks=sinks, save="never")
+    assert ok.passed and not ok.verdict.diagnosis
+    # An output past its bound on the far side of the truth from the reading names nothing.
+    p = make_problem(q.numpy(), k.numpy(), v.numpy(), sinks=sinks)
+    exact = flashcheck.oracle(q, k, v, sinks=sinks).o.hi
+    det = np.full_like(exact, 3.2e-4)
+    assert diagnose(p, exact + 4.9e-4, exact, det) == []
+    assert diagnose(p, exact - 4.9e-4, exact, det) != []
+
+
 def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     case = _case(causal=True)
     ok = flashcheck.check(uk.textbook, case, save="never")
