@@ -82,8 +82,26 @@ def test_the_verdict_records_an_infinite_utilization_for_nan_outputs():
     assert res.verdict.verdict == "FAIL-HARD" and math.isinf(res.verdict.det_util)
     text = str(res)
     assert "bound utilization det ∞, prob ∞" in text, text
-    assert "NaN/Inf where the exact value is finite (or the reverse): 8 of 64 elements" in text
+    assert "NaN/Inf where the exact value is finite: 8 of 64 elements; over the other" in text
     assert "RMSE 0," not in text.split("over the other elements")[0]
+
+
+def test_nonfinite_pairs_on_nonfinite_inputs_are_told_apart_from_failures():
+    # An inf input: the exact O of its rows is NaN (the NaN rule); a kernel that gives +inf
+    # there is counted apart, as what the NaN rule judges, not as NaN/Inf where the exact
+    # value is finite.
+    def inf_for_nan(q, k, v, *, causal=False, scale=None):
+        import torch
+
+        ref = flashcheck.oracle(q.numpy(), k.numpy(), v.numpy()).o.rounded.astype(np.float16)
+        return torch.from_numpy(np.where(np.isnan(ref), np.float16(np.inf), ref))
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 8, 8)).astype(np.float16) for _ in range(3))
+    v[0, 0, 3, 2] = np.inf
+    text = str(flashcheck.check(inf_for_nan, q, k, v, save="never"))
+    assert "where the exact value is finite" not in text, text
+    assert "8 of 64 elements where the exact value is NaN/Inf and the kernel's is another" in text
 
 
 def test_huge_magnitudes_carry_their_reason():
