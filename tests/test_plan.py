@@ -231,13 +231,17 @@ def test_mutate_is_deterministic_in_its_rng():
 def test_structural_items():
     items = structural_items(CPU, "bf16", 4)
     assert items == structural_items(CPU, "bf16", 4) != structural_items(CPU, "bf16", 5)
-    assert len(items) == len(STRUCTURAL) * CPU.structural_cases
+    # batch invariance adds one case of one head and one key (a single slice alone)
+    assert len(items) == len(STRUCTURAL) * CPU.structural_cases + 1
+    one = [it for it in items if it.tag == "batch-invariance/one-slice"]
+    assert len(one) == 1 and (one[0].recipe.b, one[0].recipe.hq, one[0].recipe.nk) == (2, 1, 1)
     for it in items:
         name = it.tag.split("/")[0]
         assert it.part == "structural" and name in STRUCTURAL
         r = it.recipe
         assert r.family == STRUCTURAL[name] and r.dtype == "bf16"
-        assert (r.b, r.hq, r.hk) == (2, 4, 2)  # a wrong group mapping shows
+        if it not in one:
+            assert (r.b, r.hq, r.hk) == (2, 4, 2)  # a wrong group mapping shows
         if name == "options-applied":
             assert r.causal and r.window is not None and r.scale is not None
             assert r.cap_factor is not None and r.sink_offset is not None

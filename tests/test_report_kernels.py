@@ -172,4 +172,17 @@ def test_batch_variant_kernel_is_reported_undeclared_and_fails_declared(user_dir
     assert "batch-invariant: no, though declared (gated): O differs in" in text, text
     out = run_flashcheck([*args, "--kernel", "user_kernels:textbook"], user_dir)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "batch-invariant: yes, bitwise over 1 case" in out.stdout, out.stdout
+    assert "batch-invariant: yes, bitwise over 2 cases" in out.stdout, out.stdout
+
+
+def test_a_kernel_that_differs_alone_only_on_one_slice_is_found_by_the_report(user_dir):
+    """The report's batch-invariance cases include one head and one key, where the sequence
+    alone is a single (batch, head) slice: a kernel that takes another path for a single slice
+    is found (the report's four-head cases alone said "yes" for a user's torch kernel that
+    `flashcheck test` found varying)."""
+    args = ["report", "--preset", "smoke", "--dtype", "fp32", "--part", "structural"]
+    out = run_flashcheck([*args, "--kernel", "user_kernels:one_slice_alone_differs"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    finding = "batch-invariant: no (measured; not declared, so not gated): LSE differs in"
+    assert finding in text and "B=2 Hq=1 Hk=1 Nq=17 Nk=1" in text, text

@@ -363,7 +363,22 @@ def structural_items(preset: Preset, dtype: str, seed: int) -> list[Item]:
                 **opts,
             )
             items.append(Item("structural", f"{name}/{i}", r))
+        if name == "batch-invariance":
+            items.append(_one_slice_item(preset, dtype, seed))
     return items
+
+
+def _one_slice_item(preset: Preset, dtype: str, seed: int) -> Item:
+    """One more batch-invariance case: one head and one key, so that the sequence alone is a
+    single (batch, head) slice and its products matrix-vector ones, where libraries switch to
+    other code paths. (A user's kernel of plain torch products gave other LSE bits alone than
+    in a batch only at such a shape: ``flashcheck test`` drew one, the report's cases of four
+    heads never varied.) No oracle is needed, so the case costs four kernel calls."""
+    rng = rng_for(seed, "structural", dtype, "batch-invariance", "one-slice")
+    d = int(rng.choice(preset.head_dims))
+    n = {"smoke": 16, "cpu": 32}.get(preset.name, 64) + 1
+    r = Recipe(dtype, "randn", 2, 1, 1, n, 1, d, d, seed32(rng))
+    return Item("structural", "batch-invariance/one-slice", r)
 
 
 # The gradient part's scenarios, in order: where backward bugs and precision loss

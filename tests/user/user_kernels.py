@@ -268,6 +268,26 @@ def split_kv_when_small(q, k, v, *, causal=False, scale=None):
     return (w1 * o1 + w2 * o2).to(q.dtype)
 
 
+def one_slice_alone_differs(q, k, v, *, causal=False, scale=None):
+    """Correct, but not batch-invariant where libraries often are not: a call on a single
+    (batch, head) slice takes another path (here its scores summed over d in reverse order, as
+    a matrix-vector routine might) than a call on several; both fp32, within the bounds.
+    Returns O and LSE."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1).float(), v.repeat_interleave(rep, 1).float()
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    qf = q.float()
+    if q.shape[0] * q.shape[1] == 1:
+        s = (qf[..., :, None, :] * k[..., None, :, :]).flip(-1).cumsum(-1)[..., -1]
+    else:
+        s = qf @ k.transpose(-1, -2)
+    s = s * (d**-0.5 if scale is None else scale)
+    keep = _keep(nq, nk, causal, q.device)
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.where(keep.any(-1, keepdim=True), torch.softmax(s, dim=-1), 0.0)
+    return (p @ v).to(q.dtype), torch.logsumexp(s, dim=-1)
+
+
 # The same kernel, wrongly declared batch-invariant.
 split_kv_declared = flashcheck.kernel(
     split_kv_when_small, name="split_kv_declared", batch_invariant=True
