@@ -41,7 +41,7 @@ def _mismatch_text(res: Any, count: int) -> str:
         parts.append(
             f"{count - finite} of {o.size} elements where the exact value is NaN/Inf and the "
             "kernel's is another (finite, ±inf for NaN, ...): not judged by the bound; the NaN "
-            "rule for non-finite inputs, a property of flashcheck test, judges those"
+            "rule for non-finite inputs judges those (flashcheck test)"
         )
     return "; ".join(parts)
 
