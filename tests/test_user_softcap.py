@@ -171,6 +171,21 @@ def test_drawn_option_cases_find_the_ignored_cap():
     assert case.softcap is not None
 
 
+def test_a_kwargs_kernel_is_handed_only_the_options_a_case_sets():
+    # A user's **kwargs kernel forwarded its keywords to a function without `window` and
+    # raised on every call when handed window=None; so did the declaration the error above
+    # suggests, which names window and mask.
+    def inner(q, k, v, *, causal=False, scale=None):
+        return user.correct(q, k, v, causal=causal, scale=scale)
+
+    def fwd(q, k, v, **kw):
+        return inner(q, k, v, **kw)
+
+    assert flashcheck.check(fwd, *_inputs(), causal=True, save="never").passed
+    declared = flashcheck.kernel(fwd, options=("causal", "mask", "scale", "softcap", "window"))
+    assert flashcheck.check(declared, *_inputs(), scale=0.3, save="never").passed
+
+
 def test_softmax_options_need_a_kernel_that_takes_them():
     def plain(q, k, v, *, causal=False):
         return user.correct(q, k, v, causal=causal)

@@ -281,6 +281,12 @@ class Kernel:
             opts["mask"] = case.mask
         if self.options is not None:
             opts = {key: val for key, val in opts.items() if key in self.options}
+        if self.fn is not None:
+            # Through **kwargs an option arrives only when the case sets it: a user's kernel
+            # that forwarded its keywords to a function without `window` raised on every call
+            # when handed window=None.
+            named = _parameters(self.fn)
+            opts = {key: val for key, val in opts.items() if key in named or val is not None}
         return {**opts, **option_values(case, self.api, device, grad)}
 
     def run_backward(self, case: Case, device: str = "cpu") -> KernelGradients:
