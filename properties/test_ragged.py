@@ -29,7 +29,7 @@ from hypothesis import assume, given, reject, settings, target
 from hypothesis import strategies as st
 
 from flashcheck.harness.adapters.ragged_call import ragged_supports
-from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT
+from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT, NOT_GATED
 from flashcheck.harness.checks.ragged import check_ragged_case, format_ragged_check
 from flashcheck.harness.checks.ragged_diagnosis import diagnose_ragged
 from flashcheck.harness.checks.ragged_gradients import (
@@ -148,5 +148,5 @@ def test_ragged_batch_invariance(flashcheck_kernel, flashcheck_dtype, flashcheck
     name = "batch-invariance"
     case, res = _property(name, kern, dtype, flashcheck_device, data, measured=what)
     varies = res.message.startswith(NOT_BATCH_INVARIANT)
-    finding = f"no ({res.message.removeprefix(NOT_BATCH_INVARIANT)}; {case.describe()})"
+    finding = f"{NOT_GATED}{res.message.removeprefix(NOT_BATCH_INVARIANT)}; {case.describe()}"
     note_measurement(kern.name, dtype, what, finding if varies else None)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, reject
 from hypothesis import strategies as st
 
-from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT
+from flashcheck.harness.checks.batch_invariance import NOT_BATCH_INVARIANT, NOT_GATED
 from flashcheck.harness.checks.registry import CHECKS
 from flashcheck.harness.checks.structural import ONE_BLOCK
 from flashcheck.harness.core.status import Status
@@ -224,5 +224,5 @@ def test_a_sequence_alone_and_inside_batches_gives_the_same_bits(
         note_measurement(kern.name, dtype, "batch-invariant", "no, though declared (the failure)")
         fail(case, kern.name, dev, name, res.message, {"verdict": "FAIL", "message": res.message})
     varies = res.message.startswith(NOT_BATCH_INVARIANT)
-    finding = f"no ({res.message.removeprefix(NOT_BATCH_INVARIANT)}; {case.describe()})"
+    finding = f"{NOT_GATED}{res.message.removeprefix(NOT_BATCH_INVARIANT)}; {case.describe()}"
     note_measurement(kern.name, dtype, "batch-invariant", finding if varies else None)

@@ -172,7 +172,7 @@ def test_batch_variant_kernel_is_reported_undeclared_and_fails_declared(user_dir
     assert "batch-invariant: no, though declared (gated): O differs in" in text, text
     out = run_flashcheck([*args, "--kernel", "user_kernels:textbook"], user_dir)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "batch-invariant: yes, bitwise over 2 cases" in out.stdout, out.stdout
+    assert "batch-invariant: yes, bitwise over 2 cases (other shapes may differ" in out.stdout
 
 
 def test_a_kernel_that_differs_alone_only_on_one_slice_is_found_by_the_report(user_dir):

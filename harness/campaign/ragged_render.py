@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..checks.batch_invariance import BATCH_INVARIANT
+from ..checks.batch_invariance import BATCH_INVARIANT, held_text
 from ..core.status import Status
 from .ragged_campaign import checks_of
 from .ragged_records import RaggedResult, RaggedResults, load_ragged
@@ -103,7 +103,8 @@ def _invariance(data: RaggedResults) -> list[str]:
     for (k, dt), rows in groups.items():
         held = [r for r in rows if r.reasons and r.reasons[0].startswith(BATCH_INVARIANT)]
         if len(held) == len(rows):
-            lines.append(f"- {k} {dt}: batch-invariant, bitwise over {len(rows)} cases")
+            text = held_text(len(rows), elsewhere="other batches may differ")
+            lines.append(f"- {k} {dt}: batch-invariant: {text}")
             continue
         first = next(r for r in rows if r not in held)
         gated = " (declared: a failure)" if first.status == Status.FAIL else ""

@@ -24,6 +24,7 @@ from ..adapters.adapter import Kernel
 from ..adapters.call_limit import CallLimit, limit_calls
 from ..adapters.palette import DEFAULT_PALETTE
 from ..adapters.probe import resolved
+from ..checks.batch_invariance import NOT_BATCH_INVARIANT, NOT_GATED
 from ..core.environment import environment_record
 from ..core.resultlog import ResultLog
 from ..core.status import Status
@@ -323,7 +324,8 @@ def _examples(rows: Sequence[RaggedResult], case_dir: str) -> list[str]:
     invariance = [r for r in rows if r.check == "batch-invariance" and r.status == Status.PASS]
     varies = [r for r in invariance if r.reasons and r.reasons[0].startswith("not batch")]
     if varies:
-        out.append(f"    batch invariance (measured, not declared): {_short(varies[0].reasons[0])}")
+        diff = varies[0].reasons[0].removeprefix(NOT_BATCH_INVARIANT)
+        out.append(f"    batch-invariant: {NOT_GATED}{_short(diff)}")
     worst = next((r for r in bad if r.case_id), None)
     if worst is not None:
         out.append(f"    replay: flashcheck replay {worst.case_id} --dir {case_dir}")

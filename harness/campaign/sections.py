@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..checks.batch_invariance import DECLARED_BUT, NOT_BATCH_INVARIANT
+from ..checks.batch_invariance import DECLARED_BUT, NOT_BATCH_INVARIANT, NOT_GATED, held_text
 from ..core.status import Status
 from ..judging.classes import precision_reason_class
 from .logrecords import ResultsFile
@@ -154,13 +154,11 @@ def batch_invariance_text(results: Iterable[Any]) -> str | None:
     )
     if varies is not None:
         diff = varies.reasons[0][len(NOT_BATCH_INVARIANT) :]
-        return (
-            f"batch-invariant: no (measured; not declared, so not gated): {diff}; case "
-            f"{varies.family}, {shape_text(varies)}"
-        )
+        return f"batch-invariant: {NOT_GATED}{diff}; case {varies.family}, {shape_text(varies)}"
     passed = sum(r.status == Status.PASS for r in rows)
     if passed:
-        return f"batch-invariant: yes, bitwise over {passed} case{'s' * (passed != 1)}"
+        other = "other shapes may differ: flashcheck test draws more"
+        return f"batch-invariant: {held_text(passed, elsewhere=other)}"
     other = rows[0]
     return f"batch invariance not measured: {other.status}: {other.reasons[0]}"
 

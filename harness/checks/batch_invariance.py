@@ -28,7 +28,9 @@ __all__ = [
     "BATCH_INVARIANT",
     "DECLARED_BUT",
     "NOT_BATCH_INVARIANT",
+    "NOT_GATED",
     "batch_invariance",
+    "held_text",
 ]
 
 # (batch size, position of the sequence in it): a batch of 2, 3 and 5, the sequence last, first
@@ -37,6 +39,16 @@ BATCHES = ((2, 1), (3, 0), (5, 3))
 BATCH_INVARIANT = "batch-invariant: "
 DECLARED_BUT = "declared batch-invariant, but "
 NOT_BATCH_INVARIANT = "not batch-invariant (measured; gated only when declared): "
+# How a difference is summed up for a kernel that does not declare batch invariance, in the
+# report and at the end of `flashcheck test` alike.
+NOT_GATED = "no (measured; not declared, so not gated): "
+
+
+def held_text(cases: int, *, elsewhere: str) -> str:
+    """The summary where no case differed: a count of samples, not a proof (a user read the
+    report's "yes" over three cases against `flashcheck test`'s "no" on a shape it drew).
+    ``elsewhere``: where other shapes are drawn."""
+    return f"yes, bitwise over {cases} case{'s' * (cases != 1)} ({elsewhere})"
 
 
 def _first_difference(alone: KernelOutput, inside: KernelOutput, pos: int) -> str | None:
