@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from flashcheck.harness.cases.ragged import RaggedCase
     from flashcheck.harness.cases.ragged_store import saved_any_case as load_case
     from flashcheck.harness.checks.check_results import CheckResult, GradientCheckResult
-    from flashcheck.harness.checks.ragged import RaggedCheckResult, call, check
+    from flashcheck.harness.checks.dispatch import call, check
+    from flashcheck.harness.checks.ragged import RaggedCheckResult
     from flashcheck.harness.checks.ragged_gradients import RaggedGradientResult, check_gradients
     from flashcheck.harness.oracle.combine import CombineResult
     from flashcheck.harness.oracle.dispatch import oracle
@@ -72,13 +73,13 @@ __all__ = [
 
 # Each public name: the module that defines it (and its name there, where it differs).
 _WHERE = {
-    "call": "flashcheck.harness.checks.ragged",
+    "call": "flashcheck.harness.checks.dispatch",
     "load_case": ("flashcheck.harness.cases.ragged_store", "saved_any_case"),
     "oracle": "flashcheck.harness.oracle.dispatch",
     "OracleResult": "flashcheck.harness.oracle.evaluate",
     "LayoutResult": "flashcheck.harness.oracle.layouts",
     "CombineResult": "flashcheck.harness.oracle.combine",
-    "check": "flashcheck.harness.checks.ragged",
+    "check": "flashcheck.harness.checks.dispatch",
     "RaggedCheckResult": "flashcheck.harness.checks.ragged",
     "RaggedGradientResult": "flashcheck.harness.checks.ragged_gradients",
     "RaggedCase": "flashcheck.harness.cases.ragged",

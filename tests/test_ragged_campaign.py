@@ -174,6 +174,7 @@ def test_batch_invariance_is_measured_for_undeclared_kernels_and_gated_when_decl
 
 
 def test_failures_name_the_bug_class_their_pattern_points_at(user):
+    import flashcheck
     from flashcheck.harness.checks.ragged import check_ragged_case
     from flashcheck.harness.checks.ragged_diagnosis import diagnose_ragged
 
@@ -200,6 +201,15 @@ def test_failures_name_the_bug_class_their_pattern_points_at(user):
     assert diagnoses(user.combine_ok, "combine", "all-empty-rows") == []
     past = diagnoses(user.varlen_one_past, "varlen", "block-edges")
     assert past and "consistent with a key range one past the sequence's end" in past[0]
+    # Keys read at the query offsets: named as such, not as the empty sequence's write that
+    # the same pattern suggests (a user's kernel was told that); flashcheck.check says it too.
+    by_q = diagnoses(user.varlen_keys_by_q, "varlen", "empty-sequences")
+    assert by_q and all("taken from cu_seqlens_q instead of cu_seqlens_k" in d for d in by_q)
+    assert not any("zero-length" in d for d in by_q), by_q
+    cases = family_cases("varlen", "fp16", seed=0, preset="cpu")
+    case = next(c for c in cases if c.family == "empty-sequences" and not c.causal)
+    res = flashcheck.check(user.varlen_keys_by_q, case, save="never")
+    assert res.diagnosis and res.diagnosis[0] in by_q and res.diagnosis[0] in str(res)
     for kernel, layout, family in (
         (user.varlen_ok, "varlen", "empty-sequences"),
         (user.varlen_max_over_neighbour, "varlen", "block-edges"),

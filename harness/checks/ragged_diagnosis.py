@@ -10,6 +10,8 @@ bug class when the output's pattern points at one:
   of (kv head, group member), or the reverse);
 - a varlen sequence's output passes against the exact attention over its keys and the next
   sequence's first key: a key range that runs one past the sequence's end;
+- a varlen sequence's output passes against the exact attention over the key rows its query
+  offsets would give: the key range taken from ``cu_seqlens_q`` instead of ``cu_seqlens_k``;
 - a merge returns NaN in the rows whose every split is empty, and only there: it divides by
   (or subtracts) the −inf LSE of those rows.
 
@@ -72,32 +74,62 @@ def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
     )
 
 
+def _reads_as(res: RaggedCheckResult, adapter: Kernel, b: int, keys: slice) -> bool:
+    """Whether sequence ``b``'s output passes against the exact attention of its query rows
+    over the packed key rows ``keys`` (another reading of which keys are its own)."""
+    case, seq = res.case, res.sequences[b]
+    rq, t = case.batch.query_rows(b), case.tensors
+    ext = RaggedCase(
+        "varlen",
+        {"q": t["q"][rq], "k": t["k"][keys], "v": t["v"][keys]},
+        {
+            "cu_seqlens_q": np.array([0, rq.stop - rq.start], np.int32),
+            "cu_seqlens_k": np.array([0, keys.stop - keys.start], np.int32),
+        },
+        **case.options(),
+    )
+    return check_case(adapter, ext.sequence(0), device=res.device, output=seq.output).passed
+
+
 def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
     case, seq = res.case, res.sequences[b]
     if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
         return None
     rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
-    t = case.tensors
-    if rk.stop >= t["k"].shape[0]:
+    if rk.stop >= case.tensors["k"].shape[0]:
+        return None
+    if not _reads_as(res, adapter, b, slice(rk.start, rk.stop + 1)):
         return None
     nq, nk = rq.stop - rq.start, rk.stop - rk.start
-    longer = slice(rk.start, rk.stop + 1)
-    ext = RaggedCase(
-        "varlen",
-        {"q": t["q"][rq], "k": t["k"][longer], "v": t["v"][longer]},
-        {
-            "cu_seqlens_q": np.array([0, nq], np.int32),
-            "cu_seqlens_k": np.array([0, nk + 1], np.int32),
-        },
-        **case.options(),
-    )
-    again = check_case(adapter, ext.sequence(0), device=res.device, output=seq.output)
-    if not again.passed:
-        return None
     return (
         f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over its {nk} keys and one "
         "more, the next sequence's first key: consistent with a key range one past the "
         "sequence's end"
+    )
+
+
+def _keys_at_query_offsets(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
+    """Sequence ``b``'s output is the attention over the key rows ``cu_seqlens_q`` gives it
+    (clipped to the packed keys) rather than ``cu_seqlens_k``'s. (A user's kernel with this
+    bug was told it wrote for an empty sequence into its neighbour, which it never did.)"""
+    case, seq = res.case, res.sequences[b]
+    if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
+        return None
+    rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
+    total = case.tensors["k"].shape[0]
+    keys = slice(min(rq.start, total), min(rq.stop, total))
+    if keys == rk or not _reads_as(res, adapter, b, keys):
+        return None
+    nq, nk = rq.stop - rq.start, rk.stop - rk.start
+    return (
+        f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over packed key rows "
+        f"{keys.start}..{keys.stop - 1} (its query rows' offsets) instead of its own "
+        f"{rk.start}..{rk.stop - 1}: consistent with the key range taken from cu_seqlens_q "
+        "instead of cu_seqlens_k"
+        if keys.stop > keys.start
+        else f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over no keys, as its "
+        "query rows' offsets (past the packed keys) would give: consistent with the key "
+        "range taken from cu_seqlens_q instead of cu_seqlens_k"
     )
 
 
@@ -124,6 +156,13 @@ def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
     out: list[str] = []
     failing = [b for b, seq in enumerate(res.sequences) if seq is not None and not seq.passed]
     for b in failing[:2]:
+        # The readings checked against the oracle first: they recompute the sequence, so a
+        # match is evidence, where the empty-neighbour rule only reads a pattern (which the
+        # cu_seqlens_q reading also makes when an empty sequence shares its first row).
+        found = _keys_at_query_offsets(res, adapter, b)
+        if found is not None:
+            out.append(found)
+            continue
         for why in (_empty_neighbour, _head_mapping):
             found = why(res, b)
             if found is not None and found not in out:

@@ -16,6 +16,7 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
 from ..core.status import Status
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
+from .ragged_diagnosis import diagnose_ragged
 from .ragged_gradients import check_varlen_gradients
 from .ragged_properties import RAGGED_PROPERTIES
 
@@ -60,6 +61,8 @@ def replay_ragged(
     res: RaggedCheckResult | None = None
     try:
         res = check_ragged_case(adapter, case, device=dev)
+        if not res.passed:
+            res.diagnosis = diagnose_ragged(res, adapter)
         verdict = str(res.verdict)
         echo(format_ragged_check(res))
     except KernelHung as err:  # under a time limit (the command line's --timeout)

@@ -30,13 +30,18 @@ def _attend(q, k, v, causal, scale):
     return o.to(q.dtype), lse
 
 
-def _varlen(q, k, v, cu_q, cu_k, causal, scale, *, extra_key=False, fill_empty=False):
+def _varlen(
+    q, k, v, cu_q, cu_k, causal, scale, *, extra_key=False, fill_empty=False, keys_by_q=False
+):
     o = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"))
     for b in range(cu_q.numel() - 1):
         q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         if extra_key:
             k1 = min(k1 + 1, k.shape[0])  # the bug: the key range runs one past the end
+        if keys_by_q:  # the bug: the key range read from cu_seqlens_q
+            k1 = min(q1, k.shape[0])
+            k0 = min(q0, k1)
         if q1 > q0:
             o[q0:q1], lse[:, q0:q1] = _attend(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale)
     if fill_empty:
@@ -57,6 +62,12 @@ def _varlen_one_past(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
 ):
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, extra_key=True)
+
+
+def _varlen_keys_by_q(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, keys_by_q=True)
 
 
 def _varlen_empty_writes(
@@ -214,6 +225,9 @@ def _combine_nan_when_empty(out_partial, lse_partial):
 varlen_ok = flashcheck.kernel(_varlen_ok, name="user_layouts:varlen_ok", layout="varlen")
 varlen_one_past = flashcheck.kernel(
     _varlen_one_past, name="user_layouts:varlen_one_past", layout="varlen"
+)
+varlen_keys_by_q = flashcheck.kernel(
+    _varlen_keys_by_q, name="user_layouts:varlen_keys_by_q", layout="varlen"
 )
 varlen_empty_writes = flashcheck.kernel(
     _varlen_empty_writes, name="user_layouts:varlen_empty_writes", layout="varlen"
