@@ -30,7 +30,9 @@ from flashcheck.harness.judging.verdict import judge_gradients, judge_tensor
 from flashcheck.harness.oracle.tensor import CertifiedTensor
 
 HERE = Path(__file__).parent / "user"
-REASON = 'precision below fp32: the errors fit tf32 matmuls (declare arithmetic="tf32"'
+REASON = (
+    'precision below fp32: the errors fit the bounds of tf32 matmuls (declare arithmetic="tf32"'
+)
 
 
 def _user_module():

@@ -51,7 +51,7 @@ def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
 def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):
     out, text = _report("p_e5m2", user_dir)
     assert out.returncode == 1, text
-    assert "precision below flash-fp8: the errors fit P quantized to e5m2" in text
+    assert "precision below flash-fp8: the errors fit the bounds of P quantized to e5m2" in text
     saved = sorted((user_dir / "reports/user_fp8-p_e5m2/cases").glob("*.json"))
     record = json.loads(saved[0].read_text())
     assert record["dtype"] == "e4m3" and record["kernel"] == "user_fp8:p_e5m2"

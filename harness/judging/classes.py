@@ -98,10 +98,13 @@ def precision_reason(fmt_name: str, cls: str) -> str:
     # The errors fit that class's bounds, which is not proof of its arithmetic: exp or P taken
     # in fp16 by an fp32 kernel fits the tf32 bounds too (found by a user's trial).
     below = _BELOW.get(cls, fmt_name)
+    # "fit the bounds of", not "fit": a user whose fp32 kernel lost precision in exp(s − LSE)
+    # read "the errors fit tf32 matmuls" as the cause.
     return (
-        f"{PRECISION_BELOW}{below}: the errors fit {_PRODUCTS.get(cls, cls)} "
+        f"{PRECISION_BELOW}{below}: the errors fit the bounds of {_PRODUCTS.get(cls, cls)} "
         f'(declare arithmetic="{cls}", --arithmetic {cls}, only if that is what the kernel '
-        f"does: another step below {below} precision can fit the same bounds)"
+        f"does: any other step below {below} precision, an exponential or a product taken "
+        "with fewer bits, can fit the same bounds)"
     )
 
 
