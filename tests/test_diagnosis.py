@@ -189,6 +189,27 @@ def test_a_reading_within_an_ulp_of_the_truth_is_named_where_it_explains_the_bre
     assert diagnose(p, exact - 4.9e-4, exact, det) != []
 
 
+def test_a_reading_is_matched_at_its_own_scale_where_the_truth_is_tiny():
+    # Sinks of +45 leave the true O near 1e-19 and its bound smaller still; a kernel that
+    # scales the sinks computes an O near 1e-4 with rounding errors at that scale. A user's
+    # report named nothing on its worst such case; the reading is matched at its own scale now.
+    sys.path.insert(0, str(HERE))
+    try:
+        import user_softcap
+    finally:
+        sys.path.remove(str(HERE))
+    case = make_case(Recipe("fp32", "randn", 1, 2, 2, 12, 12, 16, 16, seed=0))
+    sinks = np.array([45.0, 44.0], np.float32)
+    res = flashcheck.check(
+        user_softcap.sink_scaled, case.q, case.k, case.v, sinks=sinks, save="never"
+    )
+    assert res.verdict.verdict == "FAIL-HARD"
+    prefix = CONSISTENT + "the sinks multiplied by the scale ("
+    assert [d[: len(prefix)] for d in res.verdict.diagnosis] == [prefix], res.verdict.reasons
+    ok = flashcheck.check(user_softcap.correct, case.q, case.k, case.v, sinks=sinks, save="never")
+    assert ok.passed and not ok.verdict.diagnosis
+
+
 def test_a_correct_or_unrelated_failure_names_no_cause(uk):
     case = _case(causal=True)
     ok = flashcheck.check(uk.textbook, case, save="never")
