@@ -250,10 +250,14 @@ class Kernel:
             )
             if on
         ]
+        # (a ragged layout's lengths are its own: no multiple is probed or declared for them)
+        lengths = (
+            "" if self.layout != "dense" else f"; sequence lengths multiple of {self.seq_multiple}"
+        )
         lines = [
             f"arithmetic {self.arithmetic}; dtypes {', '.join(self.dtypes) or 'none'}; "
             f"devices {_devices_here(self.devices)}",
-            f"head dims {dims}; masks {masks}; sequence lengths multiple of {self.seq_multiple}",
+            f"head dims {dims}; masks {masks}{lengths}",
             f"GQA {yes[self.gqa]}; Nq != Nk {yes[self.unequal_lengths]}; dv != d "
             f"{yes[self.distinct_dv]}; batch/heads > 1 {yes[self.batched]}; "
             # promises, checked as such (measured either way: a report's batch invariance)
