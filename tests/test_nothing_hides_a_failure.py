@@ -86,6 +86,24 @@ def test_the_verdict_records_an_infinite_utilization_for_nan_outputs():
     assert "RMSE 0," not in text.split("over the other elements")[0]
 
 
+def test_the_empirical_reason_gives_its_own_elements_largest_error_beside_a_nan():
+    # One element off by far more than the naive error and one NaN: the FAIL reason reports
+    # the off element's error, not the NaN (a user read "(max nan ulp vs naive 1.1)").
+    def off_and_nan(q, k, v, *, causal=False, scale=None):
+        import torch
+
+        o = flashcheck.oracle(q.numpy(), k.numpy(), v.numpy()).o.rounded.astype(np.float32)
+        o[0, 0, 0, 0] += 1e-4
+        o[0, 0, 1, 1] = np.nan
+        return torch.from_numpy(o)
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 8, 8)).astype(np.float32) for _ in range(3))
+    res = flashcheck.check(off_and_nan, q, k, v, save="never")
+    fail = [r for r in res.verdict.reasons if r.startswith("FAIL: ")]
+    assert fail and "max nan" not in fail[0] and "max inf" not in fail[0], res.verdict.reasons
+
+
 def test_nonfinite_pairs_on_nonfinite_inputs_are_told_apart_from_failures():
     # An inf input: the exact O of its rows is NaN (the NaN rule); a kernel that gives +inf
     # there is counted apart, as what the NaN rule judges, not as NaN/Inf where the exact
