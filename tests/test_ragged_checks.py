@@ -81,6 +81,14 @@ def test_correct_user_kernels_pass(user):
         assert res.passed, res.reasons
 
 
+def test_a_passing_check_names_a_sequence_with_keys_the_worst(user):
+    # A sequence without keys has no bound (NaN utilization): it used to rank first, and a
+    # passing check printed it as "the worst", with a table of zeros.
+    case = varlen_case([5, 3, 17], [7, 0, 17])
+    res = flashcheck.check(user.varlen_ok, case, save="never")
+    assert res.passed and res.worst_sequence in (0, 2), res.worst_sequence
+
+
 BUGS = [
     # (kernel, case, the sequence or the words its failure names)
     ("varlen_one_past", _varlen, "sequence 0 (Nq=3, Nk=4)"),

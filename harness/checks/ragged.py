@@ -84,7 +84,10 @@ class RaggedCheckResult(Replayable):
             return None
         return max(
             judged,
-            key=lambda br: (br[1].verdict.verdict.severity, _finite(br[1].verdict.det_util)),
+            key=lambda br: (
+                br[1].verdict.verdict.severity,
+                _finite(br[1].verdict.det_util, failed=not br[1].passed),
+            ),
         )[0]
 
     @property
@@ -143,8 +146,13 @@ class RaggedCheckResult(Replayable):
         return text + (f"\nreplay: {self.replay}" if self.replay else "")
 
 
-def _finite(x: float) -> float:
-    return math.inf if math.isnan(x) else x
+def _finite(x: float, *, failed: bool) -> float:
+    """A utilization for ranking: NaN (no finite error, or no bound: a sequence with no keys)
+    ranks first among failures and last among passes (a passing check named an empty
+    sequence "the worst", with a table of zeros)."""
+    if math.isnan(x):
+        return math.inf if failed else -math.inf
+    return x
 
 
 def _sequence_output(case: RaggedCase, out: KernelOutput, b: int) -> KernelOutput:
