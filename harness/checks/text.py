@@ -40,8 +40,9 @@ def _mismatch_text(res: Any, count: int) -> str:
     if count - finite:
         parts.append(
             f"{count - finite} of {o.size} elements where the exact value is NaN/Inf and the "
-            "kernel's is another (finite, ±inf for NaN, ...): not judged by the bound; the NaN "
-            "rule for non-finite inputs judges those (flashcheck test)"
+            "kernel's is another (finite, or ±inf for NaN): not judged by the bound; the NaN "
+            "rule of flashcheck test wants NaN where a NaN input is involved, and judges "
+            "neither value where only ±inf inputs are"
         )
     return "; ".join(parts)
 
