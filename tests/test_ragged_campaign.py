@@ -189,7 +189,7 @@ def test_failures_name_the_bug_class_their_pattern_points_at(user):
         ]
 
     empty = diagnoses(user.varlen_empty_writes, "varlen", "empty-sequences")
-    assert empty and "sequence 1 (Nq 0, Nk 6) has no query rows and sits at row 3" in empty[0]
+    assert empty and "sequence 1 (Nq=0, Nk=6) has no query rows and sits at row 3" in empty[0]
     heads = diagnoses(user.paged_lse_heads_by_modulo, "paged", "decode")
     assert heads and "LSE head holds exact head: 1→2, 2→1" in heads[0]
     merge = diagnoses(user.combine_nan_when_empty, "combine", "all-empty-rows")
@@ -377,7 +377,7 @@ def test_the_summary_groups_one_failure_across_families_and_signs():
     from flashcheck.harness.campaign.ragged_report import ragged_summary
 
     def row(i, family, first):
-        why = f"sequence 0 (Nq {i}, Nk {i + 1}): O differs, first O[0, 0, 0] = {first} vs 0.5"
+        why = f"sequence 0 (Nq={i}, Nk={i + 1}): O differs, first O[0, 0, 0] = {first} vs 0.5"
         return RaggedResult(
             f"k{i}", "u:k", "fp16", "varlen", family, "sequence-independence", Status.FAIL, (why,)
         )

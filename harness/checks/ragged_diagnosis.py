@@ -44,7 +44,7 @@ def _empty_neighbour(res: RaggedCheckResult, b: int) -> str | None:
         if cu[a] == cu[b]:
             nk = case.lengths(a)[1]
             return (
-                f"sequence {a} (Nq 0, Nk {nk}) has no query rows and sits at row {int(cu[b])}, "
+                f"sequence {a} (Nq=0, Nk={nk}) has no query rows and sits at row {int(cu[b])}, "
                 f"the first row of sequence {b}, which is wrong there: consistent with a "
                 f"zero-length sequence writing into its neighbour's rows"
             )
@@ -68,7 +68,7 @@ def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
     moved = ", ".join(f"{h}→{int(m)}" for h, m in enumerate(match) if m != h)
     nq, nk = res.case.lengths(b)
     return (
-        f"sequence {b} (Nq {nq}, Nk {nk}): O is right but LSE matches the exact LSE with its "
+        f"sequence {b} (Nq={nq}, Nk={nk}): O is right but LSE matches the exact LSE with its "
         f"query heads permuted (LSE head holds exact head: {moved}): consistent with LSE "
         "written with the wrong head mapping for grouped-query heads"
     )
@@ -102,7 +102,7 @@ def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
         return None
     nq, nk = rq.stop - rq.start, rk.stop - rk.start
     return (
-        f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over its {nk} keys and one "
+        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over its {nk} keys and one "
         "more, the next sequence's first key: consistent with a key range one past the "
         "sequence's end"
     )
@@ -122,12 +122,12 @@ def _keys_at_query_offsets(res: RaggedCheckResult, adapter: Kernel, b: int) -> s
         return None
     nq, nk = rq.stop - rq.start, rk.stop - rk.start
     return (
-        f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over packed key rows "
+        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows "
         f"{keys.start}..{keys.stop - 1} (its query rows' offsets) instead of its own "
         f"{rk.start}..{rk.stop - 1}: consistent with the key range taken from cu_seqlens_q "
         "instead of cu_seqlens_k"
         if keys.stop > keys.start
-        else f"sequence {b} (Nq {nq}, Nk {nk}) returns the attention over no keys, as its "
+        else f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over no keys, as its "
         "query rows' offsets (past the packed keys) would give: consistent with the key "
         "range taken from cu_seqlens_q instead of cu_seqlens_k"
     )

@@ -89,7 +89,7 @@ def _run(adapter: Kernel, case: RaggedCase, device: str) -> KernelOutput:
 
 def _label(case: RaggedCase, b: int) -> str:
     nq, nk = case.lengths(b)
-    return f"sequence {b} (Nq {nq}, Nk {nk})"
+    return f"sequence {b} (Nq={nq}, Nk={nk})"
 
 
 def _judged(case: RaggedCase) -> list[int]:
