@@ -175,6 +175,7 @@ def test_batch_invariance_is_measured_for_undeclared_kernels_and_gated_when_decl
 
 def test_failures_name_the_bug_class_their_pattern_points_at(user):
     import flashcheck
+    from flashcheck.harness.cases.ragged_inputs import varlen_case
     from flashcheck.harness.checks.ragged import check_ragged_case
     from flashcheck.harness.checks.ragged_diagnosis import diagnose_ragged
 
@@ -210,6 +211,11 @@ def test_failures_name_the_bug_class_their_pattern_points_at(user):
     case = next(c for c in cases if c.family == "empty-sequences" and not c.causal)
     res = flashcheck.check(user.varlen_keys_by_q, case, save="never")
     assert res.diagnosis and res.diagnosis[0] in by_q and res.diagnosis[0] in str(res)
+    # Query offsets past the packed keys give no keys to recompute against: the check still
+    # gives its verdict (it raised inside the diagnosis on a case a re-check drew).
+    for lq, lk in (([15, 1], [1, 1]), ([4, 3], [2, 2])):
+        short = varlen_case(lq, lk)
+        assert flashcheck.check(user.varlen_keys_by_q, short, save="never").verdict.counted
     for kernel, layout, family in (
         (user.varlen_ok, "varlen", "empty-sequences"),
         (user.varlen_max_over_neighbour, "varlen", "block-edges"),

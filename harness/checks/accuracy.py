@@ -428,9 +428,11 @@ def _how_to_take(adapter: Kernel, names: list[str]) -> str:
     except (TypeError, ValueError):
         params = ()
     if any(p.kind is p.VAR_KEYWORD for p in params):
+        example = tuple(sorted({"causal", "scale"} | set(names)))
         return (
-            f"its **kwargs is given them only when declared: flashcheck.kernel(fn, options="
-            f"{tuple(sorted(set(adapter.options) | set(names)))!r}), or leave the option out"
+            "its **kwargs is given them only when declared: flashcheck.kernel(fn, options="
+            f"(...)) with every option it takes, e.g. options={example!r}; or leave the "
+            "option out"
         )
     return "add it to the function's signature, or leave the option out"
 
