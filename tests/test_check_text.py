@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 
 import flashcheck  # noqa: E402
-from flashcheck.harness.checks.text import format_check  # noqa: E402
+from flashcheck.harness.checks.text import format_check, format_reason_groups  # noqa: E402
 
 
 def _attention(q, k, v, *, lse_shift):
@@ -34,3 +34,19 @@ def test_an_lse_only_failure_lists_the_worst_lse_rows():
     assert "| 9.99" in text.split("worst LSE rows")[1], text  # the 1e-4 error, shown
     ok = flashcheck.check(flashcheck.kernel(right, api="numpy"), q, k, v, save="never")
     assert ok.passed and "worst LSE rows" not in format_check(ok)
+
+
+def test_reason_groups_name_each_heading_once():
+    groups = [
+        ("sequence 0 (Nq=3, Nk=4)", ["FAIL-HARD: a", "FAIL: b"]),
+        ("sequence 1 (Nq=2, Nk=2)", ["FAIL: c"]),
+        ("sequence 2 (Nq=5, Nk=1)", []),
+        ("sequence 3 (Nq=1, Nk=9)", ["FAIL-HARD: d", "FAIL: e", "FAIL: f"]),
+    ]
+    assert format_reason_groups(groups, full=1) == [
+        "  - sequence 0 (Nq=3, Nk=4):",
+        "      FAIL-HARD: a",
+        "      FAIL: b",
+        "  - sequence 1 (Nq=2, Nk=2): FAIL: c",
+        "  - sequence 3 (Nq=1, Nk=9): FAIL-HARD: d (and 2 more reasons)",
+    ]

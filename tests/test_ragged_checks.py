@@ -89,6 +89,25 @@ def test_a_passing_check_names_a_sequence_with_keys_the_worst(user):
     assert res.passed and res.worst_sequence in (0, 2), res.worst_sequence
 
 
+def test_a_ragged_failure_names_each_failing_sequence_once(user):
+    # Every reason line used to repeat its sequence's lengths and worst element: a five
+    # sequence case printed twenty such lines. The reasons list keeps them all.
+    case = varlen_case([15, 16, 17, 1, 33], [16, 17, 15, 32, 31])
+    res = flashcheck.check(user.varlen_one_past, case, save="never")
+    heads = [head for head, _ in res.reasons_by_sequence()]
+    assert [h.split(" (")[0] for h in heads] == [
+        "sequence 0",
+        "sequence 1",
+        "sequence 2",
+        "sequence 3",
+    ]
+    text = str(res).split("(the worst), as a dense case")[0]
+    for head in heads:
+        assert text.count(head) == 1, (head, text)
+    assert "more reasons)" in text  # the fourth sequence, on one line
+    assert len(res.reasons) == sum(len(rs) for _, rs in res.reasons_by_sequence()) > 4
+
+
 BUGS = [
     # (kernel, case, the sequence or the words its failure names)
     ("varlen_one_past", _varlen, "sequence 0 (Nq=3, Nk=4)"),

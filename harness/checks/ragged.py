@@ -34,7 +34,7 @@ from ..oracle.combine import CombineResult, combine_oracle
 from .accuracy import bounds_key, check_case
 from .check_results import CheckResult, Replayable
 from .ragged_references import SequenceReference, forward_reference
-from .text import format_check
+from .text import format_check, format_reason_groups
 
 __all__ = [
     "RaggedCheckResult",
@@ -98,12 +98,18 @@ class RaggedCheckResult(Replayable):
             if o.verdict != Status.PASS and o.worst:
                 at = f"worst element O[{', '.join(map(str, o.worst[0]['index']))}]: "
             return [at + r for r in self.merge.reasons]
+        return [f"{head}: {r}" for head, rs in self.reasons_by_sequence() for r in rs]
+
+    def reasons_by_sequence(self) -> list[tuple[str, list[str]]]:
+        """Each failing sequence's heading (its index, lengths and worst element) and its
+        reasons; empty for a combine case."""
+        if self.merge is not None:
+            return []
         out = []
         for b, res in enumerate(self.sequences):
             if res is None or res.passed:
                 continue
-            where = self._where(b, res)
-            out += [f"sequence {b} {where}: {r}" for r in res.verdict.reasons]
+            out.append((f"sequence {b} {self._where(b, res)}", list(res.verdict.reasons)))
         return out
 
     def _where(self, b: int, res: CheckResult) -> str:
@@ -231,11 +237,13 @@ def format_ragged_check(res: RaggedCheckResult) -> str:
     """The verdict, its reasons and, for the worst sequence, the dense side-by-side."""
     lines = [f"kernel {res.kernel} on {res.device}: {res.case.describe()}"]
     lines.append(f"verdict {res.verdict}")
-    lines += [f"  - {r}" for r in [*res.diagnosis, *res.reasons]]
+    lines += [f"  - {r}" for r in res.diagnosis]
     if res.merge is not None:
+        lines += [f"  - {r}" for r in res.reasons]
         for t in res.merge.tensors.values():
             lines.append(t.line())
         return "\n".join(lines)
+    lines += format_reason_groups(res.reasons_by_sequence())
     b = res.worst_sequence
     if b is not None:
         lines += ["", f"sequence {b} (the worst), as a dense case:"]

@@ -37,6 +37,7 @@ from . import accuracy
 from .accuracy import check_gradients_case
 from .check_results import GradientCheckResult, Replayable
 from .ragged_references import GradientSequenceReference, gradient_reference
+from .text import format_reason_groups
 
 __all__ = [
     "RaggedGradientResult",
@@ -84,15 +85,25 @@ class RaggedGradientResult(Replayable):
     @property
     def reasons(self) -> list[str]:
         out = list(self.zero_reasons)
+        for head, rs in self.reasons_by_sequence():
+            out += [f"{head}, {r}" if r.startswith("worst element") else f"{head}: {r}" for r in rs]
+        return out
+
+    def reasons_by_sequence(self) -> list[tuple[str, list[str]]]:
+        """Each failing sequence's heading (index and lengths) and its reasons, each led by
+        the worst element of the gradient it is about."""
+        out = []
         for b, res in enumerate(self.sequences):
             if res is None or res.passed:
                 continue
             nq, nk = self.case.lengths(b)
+            rs = []
             for name, tv in res.verdicts.items():
                 if tv.verdict == Status.PASS:
                     continue
-                at = f", worst element {self._element(b, name, tv.worst)}" if tv.worst else ""
-                out += [f"sequence {b} (Nq={nq}, Nk={nk}){at}: {r}" for r in tv.reasons]
+                at = f"worst element {self._element(b, name, tv.worst)}: " if tv.worst else ""
+                rs += [at + r for r in tv.reasons]
+            out.append((f"sequence {b} (Nq={nq}, Nk={nk})", rs))
         return out
 
     def _element(self, b: int, name: str, worst: list[dict[str, Any]]) -> str:
@@ -104,7 +115,8 @@ class RaggedGradientResult(Replayable):
 
     def __str__(self) -> str:
         lines = [f"kernel {self.kernel} on {self.device}: {self.case.describe()}"]
-        lines += [f"gradients {self.verdict}", *(f"  - {r}" for r in self.reasons)]
+        lines += [f"gradients {self.verdict}", *(f"  - {r}" for r in self.zero_reasons)]
+        lines += format_reason_groups(self.reasons_by_sequence())
         return "\n".join(lines + ([f"replay: {self.replay}"] if self.replay else []))
 
     def as_dict(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import numpy as np
 from ..cases.case import DTYPES
 from ..judging.verdict import GRADIENT_LABELS
 
-__all__ = ["elide_shapes", "format_check", "format_gradient_check"]
+__all__ = ["elide_shapes", "format_check", "format_gradient_check", "format_reason_groups"]
 
 
 def _number(x: float) -> str:
@@ -160,3 +160,25 @@ def elide_shapes(text: str) -> str:
     """``text`` with every tuple of integers (a shape, an element's index) written ``(...)``:
     one failure at several shapes reads as one."""
     return re.sub(r"\(\d+(?:, \d+)*,?\)", "(...)", text)
+
+
+def format_reason_groups(groups: list[tuple[str, list[str]]], *, full: int = 3) -> list[str]:
+    """Bullet lines for reasons that come in groups under one heading (a ragged case's failing
+    sequences, each with its lengths and worst element): the heading once, its reasons
+    indented under it. Past the first ``full`` groups, a group takes one line, its first reason
+    and how many more there are (a user read twenty lines that repeated five headings; the
+    case file keeps every reason)."""
+    lines = []
+    for n, (head, reasons) in enumerate(groups):
+        if not reasons:
+            continue
+        if n < full or len(reasons) == 1:
+            if len(reasons) == 1:
+                lines.append(f"  - {head}: {reasons[0]}")
+            else:
+                lines.append(f"  - {head}:")
+                lines += [f"      {r}" for r in reasons]
+        else:
+            more = len(reasons) - 1
+            lines.append(f"  - {head}: {reasons[0]} (and {more} more reasons)")
+    return lines
