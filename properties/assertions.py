@@ -15,8 +15,10 @@ from ..harness.cases.case import Case
 from ..harness.cases.ragged import RaggedCase
 from ..harness.cases.ragged_store import save_ragged_case
 from ..harness.cases.store import save_case
-from ..harness.checks.accuracy import check, format_check
+from ..harness.checks.accuracy import format_check
 from ..harness.checks.check_results import CheckResult
+from ..harness.checks.dispatch import check
+from ..harness.checks.ragged import RaggedCheckResult, format_ragged_check
 from .plugin import RUN_CONTEXT, final_example
 
 __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]
@@ -24,7 +26,8 @@ __all__ = ["AttentionMismatch", "assert_attention", "fail", "save_failure"]
 
 class AttentionMismatch(AssertionError):
     """A kernel failed a check; ``case_id`` names the saved case (``None`` if not saved),
-    ``result`` holds the numbers (a :class:`CheckResult`, for accuracy failures) and
+    ``result`` holds the numbers (a :class:`CheckResult`, or a :class:`RaggedCheckResult`
+    for a ragged case, for accuracy failures) and
     ``summary`` says in one line what failed."""
 
     __module__ = "flashcheck"  # shown in tracebacks as the public name users catch
@@ -33,7 +36,7 @@ class AttentionMismatch(AssertionError):
         self,
         message: str,
         case_id: str | None,
-        result: CheckResult | None = None,
+        result: CheckResult | RaggedCheckResult | None = None,
         summary: str | None = None,
     ):
         super().__init__(message)
@@ -71,7 +74,7 @@ def fail(
     verdict: dict[str, Any] | None = None,
     *,
     directory: str | os.PathLike | None = None,
-    result: CheckResult | None = None,
+    result: CheckResult | RaggedCheckResult | None = None,
     summary: str | None = None,
 ) -> NoReturn:
     """Save ``case`` (final example only) and raise :class:`AttentionMismatch`; ``summary``
@@ -82,7 +85,7 @@ def fail(
     if cid:
         flag = "" if directory is None else f" --dir {os.fspath(directory)}"
         where = f"\nsaved case {cid}; replay with: flashcheck replay {cid}{flag}"
-    if summary is None and result is not None:
+    if summary is None and isinstance(result, CheckResult):
         v = result.verdict
         summary = "; ".join([*v.reasons[:1], *v.diagnosis[:1]]) or str(v.verdict)
     if summary is None:
@@ -107,14 +110,18 @@ def assert_attention(
     sinks: Any = None,
     device: str | None = None,
     case_dir: str | os.PathLike | None = None,
-) -> CheckResult:
+    **descales: Any,
+) -> CheckResult | RaggedCheckResult:
     """Assert that ``kernel`` passes :func:`flashcheck.check` on this input (or on a ``Case``
-    passed as ``q``, e.g. drawn from :func:`flashcheck.strategies.attention_cases`).
+    passed as ``q``, e.g. drawn from :func:`flashcheck.strategies.attention_cases`, or a
+    ``RaggedCase`` from :func:`flashcheck.strategies.ragged_cases`); FP8 inputs' descales
+    (``descale_q=``, ...) as for :func:`flashcheck.check`.
 
     On FAIL or FAIL-HARD the case is saved (to ``case_dir``, default ``$FLASHCHECK_CASE_DIR`` or
     ``reports/cases``; inside Hypothesis, only the final shrunk example) and
     :class:`AttentionMismatch` is raised with kernel and oracle side by side and the
-    ``flashcheck replay`` command. Returns the :class:`CheckResult` when it passes.
+    ``flashcheck replay`` command. Returns the :class:`CheckResult` (for a ragged case the
+    :class:`RaggedCheckResult`) when it passes.
     """
     __tracebackhide__ = True
     res = check(
@@ -130,7 +137,23 @@ def assert_attention(
         sinks=sinks,
         device=device,
         save="never",
+        **descales,
     )
+    if isinstance(res, RaggedCheckResult):
+        if not res.passed:
+            first = [*res.diagnosis[:1], *res.reasons[:1]]
+            fail(
+                res.case,
+                res.kernel,
+                res.device,
+                "accuracy",
+                "\n" + format_ragged_check(res),
+                res.as_dict(),
+                directory=case_dir,
+                result=res,
+                summary="; ".join(first) or str(res.verdict),
+            )
+        return res
     if not res.passed:
         fail(
             res.case,

@@ -187,6 +187,11 @@ class Case:
         buf[1:, :-1, 2:-1, 3:-2] = do
         return (buf if api == "numpy" else self.tensor(buf, device))[1:, :-1, 2:-1, 3:-2]
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Hypothesis prints a falsifying example with this protocol; without it a dataclass
+        # is spelled field by field, every array in full.
+        printer.text(repr(self))
+
     def __repr__(self) -> str:
         rec = self.params.get("recipe")
         if rec is not None:

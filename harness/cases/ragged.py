@@ -208,6 +208,11 @@ class RaggedCase:
     def __repr__(self) -> str:
         return f"RaggedCase({self.describe()})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Hypothesis prints a falsifying example with this protocol; without it a dataclass
+        # is spelled field by field, every array in full (39 kB for one varlen case).
+        printer.text(repr(self))
+
     @classmethod
     def from_arrays(
         cls,
