@@ -1,18 +1,21 @@
-"""``flashcheck.assert_attention`` on a ragged case, and how Hypothesis prints a drawn case."""
+"""``flashcheck.assert_attention`` on a ragged case, how Hypothesis prints a drawn case, and
+what a ragged kernel given dense arrays is told."""
 
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 
-from hypothesis.vendor.pretty import pretty
+from hypothesis.vendor.pretty import pretty  # noqa: E402
 
-from flashcheck import AttentionMismatch, assert_attention
-from flashcheck.harness.cases.ragged_inputs import varlen_case
-from flashcheck.harness.cases.ragged_store import load_ragged_case
-from flashcheck.harness.checks.ragged import RaggedCheckResult
-from flashcheck.properties.strategies import Recipe, make_case
+import flashcheck  # noqa: E402
+from flashcheck import AttentionMismatch, assert_attention  # noqa: E402
+from flashcheck.harness.adapters.registry import as_kernel  # noqa: E402
+from flashcheck.harness.cases.ragged_inputs import varlen_case  # noqa: E402
+from flashcheck.harness.cases.ragged_store import load_ragged_case  # noqa: E402
+from flashcheck.harness.checks.ragged import RaggedCheckResult  # noqa: E402
+from flashcheck.properties.strategies import Recipe, make_case  # noqa: E402
 
 USER = Path(__file__).parent / "user"
 
@@ -49,3 +52,20 @@ def test_hypothesis_prints_a_drawn_case_by_its_repr():
     assert pretty(ragged) == repr(ragged) == f"RaggedCase({ragged.describe()})"
     dense = make_case(Recipe("fp16", "randn", 1, 1, 1, 9, 20, 16, 4, seed=5))
     assert pretty(dense) == repr(dense) and repr(dense).startswith("make_case(Recipe(")
+
+
+def test_a_ragged_kernel_given_dense_arrays_is_told_what_to_build(user):
+    # It was told to "declare the contract wider (dtypes=..., masks=...)", and a merge kernel
+    # was called "a dense combine kernel".
+    q = torch.zeros(1, 2, 10, 16)
+    with pytest.raises(ValueError, match=r"RaggedCase.from_arrays\('varlen', q=\.\.\., k=") as e:
+        flashcheck.check(user.varlen_ok, q, q, q)
+    assert "declare the contract wider" not in str(e.value)
+    with pytest.raises(ValueError, match=r"from_arrays\('combine', out_partial=\.\.\."):
+        flashcheck.check(user.combine_ok, q, q, q)
+    with pytest.raises(ValueError, match="check_gradients takes dense kernels and varlen"):
+        flashcheck.check_gradients(user.paged_ok, q, q, q)
+    x = make_case(Recipe("fp16", "randn", 1, 1, 1, 9, 20, 16, 4, seed=5))
+    assert as_kernel(user.combine_ok).supports(x) == (
+        "a split-KV combine kernel takes no dense (B, H, N, d) case"
+    )

@@ -175,7 +175,8 @@ class Kernel:
         """Why ``case`` is outside this kernel's contract (on ``device``, if given), or ``None``
         if it is inside."""
         if self.layout != "dense" or self.op != "attention":
-            return f"a {self.layout} {self.op} kernel takes no dense (B, H, N, d) case"
+            kind = "split-KV combine" if self.op == "combine" else self.layout
+            return f"a {kind} kernel takes no dense (B, H, N, d) case"
         b, hq, hk, nq, nk, d, dv = case.shape
         if case.causal and "causal" not in self.masks:
             return "causal masks unsupported"
