@@ -59,8 +59,14 @@ def save_failure(
         return None
     ctx = dict(RUN_CONTEXT)
     ctx["property"] = prop
-    save = save_ragged_case if isinstance(case, RaggedCase) else save_case
-    return save(
+    if isinstance(case, RaggedCase):
+        # A ragged record keeps the accuracy and the gradient verdicts apart (one case file
+        # may hold both: the replay compares each with its own check).
+        kw = {"gradient_verdict": verdict} if prop == "gradients" else {"verdict": verdict}
+        return save_ragged_case(
+            case, kernel=kernel, device=device, context=ctx, directory=directory, **kw
+        )
+    return save_case(
         case, kernel=kernel, device=device, verdict=verdict, context=ctx, directory=directory
     )
 

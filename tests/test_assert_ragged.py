@@ -13,7 +13,7 @@ import flashcheck  # noqa: E402
 from flashcheck import AttentionMismatch, assert_attention  # noqa: E402
 from flashcheck.harness.adapters.registry import as_kernel  # noqa: E402
 from flashcheck.harness.cases.ragged_inputs import varlen_case  # noqa: E402
-from flashcheck.harness.cases.ragged_store import load_ragged_case  # noqa: E402
+from flashcheck.harness.cases.ragged_store import load_ragged_case, save_ragged_case  # noqa: E402
 from flashcheck.harness.checks.ragged import RaggedCheckResult  # noqa: E402
 from flashcheck.properties.strategies import Recipe, make_case  # noqa: E402
 
@@ -69,3 +69,38 @@ def test_a_ragged_kernel_given_dense_arrays_is_told_what_to_build(user):
     assert as_kernel(user.combine_ok).supports(x) == (
         "a split-KV combine kernel takes no dense (B, H, N, d) case"
     )
+
+
+def test_a_ragged_case_saved_by_two_checks_keeps_both(tmp_path):
+    # One Hypothesis draw failing accuracy and sequence independence is one file; the second
+    # save replaced the first's property (and would drop its verdict).
+    case = varlen_case([3, 5], [4, 7], dtype="fp16", seed=1)
+    acc = {"verdict": "FAIL-HARD", "reasons": ["x"]}
+    cid = save_ragged_case(
+        case,
+        kernel="k",
+        device="cpu",
+        verdict=acc,
+        context={"property": "accuracy"},
+        directory=tmp_path,
+    )
+    again = save_ragged_case(
+        case,
+        kernel="k",
+        device="cpu",
+        context={"property": "sequence-independence"},
+        directory=tmp_path,
+    )
+    grads = {"verdict": "FAIL", "reasons": ["y"]}
+    save_ragged_case(
+        case,
+        kernel="k",
+        device="cpu",
+        context={"property": "gradients, accuracy"},
+        directory=tmp_path,
+        gradient_verdict=grads,
+    )
+    _, record = load_ragged_case(cid, tmp_path)
+    assert again == cid
+    assert record["context"]["property"] == "accuracy, sequence-independence, gradients"
+    assert record["verdict"] == acc and record["gradient_verdict"] == grads

@@ -92,7 +92,14 @@ def test_a_backward_summing_over_a_neighbours_row_fails_names_it_and_replays(use
     lines = []
     _, verdict, record = replay(res.case_id, directory=tmp_path, echo=lines.append)
     assert verdict == "FAIL-HARD" and record["context"]["property"] == "gradients"
-    assert "gradients FAIL-HARD" in "\n".join(lines)
+    out = "\n".join(lines)
+    # The check the case was saved for comes first, compared with its record; the forward
+    # (which passes) is one line after it. The replay printed the forward's "verdict PASS"
+    # and its table first, and no recorded-vs-replayed line.
+    assert f"inputs: flashcheck.load_case('{tmp_path / res.case_id}.json')" in out
+    assert out.index("gradients FAIL-HARD") < out.index("recorded verdict: FAIL-HARD; replayed")
+    assert "(same verdict)" in out and out.rstrip().endswith("the forward on the same case: PASS")
+    assert "verdict PASS" not in out
     _, verdict, _ = replay(res.case_id, directory=tmp_path, kernel="triton-varlen", echo=print)
     assert verdict == "PASS"
 

@@ -208,6 +208,7 @@ class RaggedCampaign:
     ) -> None:
         """Save the case if a check failed, then append the records not yet on file."""
         failed = [r for r in rows if r.status.severity > 0]
+        grads = next((r for r in failed if r.check == "gradients"), None)
         cid = None
         if failed:
             cid = save_ragged_case(
@@ -215,6 +216,9 @@ class RaggedCampaign:
                 kernel=spec,
                 device=dev,
                 verdict=verdict,
+                gradient_verdict=None
+                if grads is None
+                else {"verdict": str(grads.status), "reasons": list(grads.reasons)},
                 context={
                     "property": ", ".join(r.check for r in failed),
                     "api": "report",

@@ -69,11 +69,31 @@ def save_ragged_case(
     verdict: dict[str, Any] | None = None,
     context: dict[str, Any] | None = None,
     directory: str | os.PathLike | None = None,
+    gradient_verdict: dict[str, Any] | None = None,
 ) -> str:
-    """Write ``case`` atomically (``.npz`` first, then the record) and return its id."""
+    """Write ``case`` atomically (``.npz`` first, then the record) and return its id.
+    ``verdict``: the accuracy check's; ``gradient_verdict``: the gradient check's.
+
+    The same case failing several checks (one Hypothesis draw, several properties) is one
+    file: a second save adds its property to the record's and keeps the verdicts recorded
+    before (a user followed an accuracy failure's replay command and read "saved by
+    sequence-independence", the last property saved)."""
     out = case_dir(directory)
     out.mkdir(parents=True, exist_ok=True)
     cid = ragged_case_id(case, kernel)
+    context = dict(context or {})
+    before = _record(out / f"{cid}.json")
+    if isinstance(before, dict) and before.get("schema") == RAGGED_SCHEMA:
+        old = before.get("context") or {}
+        props = [p for p in str(old.get("property", "")).split(", ") if p]
+        for p in str(context.get("property", "")).split(", "):
+            if p and p not in props:
+                props.append(p)
+        if props:
+            context["property"] = ", ".join(props)
+        verdict = verdict if verdict is not None else before.get("verdict")
+        if gradient_verdict is None:
+            gradient_verdict = before.get("gradient_verdict")
     arrays = {name: case.bits(name) for name in FLOATS[case.layout]}
     arrays.update({name: np.asarray(x, dtype=np.int32) for name, x in case.index.items()})
     buf = io.BytesIO()
@@ -94,7 +114,8 @@ def save_ragged_case(
         "params": case.params,
         "description": case.describe(),
         "verdict": verdict,
-        "context": context or {},
+        "gradient_verdict": gradient_verdict,
+        "context": context,
         "environment": environment(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "npz_sha256": hashlib.sha256(data).hexdigest(),

@@ -283,7 +283,12 @@ def check_ragged_gradients(
         findings = [f"gradients: {r}" for r in res.reasons[:1]]
         context = {"property": "gradients", "api": "check_gradients", "findings": findings}
         res.case_id = save_ragged_case(
-            case, kernel=adapter.name, device=device, context=context, directory=case_dir
+            case,
+            kernel=adapter.name,
+            device=device,
+            context=context,
+            directory=case_dir,
+            gradient_verdict=res.as_dict(),
         )
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
     return res

@@ -14,6 +14,7 @@ from ..adapters.ragged_call import kernel_layout
 from ..adapters.registry import as_kernel
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
+from ..cases.store import case_path
 from ..core.status import Status
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
 from .ragged_diagnosis import diagnose_ragged
@@ -56,39 +57,66 @@ def replay_ragged(
     why = adapter.unavailable(case.dtype, dev)
     if why:
         raise RuntimeError(f"cannot replay {record['id']} on {adapter.name} here: {why}")
-    prop = (record.get("context") or {}).get("property") or "accuracy"
+    context = record.get("context") or {}
+    prop = context.get("property") or "accuracy"
     echo(f"case {record['id']} (saved by {prop}, on {recorded_dev}): {case.describe()}")
+    path = str(case_path(ref, directory))
+    echo(f"inputs: flashcheck.load_case({path!r}) rebuilds them bit for bit")
     res: RaggedCheckResult | None = None
     try:
         res = check_ragged_case(adapter, case, device=dev)
         if not res.passed:
             res.diagnosis = diagnose_ragged(res, adapter)
         verdict = str(res.verdict)
-        echo(format_ragged_check(res))
     except KernelHung as err:  # under a time limit (the command line's --timeout)
         verdict = str(Status.TIMEOUT)
         echo(f"{verdict}: {err}")
-    recorded = (record.get("verdict") or {}).get("verdict")
-    if recorded is not None:
-        same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
-        echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    if res is not None and prop == "gradients":
+        # Saved for its gradients alone: that check first, with its recorded verdict; the
+        # forward as one line of context (a user read the forward's "verdict PASS" and its
+        # table first, and no recorded-vs-replayed line at all).
+        grads = check_varlen_gradients(adapter, case, device=dev)
+        echo(str(grads))
+        _compare((record.get("gradient_verdict") or {}).get("verdict"), str(grads.verdict), echo)
+        if res.passed:
+            echo(f"the forward on the same case: {verdict}")
+        else:
+            echo("\nthe forward on the same case:\n" + format_ragged_check(res))
+        return res, str(Status.worst([res.verdict, grads.verdict])), record
+    if res is not None:
+        echo(format_ragged_check(res))
+    _compare((record.get("verdict") or {}).get("verdict"), verdict, echo)
     if res is None:
         return res, verdict, record
-    found = _replay_properties(adapter, case, dev, record.get("context") or {}, echo)
+    grads_recorded = (record.get("gradient_verdict") or {}).get("verdict")
+    found = _replay_properties(adapter, case, dev, context, grads_recorded, echo)
     return res, str(Status.worst([res.verdict, *found])), record
 
 
+def _compare(recorded: str | None, replayed: str, echo: Any) -> None:
+    """The recorded-versus-replayed line (none where the record holds no verdict)."""
+    if recorded is not None:
+        same = "same verdict" if recorded == replayed else "DIFFERENT verdict"
+        echo(f"\nrecorded verdict: {recorded}; replayed: {replayed} ({same})")
+
+
 def _replay_properties(
-    adapter: Kernel, case: RaggedCase, dev: str, context: dict, echo: Any
+    adapter: Kernel,
+    case: RaggedCase,
+    dev: str,
+    context: dict,
+    grads_recorded: str | None,
+    echo: Any,
 ) -> list[Status]:
     """The properties a campaign found failing on the case (its ``context``), run again with
-    the campaign's seed; their statuses."""
+    the campaign's seed (the gradient check's against ``grads_recorded``); their statuses."""
     given = str(context.get("property", "")).split(", ")
     names = [p for p in given if p in RAGGED_PROPERTIES]
     out = []
     if "gradients" in given:
         grads = check_varlen_gradients(adapter, case, device=dev)
         echo(f"\n{grads}")
+        _compare(grads_recorded, str(grads.verdict), echo)
         out.append(grads.verdict)
     for name in names:
         got = RAGGED_PROPERTIES[name](adapter, case, dev, seed=int(context.get("seed", 0)))
