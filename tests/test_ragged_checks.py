@@ -143,6 +143,40 @@ def test_user_bug_classes_fail_and_replay(user, tmp_path, name, make, named):
     assert verdict == "PASS"
 
 
+def test_a_sequence_without_keys_left_unwritten_is_named_not_its_empty_neighbour(user):
+    # A user's kernel left the rows of a sequence without keys as the buffer held them, and
+    # was told that the empty-query sequence sitting at its first row had written there.
+    case = varlen_case([5, 0, 17, 3], [7, 12, 0, 31], causal=True)
+    res = flashcheck.check(user.varlen_skips_keyless, case, save="never")
+    assert res.diagnosis == [
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "LSE = −inf: consistent with a sequence without keys left unwritten (its rows keep "
+        "what the output buffer held)"
+    ]
+
+    # NaN there is the unguarded 0/0 of a row with no keys as much as a stale buffer.
+    def nan_rows(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        o, lse = user.varlen_skips_keyless.fn(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, causal=causal
+        )
+        return o.masked_fill(o == 0.5, float("nan")), lse
+
+    res = flashcheck.check(flashcheck.kernel(nan_rows, layout="varlen"), case, save="never")
+    assert res.diagnosis == [
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "LSE = −inf: consistent with a sequence without keys normalized by its zero sum "
+        "(O = acc / l with l = 0: 0/0 is NaN), or left unwritten"
+    ]
+    # An empty sequence that does write its neighbour's first row is still named, and
+    # only that row is wrong.
+    res = flashcheck.check(user.varlen_empty_writes, _varlen(), save="never")
+    assert res.diagnosis == [
+        "sequence 1 (Nq=0, Nk=2) has no query rows and sits at row 3, the first row of "
+        "sequence 2, which is wrong there (the rest within their bounds): consistent with a "
+        "zero-length sequence writing into its neighbour's rows"
+    ]
+
+
 def test_flashcheck_replay_command_replays_a_ragged_case(user, tmp_path):
     res = flashcheck.check(user.varlen_one_past, _varlen(), case_dir=tmp_path)
     (tmp_path / "user_layouts.py").write_text((USER / "user_layouts.py").read_text())

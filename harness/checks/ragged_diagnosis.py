@@ -3,8 +3,11 @@
 The accuracy check names the failing sequence and its worst element; these diagnoses add the
 bug class when the output's pattern points at one:
 
-- a sequence with no query rows sits at the first row of a failing sequence whose first row
-  is wrong: a kernel that writes something for the empty sequence writes into its neighbour;
+- a sequence with no query rows sits at the first row of a failing sequence whose first rows
+  are wrong and the rest right: a kernel that writes something for the empty sequence writes
+  into its neighbour;
+- a sequence without keys whose rows are not ``O = 0``, ``LSE = −inf`` (where its empty
+  neighbour does not explain them): the sequence left unwritten, or divided by its zero sum;
 - O is right but LSE matches the exact LSE only with its query heads permuted: LSE written
   with the wrong head mapping (grouped-query heads indexed as (group member, kv head) instead
   of (kv head, group member), or the reverse);
@@ -26,29 +29,79 @@ from ..adapters.adapter import Kernel
 from ..cases.ragged import RaggedCase
 from ..core.status import Status
 from .accuracy import check_case
+from .check_results import CheckResult
 from .ragged import RaggedCheckResult
 
 __all__ = ["diagnose_ragged"]
 
 
+def _wrong_rows(seq: CheckResult) -> np.ndarray:
+    """Which query rows of a judged sequence hold an O or LSE element the check fails hard:
+    beyond its deterministic bound, or not the exact value where that is not finite (LSE
+    −inf) or needs no bound (a sequence without keys: ``O = 0``, ``LSE = −inf``)."""
+    wrong = np.zeros(seq.output.o.shape[2], bool)
+    for name in seq.verdict.tensors:
+        y, ref = np.asarray(getattr(seq.output, name), np.float64), seq.ref[name]
+        exact = y != ref.hi
+        if seq.bounds is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                err = np.abs((y - ref.hi) - ref.lo)
+            # ``not <=`` so a NaN output counts as wrong
+            exact = np.where(np.isfinite(ref.hi), ~(err <= seq.bounds[name].det), exact)
+        wrong |= exact.any(axis=tuple(a for a in range(exact.ndim) if a != 2))
+    return wrong
+
+
 def _empty_neighbour(res: RaggedCheckResult, b: int) -> str | None:
-    case = res.case
-    if case.layout != "varlen":
-        return None
-    o = res.sequences[b].verdict["o"]
-    if o.verdict == Status.PASS or not o.worst or o.worst[0]["index"][2] != 0:
+    case, seq = res.case, res.sequences[b]
+    if case.layout != "varlen" or seq.verdict.verdict == Status.PASS:
         return None
     cu = case.index["cu_seqlens_q"]
     empty = [a for a in range(case.sequences) if a != b and case.lengths(a)[0] == 0]
-    for a in empty:
-        if cu[a] == cu[b]:
-            nk = case.lengths(a)[1]
-            return (
-                f"sequence {a} (Nq=0, Nk={nk}) has no query rows and sits at row {int(cu[b])}, "
-                f"the first row of sequence {b}, which is wrong there: consistent with a "
-                f"zero-length sequence writing into its neighbour's rows"
-            )
-    return None
+    sitting = [a for a in empty if cu[a] == cu[b]]
+    if not sitting:
+        return None
+    # An empty sequence can only have written its neighbour's first rows: with a later row
+    # wrong, or every row, something else broke them (a kernel that left a sequence without
+    # keys unwritten was told its empty neighbour had written there).
+    rows = _wrong_rows(seq)
+    wrong = np.flatnonzero(rows)
+    n = len(wrong)
+    if n == 0 or n == len(rows) or wrong[-1] != n - 1:
+        return None
+    a = sitting[0]
+    said = "which is wrong there" if n == 1 else f"whose first {n} rows are wrong"
+    return (
+        f"sequence {a} (Nq=0, Nk={case.lengths(a)[1]}) has no query rows and sits at row "
+        f"{int(cu[b])}, the first row of sequence {b}, {said} (the rest within their bounds): "
+        "consistent with a zero-length sequence writing into its neighbour's rows"
+    )
+
+
+def _keyless(res: RaggedCheckResult, b: int) -> str | None:
+    seq = res.sequences[b]
+    nq, nk = res.case.lengths(b)
+    if nk != 0 or seq.passed:
+        return None
+    wrong = _wrong_rows(seq)
+    if not wrong.any():
+        return None
+    o = np.asarray(seq.output.o, np.float64)[0][:, wrong]
+    held = (
+        f"none of its {nq} rows holds"
+        if wrong.all()
+        else f"{int(wrong.sum())} of its {nq} rows do not hold"
+    )
+    why = "a sequence without keys left unwritten (its rows keep what the output buffer held)"
+    if np.isnan(o).any():
+        why = (
+            "a sequence without keys normalized by its zero sum (O = acc / l with l = 0: 0/0 "
+            "is NaN), or left unwritten"
+        )
+    return (
+        f"sequence {b} (Nq={nq}, Nk=0) has no keys, and {held} O = 0, LSE = −inf: "
+        f"consistent with {why}"
+    )
 
 
 def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
@@ -160,8 +213,9 @@ def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
         if found is not None:
             out.append(found)
             continue
-        for why in (_empty_neighbour, _head_mapping):
-            found = why(res, b)
+        # Where the empty neighbour explains a keyless sequence's wrong first row, the rest
+        # of it is right: it was written, and saying otherwise would be a second story.
+        for found in (_empty_neighbour(res, b) or _keyless(res, b), _head_mapping(res, b)):
             if found is not None and found not in out:
                 out.append(found)
         if not out:

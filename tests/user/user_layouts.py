@@ -76,6 +76,19 @@ def _varlen_empty_writes(
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, fill_empty=True)
 
 
+def _varlen_skips_keyless(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    """Skips a sequence without keys, so its rows keep what a reused output buffer held
+    (0.5, LSE 0) where they must be O = 0, LSE = −inf: the bug."""
+    o, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+    for b in range(cu_seqlens_q.numel() - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        if cu_seqlens_k[b + 1] == cu_seqlens_k[b]:
+            o[q0:q1], lse[:, q0:q1] = 0.5, 0.0
+    return o, lse
+
+
 def _varlen_hangs_on_long(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
 ):
@@ -231,6 +244,9 @@ varlen_keys_by_q = flashcheck.kernel(
 )
 varlen_empty_writes = flashcheck.kernel(
     _varlen_empty_writes, name="user_layouts:varlen_empty_writes", layout="varlen"
+)
+varlen_skips_keyless = flashcheck.kernel(
+    _varlen_skips_keyless, name="user_layouts:varlen_skips_keyless", layout="varlen"
 )
 paged_ok = flashcheck.kernel(_paged_ok, name="user_layouts:paged_ok", layout="paged")
 paged_whole_page = flashcheck.kernel(
