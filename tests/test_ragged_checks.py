@@ -177,6 +177,43 @@ def test_a_sequence_without_keys_left_unwritten_is_named_not_its_empty_neighbour
     ]
 
 
+def test_a_key_start_taken_from_cu_seqlens_q_is_named(user):
+    # The form real kernels take (k_ptr + cu_seqlens_q[b]·stride, seqlen_k from
+    # cu_seqlens_k) got no diagnosis: only the slice with both ends from cu_seqlens_q had one.
+    res = flashcheck.check(
+        user.varlen_key_start_by_q, varlen_case([4, 6, 3], [9, 5, 8]), save="never"
+    )
+    assert res.diagnosis == [
+        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows {keys} "
+        f"({nk} keys from its first query row's offset) instead of its own {own}: consistent "
+        "with the key start taken from cu_seqlens_q instead of cu_seqlens_k (the key count "
+        "from cu_seqlens_k)"
+        for b, nq, nk, keys, own in ((1, 6, 5, "4..8", "9..13"), (2, 3, 8, "10..17", "14..21"))
+    ]
+    # Keys running past the packed ones are clipped (a user's sequence 3: rows 22..52 of 50);
+    # a sequence without keys reads none either way and passes.
+    case = varlen_case([5, 0, 17, 3], [7, 12, 0, 31], causal=True)
+    res = flashcheck.check(user.varlen_key_start_by_q, case, save="never")
+    assert res.diagnosis == [
+        "sequence 3 (Nq=3, Nk=31) returns the attention over packed key rows 22..49 (31 keys "
+        "from its first query row's offset, clipped to the packed keys) instead of its own "
+        "19..49: consistent with the key start taken from cu_seqlens_q instead of "
+        "cu_seqlens_k (the key count from cu_seqlens_k)"
+    ]
+    # Both ends from cu_seqlens_q keep their own words, and a sequence without keys given
+    # some is not said to have "its own 19..18".
+    res = flashcheck.check(user.varlen_keys_by_q, case, save="never")
+    assert res.diagnosis[1] == (
+        "sequence 2 (Nq=17, Nk=0) returns the attention over packed key rows 5..21 (its query "
+        "rows' offsets) instead of none (it has no keys): consistent with the key range taken "
+        "from cu_seqlens_q instead of cu_seqlens_k"
+    )
+    # Query offsets at or past the packed keys' end leave no keys to recompute against.
+    for lq, lk in (([15, 1], [1, 1]), ([4, 3], [2, 2])):
+        short = flashcheck.check(user.varlen_key_start_by_q, varlen_case(lq, lk), save="never")
+        assert short.verdict.counted and short.diagnosis == []
+
+
 def test_flashcheck_replay_command_replays_a_ragged_case(user, tmp_path):
     res = flashcheck.check(user.varlen_one_past, _varlen(), case_dir=tmp_path)
     (tmp_path / "user_layouts.py").write_text((USER / "user_layouts.py").read_text())

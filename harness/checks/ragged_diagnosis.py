@@ -14,7 +14,8 @@ bug class when the output's pattern points at one:
 - a varlen sequence's output passes against the exact attention over its keys and the next
   sequence's first key: a key range that runs one past the sequence's end;
 - a varlen sequence's output passes against the exact attention over the key rows its query
-  offsets would give: the key range taken from ``cu_seqlens_q`` instead of ``cu_seqlens_k``;
+  offsets would give: the key range taken from ``cu_seqlens_q`` instead of ``cu_seqlens_k``,
+  both ends or only its start (its count from ``cu_seqlens_k``);
 - a merge returns NaN in the rows whose every split is empty, and only there: it divides by
   (or subtracts) the −inf LSE of those rows.
 
@@ -163,24 +164,45 @@ def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
 
 def _keys_at_query_offsets(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
     """Sequence ``b``'s output is the attention over the key rows ``cu_seqlens_q`` gives it
-    (clipped to the packed keys) rather than ``cu_seqlens_k``'s. (A user's kernel with this
-    bug was told it wrote for an empty sequence into its neighbour, which it never did.)"""
+    (clipped to the packed keys) rather than ``cu_seqlens_k``'s: both ends from
+    ``cu_seqlens_q``, or its start with the count from ``cu_seqlens_k``. (A user's kernel with
+    the first bug was told it wrote for an empty sequence into its neighbour, which it never
+    did; another user's, with the second, the form real kernels take, was told nothing.)"""
     case, seq = res.case, res.sequences[b]
     if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
         return None
     rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
     total = case.tensors["k"].shape[0]
-    keys = slice(min(rq.start, total), min(rq.stop, total))
-    # (no keys at all: nothing to recompute against; the check of such a case raised)
-    if keys == rk or keys.stop == keys.start or not _reads_as(res, adapter, b, keys):
-        return None
     nq, nk = rq.stop - rq.start, rk.stop - rk.start
-    return (
-        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows "
-        f"{keys.start}..{keys.stop - 1} (its query rows' offsets) instead of its own "
-        f"{rk.start}..{rk.stop - 1}: consistent with the key range taken from cu_seqlens_q "
-        "instead of cu_seqlens_k"
+    start = min(rq.start, total)
+    own = f"its own {rk.start}..{rk.stop - 1}" if nk else "none (it has no keys)"
+    readings = (
+        (
+            slice(start, min(rq.stop, total)),
+            "(its query rows' offsets)",
+            "the key range taken from cu_seqlens_q instead of cu_seqlens_k",
+        ),
+        (
+            slice(start, min(rq.start + nk, total)),
+            f"({nk} keys from its first query row's offset"
+            + (", clipped to the packed keys)" if rq.start + nk > total else ")"),
+            "the key start taken from cu_seqlens_q instead of cu_seqlens_k (the key count "
+            "from cu_seqlens_k)",
+        ),
     )
+    tried = {(rk.start, rk.stop)}
+    for keys, which, bug in readings:
+        # (no keys at all, offsets past the packed keys or none of its own: nothing to
+        # recompute against; the check of such a case raised)
+        if (keys.start, keys.stop) in tried or keys.stop == keys.start:
+            continue
+        tried.add((keys.start, keys.stop))
+        if _reads_as(res, adapter, b, keys):
+            return (
+                f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows "
+                f"{keys.start}..{keys.stop - 1} {which} instead of {own}: consistent with {bug}"
+            )
+    return None
 
 
 def _empty_merge(res: RaggedCheckResult) -> str | None:
