@@ -143,6 +143,77 @@ def test_user_bug_classes_fail_and_replay(user, tmp_path, name, make, named):
     assert verdict == "PASS"
 
 
+def test_a_sequence_without_keys_left_unwritten_is_named_not_its_empty_neighbour(user):
+    # A user's kernel left the rows of a sequence without keys as the buffer held them, and
+    # was told that the empty-query sequence sitting at its first row had written there.
+    case = varlen_case([5, 0, 17, 3], [7, 12, 0, 31], causal=True)
+    res = flashcheck.check(user.varlen_skips_keyless, case, save="never")
+    assert res.diagnosis == [
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "LSE = −inf: consistent with a sequence without keys left unwritten (its rows keep "
+        "what the output buffer held)"
+    ]
+
+    # NaN there is the unguarded 0/0 of a row with no keys as much as a stale buffer.
+    def nan_rows(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        o, lse = user.varlen_skips_keyless.fn(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, causal=causal
+        )
+        return o.masked_fill(o == 0.5, float("nan")), lse
+
+    res = flashcheck.check(flashcheck.kernel(nan_rows, layout="varlen"), case, save="never")
+    assert res.diagnosis == [
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "LSE = −inf: consistent with a sequence without keys normalized by its zero sum "
+        "(O = acc / l with l = 0: 0/0 is NaN), or left unwritten"
+    ]
+    # An empty sequence that does write its neighbour's first row is still named, and
+    # only that row is wrong.
+    res = flashcheck.check(user.varlen_empty_writes, _varlen(), save="never")
+    assert res.diagnosis == [
+        "sequence 1 (Nq=0, Nk=2) has no query rows and sits at row 3, the first row of "
+        "sequence 2, which is wrong there (the rest within their bounds): consistent with a "
+        "zero-length sequence writing into its neighbour's rows"
+    ]
+
+
+def test_a_key_start_taken_from_cu_seqlens_q_is_named(user):
+    # The form real kernels take (k_ptr + cu_seqlens_q[b]·stride, seqlen_k from
+    # cu_seqlens_k) got no diagnosis: only the slice with both ends from cu_seqlens_q had one.
+    res = flashcheck.check(
+        user.varlen_key_start_by_q, varlen_case([4, 6, 3], [9, 5, 8]), save="never"
+    )
+    assert res.diagnosis == [
+        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows {keys} "
+        f"({nk} keys from its first query row's offset) instead of its own {own}: consistent "
+        "with the key start taken from cu_seqlens_q instead of cu_seqlens_k (the key count "
+        "from cu_seqlens_k)"
+        for b, nq, nk, keys, own in ((1, 6, 5, "4..8", "9..13"), (2, 3, 8, "10..17", "14..21"))
+    ]
+    # Keys running past the packed ones are clipped (a user's sequence 3: rows 22..52 of 50);
+    # a sequence without keys reads none either way and passes.
+    case = varlen_case([5, 0, 17, 3], [7, 12, 0, 31], causal=True)
+    res = flashcheck.check(user.varlen_key_start_by_q, case, save="never")
+    assert res.diagnosis == [
+        "sequence 3 (Nq=3, Nk=31) returns the attention over packed key rows 22..49 (31 keys "
+        "from its first query row's offset, clipped to the packed keys) instead of its own "
+        "19..49: consistent with the key start taken from cu_seqlens_q instead of "
+        "cu_seqlens_k (the key count from cu_seqlens_k)"
+    ]
+    # Both ends from cu_seqlens_q keep their own words, and a sequence without keys given
+    # some is not said to have "its own 19..18".
+    res = flashcheck.check(user.varlen_keys_by_q, case, save="never")
+    assert res.diagnosis[1] == (
+        "sequence 2 (Nq=17, Nk=0) returns the attention over packed key rows 5..21 (its query "
+        "rows' offsets) instead of none (it has no keys): consistent with the key range taken "
+        "from cu_seqlens_q instead of cu_seqlens_k"
+    )
+    # Query offsets at or past the packed keys' end leave no keys to recompute against.
+    for lq, lk in (([15, 1], [1, 1]), ([4, 3], [2, 2])):
+        short = flashcheck.check(user.varlen_key_start_by_q, varlen_case(lq, lk), save="never")
+        assert short.verdict.counted and short.diagnosis == []
+
+
 def test_flashcheck_replay_command_replays_a_ragged_case(user, tmp_path):
     res = flashcheck.check(user.varlen_one_past, _varlen(), case_dir=tmp_path)
     (tmp_path / "user_layouts.py").write_text((USER / "user_layouts.py").read_text())

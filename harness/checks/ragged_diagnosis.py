@@ -3,15 +3,19 @@
 The accuracy check names the failing sequence and its worst element; these diagnoses add the
 bug class when the output's pattern points at one:
 
-- a sequence with no query rows sits at the first row of a failing sequence whose first row
-  is wrong: a kernel that writes something for the empty sequence writes into its neighbour;
+- a sequence with no query rows sits at the first row of a failing sequence whose first rows
+  are wrong and the rest right: a kernel that writes something for the empty sequence writes
+  into its neighbour;
+- a sequence without keys whose rows are not ``O = 0``, ``LSE = −inf`` (where its empty
+  neighbour does not explain them): the sequence left unwritten, or divided by its zero sum;
 - O is right but LSE matches the exact LSE only with its query heads permuted: LSE written
   with the wrong head mapping (grouped-query heads indexed as (group member, kv head) instead
   of (kv head, group member), or the reverse);
 - a varlen sequence's output passes against the exact attention over its keys and the next
   sequence's first key: a key range that runs one past the sequence's end;
 - a varlen sequence's output passes against the exact attention over the key rows its query
-  offsets would give: the key range taken from ``cu_seqlens_q`` instead of ``cu_seqlens_k``;
+  offsets would give: the key range taken from ``cu_seqlens_q`` instead of ``cu_seqlens_k``,
+  both ends or only its start (its count from ``cu_seqlens_k``);
 - a merge returns NaN in the rows whose every split is empty, and only there: it divides by
   (or subtracts) the −inf LSE of those rows.
 
@@ -26,29 +30,79 @@ from ..adapters.adapter import Kernel
 from ..cases.ragged import RaggedCase
 from ..core.status import Status
 from .accuracy import check_case
+from .check_results import CheckResult
 from .ragged import RaggedCheckResult
 
 __all__ = ["diagnose_ragged"]
 
 
+def _wrong_rows(seq: CheckResult) -> np.ndarray:
+    """Which query rows of a judged sequence hold an O or LSE element the check fails hard:
+    beyond its deterministic bound, or not the exact value where that is not finite (LSE
+    −inf) or needs no bound (a sequence without keys: ``O = 0``, ``LSE = −inf``)."""
+    wrong = np.zeros(seq.output.o.shape[2], bool)
+    for name in seq.verdict.tensors:
+        y, ref = np.asarray(getattr(seq.output, name), np.float64), seq.ref[name]
+        exact = y != ref.hi
+        if seq.bounds is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                err = np.abs((y - ref.hi) - ref.lo)
+            # ``not <=`` so a NaN output counts as wrong
+            exact = np.where(np.isfinite(ref.hi), ~(err <= seq.bounds[name].det), exact)
+        wrong |= exact.any(axis=tuple(a for a in range(exact.ndim) if a != 2))
+    return wrong
+
+
 def _empty_neighbour(res: RaggedCheckResult, b: int) -> str | None:
-    case = res.case
-    if case.layout != "varlen":
-        return None
-    o = res.sequences[b].verdict["o"]
-    if o.verdict == Status.PASS or not o.worst or o.worst[0]["index"][2] != 0:
+    case, seq = res.case, res.sequences[b]
+    if case.layout != "varlen" or seq.verdict.verdict == Status.PASS:
         return None
     cu = case.index["cu_seqlens_q"]
     empty = [a for a in range(case.sequences) if a != b and case.lengths(a)[0] == 0]
-    for a in empty:
-        if cu[a] == cu[b]:
-            nk = case.lengths(a)[1]
-            return (
-                f"sequence {a} (Nq=0, Nk={nk}) has no query rows and sits at row {int(cu[b])}, "
-                f"the first row of sequence {b}, which is wrong there: consistent with a "
-                f"zero-length sequence writing into its neighbour's rows"
-            )
-    return None
+    sitting = [a for a in empty if cu[a] == cu[b]]
+    if not sitting:
+        return None
+    # An empty sequence can only have written its neighbour's first rows: with a later row
+    # wrong, or every row, something else broke them (a kernel that left a sequence without
+    # keys unwritten was told its empty neighbour had written there).
+    rows = _wrong_rows(seq)
+    wrong = np.flatnonzero(rows)
+    n = len(wrong)
+    if n == 0 or n == len(rows) or wrong[-1] != n - 1:
+        return None
+    a = sitting[0]
+    said = "which is wrong there" if n == 1 else f"whose first {n} rows are wrong"
+    return (
+        f"sequence {a} (Nq=0, Nk={case.lengths(a)[1]}) has no query rows and sits at row "
+        f"{int(cu[b])}, the first row of sequence {b}, {said} (the rest within their bounds): "
+        "consistent with a zero-length sequence writing into its neighbour's rows"
+    )
+
+
+def _keyless(res: RaggedCheckResult, b: int) -> str | None:
+    seq = res.sequences[b]
+    nq, nk = res.case.lengths(b)
+    if nk != 0 or seq.passed:
+        return None
+    wrong = _wrong_rows(seq)
+    if not wrong.any():
+        return None
+    o = np.asarray(seq.output.o, np.float64)[0][:, wrong]
+    held = (
+        f"none of its {nq} rows holds"
+        if wrong.all()
+        else f"{int(wrong.sum())} of its {nq} rows do not hold"
+    )
+    why = "a sequence without keys left unwritten (its rows keep what the output buffer held)"
+    if np.isnan(o).any():
+        why = (
+            "a sequence without keys normalized by its zero sum (O = acc / l with l = 0: 0/0 "
+            "is NaN), or left unwritten"
+        )
+    return (
+        f"sequence {b} (Nq={nq}, Nk=0) has no keys, and {held} O = 0, LSE = −inf: "
+        f"consistent with {why}"
+    )
 
 
 def _head_mapping(res: RaggedCheckResult, b: int) -> str | None:
@@ -110,24 +164,45 @@ def _one_past(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
 
 def _keys_at_query_offsets(res: RaggedCheckResult, adapter: Kernel, b: int) -> str | None:
     """Sequence ``b``'s output is the attention over the key rows ``cu_seqlens_q`` gives it
-    (clipped to the packed keys) rather than ``cu_seqlens_k``'s. (A user's kernel with this
-    bug was told it wrote for an empty sequence into its neighbour, which it never did.)"""
+    (clipped to the packed keys) rather than ``cu_seqlens_k``'s: both ends from
+    ``cu_seqlens_q``, or its start with the count from ``cu_seqlens_k``. (A user's kernel with
+    the first bug was told it wrote for an empty sequence into its neighbour, which it never
+    did; another user's, with the second, the form real kernels take, was told nothing.)"""
     case, seq = res.case, res.sequences[b]
     if case.layout != "varlen" or seq.verdict["o"].verdict == Status.PASS:
         return None
     rq, rk = case.batch.query_rows(b), case.batch.key_rows(b)
     total = case.tensors["k"].shape[0]
-    keys = slice(min(rq.start, total), min(rq.stop, total))
-    # (no keys at all: nothing to recompute against; the check of such a case raised)
-    if keys == rk or keys.stop == keys.start or not _reads_as(res, adapter, b, keys):
-        return None
     nq, nk = rq.stop - rq.start, rk.stop - rk.start
-    return (
-        f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows "
-        f"{keys.start}..{keys.stop - 1} (its query rows' offsets) instead of its own "
-        f"{rk.start}..{rk.stop - 1}: consistent with the key range taken from cu_seqlens_q "
-        "instead of cu_seqlens_k"
+    start = min(rq.start, total)
+    own = f"its own {rk.start}..{rk.stop - 1}" if nk else "none (it has no keys)"
+    readings = (
+        (
+            slice(start, min(rq.stop, total)),
+            "(its query rows' offsets)",
+            "the key range taken from cu_seqlens_q instead of cu_seqlens_k",
+        ),
+        (
+            slice(start, min(rq.start + nk, total)),
+            f"({nk} keys from its first query row's offset"
+            + (", clipped to the packed keys)" if rq.start + nk > total else ")"),
+            "the key start taken from cu_seqlens_q instead of cu_seqlens_k (the key count "
+            "from cu_seqlens_k)",
+        ),
     )
+    tried = {(rk.start, rk.stop)}
+    for keys, which, bug in readings:
+        # (no keys at all, offsets past the packed keys or none of its own: nothing to
+        # recompute against; the check of such a case raised)
+        if (keys.start, keys.stop) in tried or keys.stop == keys.start:
+            continue
+        tried.add((keys.start, keys.stop))
+        if _reads_as(res, adapter, b, keys):
+            return (
+                f"sequence {b} (Nq={nq}, Nk={nk}) returns the attention over packed key rows "
+                f"{keys.start}..{keys.stop - 1} {which} instead of {own}: consistent with {bug}"
+            )
+    return None
 
 
 def _empty_merge(res: RaggedCheckResult) -> str | None:
@@ -160,8 +235,9 @@ def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
         if found is not None:
             out.append(found)
             continue
-        for why in (_empty_neighbour, _head_mapping):
-            found = why(res, b)
+        # Where the empty neighbour explains a keyless sequence's wrong first row, the rest
+        # of it is right: it was written, and saying otherwise would be a second story.
+        for found in (_empty_neighbour(res, b) or _keyless(res, b), _head_mapping(res, b)):
             if found is not None and found not in out:
                 out.append(found)
         if not out:

@@ -31,7 +31,18 @@ def _attend(q, k, v, causal, scale):
 
 
 def _varlen(
-    q, k, v, cu_q, cu_k, causal, scale, *, extra_key=False, fill_empty=False, keys_by_q=False
+    q,
+    k,
+    v,
+    cu_q,
+    cu_k,
+    causal,
+    scale,
+    *,
+    extra_key=False,
+    fill_empty=False,
+    keys_by_q=False,
+    key_start_by_q=False,
 ):
     o = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"))
@@ -42,6 +53,8 @@ def _varlen(
         if keys_by_q:  # the bug: the key range read from cu_seqlens_q
             k1 = min(q1, k.shape[0])
             k0 = min(q0, k1)
+        if key_start_by_q:  # the bug: the key start read from cu_seqlens_q, its count not
+            k0, k1 = min(q0, k.shape[0]), min(q0 + k1 - k0, k.shape[0])
         if q1 > q0:
             o[q0:q1], lse[:, q0:q1] = _attend(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale)
     if fill_empty:
@@ -70,10 +83,29 @@ def _varlen_keys_by_q(
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, keys_by_q=True)
 
 
+def _varlen_key_start_by_q(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, key_start_by_q=True)
+
+
 def _varlen_empty_writes(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
 ):
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, fill_empty=True)
+
+
+def _varlen_skips_keyless(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None
+):
+    """Skips a sequence without keys, so its rows keep what a reused output buffer held
+    (0.5, LSE 0) where they must be O = 0, LSE = −inf: the bug."""
+    o, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+    for b in range(cu_seqlens_q.numel() - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        if cu_seqlens_k[b + 1] == cu_seqlens_k[b]:
+            o[q0:q1], lse[:, q0:q1] = 0.5, 0.0
+    return o, lse
 
 
 def _varlen_hangs_on_long(
@@ -229,8 +261,14 @@ varlen_one_past = flashcheck.kernel(
 varlen_keys_by_q = flashcheck.kernel(
     _varlen_keys_by_q, name="user_layouts:varlen_keys_by_q", layout="varlen"
 )
+varlen_key_start_by_q = flashcheck.kernel(
+    _varlen_key_start_by_q, name="user_layouts:varlen_key_start_by_q", layout="varlen"
+)
 varlen_empty_writes = flashcheck.kernel(
     _varlen_empty_writes, name="user_layouts:varlen_empty_writes", layout="varlen"
+)
+varlen_skips_keyless = flashcheck.kernel(
+    _varlen_skips_keyless, name="user_layouts:varlen_skips_keyless", layout="varlen"
 )
 paged_ok = flashcheck.kernel(_paged_ok, name="user_layouts:paged_ok", layout="paged")
 paged_whole_page = flashcheck.kernel(
