@@ -356,3 +356,27 @@ def test_a_declaration_is_named_by_its_own_name_and_a_plain_record_says_how_to_r
     assert not res.passed
     with pytest.raises(RuntimeError, match=r"plainmod:no_causal, which declares none.*--kernel"):
         replay(res.case_id, directory=tmp_path, echo=lambda *_: None)
+
+
+def test_an_exception_of_the_kernel_says_which_function_raised_it_and_on_what():
+    # A backward's bare torch size error came out of check_gradients with nothing to say it
+    # came from the user's backward, or on what input.
+    def forward(q, k, v, *, causal=False, scale=None):
+        return q.new_zeros(q.shape[:-1] + v.shape[-1:])
+
+    def backward(q, k, v, do, *, causal=False, scale=None):
+        raise RuntimeError("Expected size for first two dimensions of batch2 tensor")
+
+    kern = flashcheck.kernel(forward, name="mine", backward=backward, dtypes=("fp16",))
+    q, k, v = _inputs(nq=24, nk=16)
+    with pytest.raises(RuntimeError, match="batch2") as info:
+        flashcheck.check_gradients(kern, q, k, v, save="never")
+    (note,) = info.value.__notes__
+    assert note.startswith("flashcheck: raised by the backward of mine on ") and "Nq=24" in note
+
+    def broken(q, k, v, *, causal=False, scale=None):
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no") as info:
+        flashcheck.check(flashcheck.kernel(broken, name="fwd", dtypes=("fp16",)), q, k, v)
+    assert info.value.__notes__[0].startswith("flashcheck: raised by fwd on ")

@@ -28,7 +28,14 @@ import numpy as np
 
 from ..cases.case import Case
 from .call_limit import kernel_call
-from .kernel_call import Before, KernelCall, ieee_quiet, named_arrays, notify_before
+from .kernel_call import (
+    Before,
+    KernelCall,
+    ieee_quiet,
+    named_arrays,
+    notify_before,
+    raised_by,
+)
 from .kernel_output import (
     NO_TENSOR,
     KernelGradients,
@@ -317,7 +324,7 @@ class Kernel:
             do = case.grad_output_as("numpy")
             args = named_arrays(case.q, case.k, case.v, opts, do=do)
             notify_before(before, args)
-            with ieee_quiet(), kernel_call(self.name, case):
+            with ieee_quiet(), kernel_call(self.name, case), self._raised(case, backward=True):
                 res = self.backward(case.q, case.k, case.v, do, **opts)
             return KernelCall(args, res)
         import torch
@@ -329,7 +336,12 @@ class Kernel:
         # A function backward gets detached views: the same storage as q, k, v.
         args = named_arrays(q.detach(), k.detach(), v.detach(), opts, do=do_t)
         notify_before(before, args)
-        with torch.enable_grad(), ieee_quiet(), kernel_call(self.name, case):
+        with (
+            torch.enable_grad(),
+            ieee_quiet(),
+            kernel_call(self.name, case),
+            self._raised(case, backward=True),
+        ):
             if callable(self.backward):
                 res = self.backward(args["q"], args["k"], args["v"], do_t, **opts)
             else:
@@ -347,6 +359,13 @@ class Kernel:
                     torch.zeros_like(x) if g is None else g for g, x in zip(res, wrt, strict=True)
                 ]
         return KernelCall(args, res)
+
+    def _raised(self, case: Case, *, backward: bool = False) -> Any:
+        """The note an exception of the kernel's own function carries out (PEP 678)."""
+        if not backward:
+            return raised_by(self.name, case)
+        what = "autograd through" if not callable(self.backward) else "the backward of"
+        return raised_by(f"{what} {self.name}", case)
 
     def gradients(self, case: Case, call: KernelCall) -> KernelGradients:
         """A backward call's ``(dQ, dK, dV)`` checked and copied exactly to float64."""
@@ -376,7 +395,7 @@ class Kernel:
             notify_before(before, named_arrays(q, k, v, opts))
             # Kernels compute in IEEE arithmetic: overflow and NaN are results to be judged
             # (the NaN-rule and bound properties look at them), not warnings to raise.
-            with ieee_quiet(), kernel_call(self.name, case):
+            with ieee_quiet(), kernel_call(self.name, case), self._raised(case):
                 res = self.fn(q, k, v, **opts)
         else:
             import torch
@@ -387,7 +406,7 @@ class Kernel:
                 opts["mask"] = torch.from_numpy(np.array(case.mask, copy=True)).to(device)
             notify_before(before, named_arrays(q, k, v, opts))
             # (the Triton interpreter runs numpy: IEEE quiet there too)
-            with torch.no_grad(), ieee_quiet(), kernel_call(self.name, case):
+            with torch.no_grad(), ieee_quiet(), kernel_call(self.name, case), self._raised(case):
                 res = self.fn(q, k, v, **opts)
         return KernelCall(named_arrays(q, k, v, opts), res)
 

@@ -1,6 +1,7 @@
 """One call of a kernel as the harness makes it: the record of what the kernel was handed and
 what it returned (:class:`KernelCall`), the arrays of a call by name, the hook run just before
-the kernel, and numpy's floating-point warnings kept quiet while the kernel runs.
+the kernel, numpy's floating-point warnings kept quiet while the kernel runs, and an
+exception the kernel raises noted with what raised it.
 
 The integrity check compares a call's arrays and result bitwise with snapshots taken by the
 hook, so the record holds the very objects the kernel saw, unconverted.
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Before", "KernelCall", "ieee_quiet", "named_arrays", "notify_before"]
+__all__ = ["Before", "KernelCall", "ieee_quiet", "named_arrays", "notify_before", "raised_by"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,16 @@ def ieee_quiet() -> Iterator[None]:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
+
+
+@contextlib.contextmanager
+def raised_by(what: str, case: Any) -> Iterator[None]:
+    """Let an exception of the block (a kernel's own function) through with a note (PEP 678:
+    shown under its traceback) naming ``what`` raised it and on which input: a user's backward
+    raised a bare torch size error inside ``flashcheck.check_gradients``, with nothing to say
+    it came from their backward or on what shapes."""
+    try:
+        yield
+    except Exception as err:
+        err.add_note(f"flashcheck: raised by {what} on {case.describe()}")
+        raise
