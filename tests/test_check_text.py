@@ -50,3 +50,28 @@ def test_reason_groups_name_each_heading_once():
         "  - sequence 1 (Nq=2, Nk=2): FAIL: c",
         "  - sequence 3 (Nq=1, Nk=9): FAIL-HARD: d (and 2 more reasons)",
     ]
+
+
+def test_no_figure_reads_nan_where_none_applies(tmp_path):
+    # A sequence without keys printed "naive same-precision NaN (ratio NaN); bound utilization
+    # det NaN" and an error of 8.4e6 ulps of the smallest subnormal; a merge "naive nan ulp
+    # (ratio nan)".
+    import sys
+    from pathlib import Path
+
+    from flashcheck.harness.cases.ragged_inputs import combine_case, varlen_case
+
+    sys.path.insert(0, str(Path(__file__).parent / "user"))
+    try:
+        import user_layouts
+    finally:
+        sys.path.pop(0)
+    case = varlen_case([3, 4], [5, 0], dtype="fp16", seed=2)
+    res = flashcheck.check(user_layouts.varlen_ok, case, save="never")
+    keyless = format_check(res.sequences[1])
+    assert "no keys: every row must be exactly O = 0, LSE = −inf" in keyless
+    assert "0 of 128 O elements are not 0" in keyless and "NaN" not in keyless
+    merged = flashcheck.check(user_layouts.combine_nan_when_empty, combine_case(5), save="never")
+    text = str(merged)
+    body = text.split("\n", 1)[1]  # (the first line names the kernel, "..._nan_...")
+    assert "no naive baseline" in body and "nan" not in body.replace("NaN", "")

@@ -53,11 +53,17 @@ class TensorVerdict:
 
     def line(self) -> str:
         unit, short = ("absolute", "") if self.name == "lse" else ("floored ulp", " ulp")
-        return (
-            f"{LABELS[self.name]} {self.verdict}: max {self.max_err:.3g} {unit}, det-bound "
-            f"utilization {self.det_util:.3g}, naive {self.naive_ulp:.3g}{short} "
-            f"(ratio {self.naive_ratio:.3g})"
+        # NaN means none applies (a merge has no naive baseline): said so, not "nan".
+        naive = (
+            "no naive baseline"
+            if np.isnan(self.naive_ulp)
+            else f"naive {self.naive_ulp:.3g}{short} (ratio {self.naive_ratio:.3g})"
         )
+        util = "n/a" if np.isnan(self.det_util) else f"{self.det_util:.3g}"
+        err = f"max {self.max_err:.3g} {unit}"
+        if np.isnan(self.max_err):
+            err = "max error NaN (NaN in the output where the exact value is a number)"
+        return f"{LABELS[self.name]} {self.verdict}: {err}, det-bound utilization {util}, {naive}"
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as a dict, its numbers NaN and ±inf as their ``repr`` (the worst rows
