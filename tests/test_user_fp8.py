@@ -48,6 +48,19 @@ def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
     assert other.returncode == 2 and "another configuration" in other.stderr
 
 
+def test_kernel_written_to_the_docs_gets_all_three_descales(user_dir):
+    # docs/api.md promises three float32 descales; the families that set only descale_k
+    # (fp8_flush, fp8_p_ties, fp8_uniform_long) handed this kernel None for the others, and
+    # `descale_q.float()` raised: three ERRORs and exit 1 for a correct kernel.
+    out, text = _report("docs_style", user_dir)
+    assert out.returncode == 0, text
+    assert "ERROR" not in text
+    report = (user_dir / "reports/user_fp8-docs_style/error-report.md").read_text()
+    for family in ("fp8_flush", "fp8_p_ties", "fp8_uniform_long"):
+        assert f"| {family} |" in report
+    assert "| FAIL" not in report and "| ERROR" not in report
+
+
 def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):
     out, text = _report("p_e5m2", user_dir)
     assert out.returncode == 1, text

@@ -1,6 +1,6 @@
 """FP8 attention kernels as a user would write them (torch, FlashAttention-3's signature), outside
 the flashcheck package. The tests copy this file into an empty folder and run the installed
-``flashcheck report --kernel user_fp8:NAME`` on it: one correct kernel, two real bug classes."""
+``flashcheck report --kernel user_fp8:NAME`` on it: correct kernels and real bug classes."""
 
 import torch
 
@@ -69,6 +69,13 @@ def scales_v_in_place(q, k, v, *, causal=False, descale_q=None, descale_k=None, 
     out = good.fn(*t, causal=causal, descale_q=d[0], descale_k=d[1], descale_v=d[2])
     v[...] = (v.astype(np.float32) * 0.5).astype(v.dtype)
     return out
+
+
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",))
+def docs_style(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Correct, written to docs/api.md: it uses all three descales as given, never None."""
+    d = (descale_q.float(), descale_k.float(), descale_v.float())
+    return _fp8_attention(q, k, v, causal, *d, torch.float8_e4m3fn)
 
 
 def no_descales(q, k, v, *, causal=False):
