@@ -78,6 +78,19 @@ def test_descale_applied_twice_exits_1_naming_the_descale(user_dir):
     assert "consistent with descale_v applied twice" in text
 
 
+def test_descales_never_applied_are_named_on_every_family(user_dir):
+    # A user's kernel ignoring all three descales was read as descale_v left out on one
+    # family, descale_v applied twice (the opposite) on two, descale_k left out on two.
+    out, text = _report("ignores_descales", user_dir)
+    assert out.returncode == 1, text
+    failed = [x for x in text.splitlines() if x.startswith("FAIL")]
+    # (fp8_uniform_long sets no descale: there ignoring them is right)
+    assert len(failed) == 5, text
+    for line in failed:
+        assert "all three descales left out" in line, line
+        assert "applied twice" not in line, line
+
+
 def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):
     out = run_flashcheck(["test", "user_fp8:good"], user_dir)
     assert out.returncode == 2, out.stdout + out.stderr

@@ -78,6 +78,22 @@ def docs_style(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale
     return _fp8_attention(q, k, v, causal, *d, torch.float8_e4m3fn)
 
 
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",))
+def ignores_descales(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Bug: takes the descales but never applies them (a user's kernel, O and LSE)."""
+    hq, hk = q.shape[1], k.shape[1]
+    kf = k.float().repeat_interleave(hq // hk, 1)
+    vf = v.float().repeat_interleave(hq // hk, 1)
+    s = q.float() @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        nq, nk = s.shape[-2:]
+        i = torch.arange(nq)[:, None]
+        j = torch.arange(nk)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vf).to(torch.bfloat16), torch.logsumexp(s, -1)
+
+
 def no_descales(q, k, v, *, causal=False):
     """Bug: an FP8 kernel without FlashAttention-3's descale keywords."""
     return good.fn(q, k, v, causal=causal)
