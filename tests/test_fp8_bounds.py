@@ -105,3 +105,49 @@ def test_flashcheck_check_takes_fp8_arrays_and_descales(tmp_path):
     )
     assert res.verdict.verdict == Status.PASS, res.verdict.reasons
     assert res.ref.fmt.name == "bf16" and res.bounds.arithmetic == "flash-fp8"
+
+
+def test_fp8_kernel_is_handed_all_three_descales_where_the_case_sets_fewer():
+    # A kernel written to docs/api.md takes three float32 (B, Hk) descales and never checks
+    # for None; fp8_flush sets only descale_k, and a check without descales sets none.
+    import flashcheck
+    from flashcheck.harness.adapters.adapter import Kernel
+
+    seen = []
+
+    def docs_style(q, k, v, *, causal=False, descale_q, descale_k, descale_v):
+        ds = (descale_q, descale_k, descale_v)
+        seen.append([(d.dtype, d.shape) for d in ds])
+        return flash_fp8_attention(
+            q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2]
+        )
+
+    kernel = Kernel("docs-style", docs_style, arithmetic="flash-fp8", api="numpy",
+                    dtypes=("e4m3",), masks=frozenset({"causal"}))  # fmt: skip
+    case = make_fp8_case(_recipe("fp8_flush", 0))
+    assert case.descale_q is None and case.descale_v is None
+    for descales in (case.descales, {}):
+        res = flashcheck.check(kernel, case.q, case.k, case.v, **descales, save="never")
+        assert res.verdict.verdict == Status.PASS, res.verdict.reasons
+    assert seen and all(s == [(np.float32, (1, 1))] * 3 for s in seen)
+
+
+@pytest.mark.parametrize("family", ["fp8_outliers", "fp8_saturated", "fp8_binades"])
+def test_q_and_k_descales_left_out_are_named_together(family):
+    # Scores from the FP8 values while descale_v is applied: no single-descale reading fits
+    # both O and the LSE, and O alone had drawn "descale_v applied twice" for one such kernel.
+    import flashcheck
+    from flashcheck.harness.adapters.adapter import Kernel
+
+    def qk_undescaled(q, k, v, *, causal=False, descale_q, descale_k, descale_v):
+        return flash_fp8_attention(q, k, v, causal=causal, descale_v=descale_v)
+
+    kernel = Kernel("qk-undescaled", qk_undescaled, arithmetic="flash-fp8", api="numpy",
+                    dtypes=("e4m3",), masks=frozenset({"causal"}))  # fmt: skip
+    case = make_fp8_case(_recipe(family, 0))
+    res = flashcheck.check(
+        kernel, case.q, case.k, case.v, causal=case.causal, **case.descales, save="never"
+    )
+    named = [r for r in res.verdict.reasons if r.startswith("consistent with")]
+    assert named and named[0].startswith("consistent with descale_q and descale_k left out")
+    assert not any("applied twice" in r or "all three" in r for r in named), named

@@ -48,6 +48,19 @@ def test_correct_fp8_kernel_exits_0_with_table3(user_dir):
     assert other.returncode == 2 and "another configuration" in other.stderr
 
 
+def test_kernel_written_to_the_docs_gets_all_three_descales(user_dir):
+    # docs/api.md promises three float32 descales; the families that set only descale_k
+    # (fp8_flush, fp8_p_ties, fp8_uniform_long) handed this kernel None for the others, and
+    # `descale_q.float()` raised: three ERRORs and exit 1 for a correct kernel.
+    out, text = _report("docs_style", user_dir)
+    assert out.returncode == 0, text
+    assert "ERROR" not in text
+    report = (user_dir / "reports/user_fp8-docs_style/error-report.md").read_text()
+    for family in ("fp8_flush", "fp8_p_ties", "fp8_uniform_long"):
+        assert f"| {family} |" in report
+    assert "| FAIL" not in report and "| ERROR" not in report
+
+
 def test_p_in_e5m2_exits_1_with_the_precision_reason_and_replays(user_dir):
     out, text = _report("p_e5m2", user_dir)
     assert out.returncode == 1, text
@@ -63,6 +76,19 @@ def test_descale_applied_twice_exits_1_naming_the_descale(user_dir):
     out, text = _report("descale_twice", user_dir)
     assert out.returncode == 1, text
     assert "consistent with descale_v applied twice" in text
+
+
+def test_descales_never_applied_are_named_on_every_family(user_dir):
+    # A user's kernel ignoring all three descales was read as descale_v left out on one
+    # family, descale_v applied twice (the opposite) on two, descale_k left out on two.
+    out, text = _report("ignores_descales", user_dir)
+    assert out.returncode == 1, text
+    failed = [x for x in text.splitlines() if x.startswith("FAIL")]
+    # (fp8_uniform_long sets no descale: there ignoring them is right)
+    assert len(failed) == 5, text
+    for line in failed:
+        assert "all three descales left out" in line, line
+        assert "applied twice" not in line, line
 
 
 def test_property_suite_refuses_fp8_kernels_with_the_command_to_run(user_dir):

@@ -8,14 +8,18 @@ kernel as a float32 tensor on its device (with ``requires_grad`` for an autograd
 whose gradient is the kernel's ``dσ``).
 
 An FP8 case's descales (``descale_q``, ``descale_k``, ``descale_v``: float32 ``(B, Hk)``) reach
-an FP8 kernel the same way, as FlashAttention-3's keyword arguments of those names.
+an FP8 kernel the same way, as FlashAttention-3's keyword arguments of those names: always all
+three, ones for a descale the case leaves unset (``None`` means 1 to the oracle too).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..cases.case import Case
+import numpy as np
+
+from ..cases.case import FP8_DTYPES, Case
+from ..core.fp8 import DESCALES
 
 __all__ = ["SOFTMAX_OPTIONS", "option_values", "unsupported_option"]
 
@@ -45,7 +49,7 @@ def option_values(case: Case, api: str, device: str = "cpu", grad: bool = False)
             import torch
 
             out["sinks"] = torch.from_numpy(case.sinks.copy()).to(device).requires_grad_(grad)
-    for name, d in case.descales.items():
+    for name, d in _all_descales(case).items():
         if api == "numpy":
             out[name] = d.copy()
         else:
@@ -53,3 +57,16 @@ def option_values(case: Case, api: str, device: str = "cpu", grad: bool = False)
 
             out[name] = torch.from_numpy(d.copy()).to(device)
     return out
+
+
+def _all_descales(case: Case) -> dict[str, np.ndarray]:
+    """All three descales of an FP8 case, ones where it sets none (``{}`` for other cases).
+
+    The docs promise an FP8 kernel three float32 ``(B, Hk)`` descales, so a kernel written to
+    them calls ``descale_q.float()`` unconditionally; families that need only ``descale_k``
+    handed it ``None`` for the others, and such a kernel raised. The case itself keeps them
+    unset (its id and case file stay as they were), and 1 is what the oracle reads for them."""
+    if case.dtype not in FP8_DTYPES:
+        return {}
+    ones = np.ones((case.q.shape[0], case.k.shape[1]), np.float32)
+    return {n: ones if getattr(case, n) is None else getattr(case, n) for n in DESCALES}

@@ -129,7 +129,8 @@ class Case:
 
     @property
     def descales(self) -> dict[str, np.ndarray]:
-        """The descales that are set, by keyword (what an FP8 kernel is handed)."""
+        """The descales that are set, by keyword (an FP8 kernel is handed all three, ones for
+        those unset: :mod:`flashcheck.harness.adapters.softmax_options`)."""
         return {n: getattr(self, n) for n in DESCALES if getattr(self, n) is not None}
 
     @cached_property

@@ -5,13 +5,14 @@ definition: a causal mask aligned top-left, the scale left out or applied twice,
 read the other way round, grouped query heads mapped to key/value heads by modulo, a window
 edge off by one, the softmax taken over the queries, exp taken without subtracting the row
 maximum (exact until it overflows), an option ignored, the soft-cap taken before the scale,
-sinks multiplied by the scale, an FP8 descale applied twice or left out. For a case that failed,
-:func:`diagnose` evaluates attention under each such alternative (in float64: its error is
-negligible beside any bound of a 16- or 32-bit kernel) and names the alternatives the kernel's
-output matches within its own deterministic bound. It only speaks where the alternative's
-answer differs from the true one by more than that bound, so a match is evidence, not chance:
-in O, or where O cannot tell them apart (one key: O = V whatever the scores), in the LSE the
-kernel returns. Readings that fit one output equally are named as alternatives.
+sinks multiplied by the scale, an FP8 descale applied twice or left out (alone, q's and k's
+together, or all three). For a case that failed, :func:`diagnose` evaluates attention under
+each such alternative (in float64: its error is negligible beside any bound of a 16- or 32-bit
+kernel) and names the alternatives the kernel's output matches within its own deterministic
+bound. It only speaks where the alternative's answer differs from the true one by more than
+that bound, so a match is evidence, not chance: in O, or where O cannot tell them apart (one
+key: O = V whatever the scores), in the LSE the kernel returns. Readings that fit one output
+equally are named as alternatives.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def diagnose(
         # The kind of mistake a reading stands for: what it changes (with or without the
         # guard against 0 / 0, exp's limits are one mistake in each format).
         kind = frozenset(kw) - {"guarded"}
+        if "inputs" in kw:
+            # (which descales a reading drops or doubles is its mistake: where a case sets
+            # only descale_k, "descale_k left out" and "the descales left out" agree, and the
+            # reason names both)
+            kind |= {label}
         alt_w: list[np.ndarray] = []
         alt, alt_lse = reading(p, **kw, with_lse=True, weights=alt_w)
         same = next(
@@ -107,7 +113,11 @@ def diagnose(
             # W = Σ p·|v| exceed the truth's, the bound grows with them (a user's fp32 kernel
             # that scaled sinks of +45, whose true O is 1e-19 but the reading's 1e-4, matched
             # the reading to 5 ulp, far beyond the truth's bound).
-            grow = np.where(true_w > 0, np.maximum(alt_w[0] / true_w, 1.0), 1.0)
+            # A reading that rescales V (tol_scale) has that factor in its weights already:
+            # counted twice, "descale_v left out" at descale_v = 0.007 took 2·10^4 times the
+            # bound and fitted a kernel that only dropped descale_q and descale_k.
+            base_w = true_w * tol_scale
+            grow = np.where(base_w > 0, np.maximum(alt_w[0] / base_w, 1.0), 1.0)
             fit = (widest if "keep" in kw else det) * tol_scale * grow + ulp(alt, p.fmt)
             # (a NaN where the reading leaves a row with no key counts as its empty row; a NaN
             # or inf where the reading overflows, as its overflow)

@@ -242,22 +242,44 @@ def readings_of(p: AttentionProblem) -> list[tuple[str, dict]]:
 
 
 def _descalereadings_of(p: AttentionProblem) -> list[tuple[str, dict]]:
-    """An FP8 problem's descales each applied twice or left out (its q, k, v hold the FP8
-    values times their descales once)."""
+    """An FP8 problem's descales each applied twice or left out, and left out together (its
+    q, k, v hold the FP8 values times their descales once)."""
     if p.fp8 is None:
         return []
     alts: list[tuple[str, dict]] = []
-    rep = p.shape[1] // p.shape[2]
-    for name, d in p.fp8.descales().items():
-        t = name[-1]
-        factor = np.repeat(d, rep, axis=1) if t == "q" else d
+    for name in p.fp8.descales():
         for power, what in ((1, "applied twice"), (-1, "left out")):
-            scale = (factor**power)[:, :, None, None]
-            kw: dict = {"inputs": replace(p, **{t: getattr(p, t) * scale})}
-            if t == "v":  # O scales with V: so does the bound of that reading
-                kw["tol_scale"] = np.repeat(scale, rep, axis=1)
-            alts.append((f"{name} {what}", kw))
+            alts.append((f"{name} {what}", _descaled(p, {name[-1]: power})))
+    # A kernel that takes the descales but never applies them computes with the FP8 values as
+    # they are. Each single reading then fits O or the LSE at best, and not the same one on
+    # every family (a user's such kernel read as descale_v left out on one family and applied
+    # twice on another): these readings fit both. (After the single ones: where a case sets
+    # one descale only, the single reading keeps the name and these are named as the same
+    # answer.)
+    alts.append(("descale_q and descale_k left out", _descaled(p, {"q": -1, "k": -1})))
+    alts.append(
+        (
+            "all three descales left out (the FP8 values used as they are)",
+            _descaled(p, {"q": -1, "k": -1, "v": -1}),
+        )
+    )
     return alts
+
+
+def _descaled(p: AttentionProblem, powers: dict[str, int]) -> dict:
+    """The :func:`reading` keywords of an FP8 problem whose inputs ``t`` (``"q"``, ``"k"``,
+    ``"v"``) carry their descale to the extra power ``powers[t]``."""
+    rep = p.shape[1] // p.shape[2]
+    changed = {}
+    kw: dict = {}
+    for t, power in powers.items():
+        d = getattr(p.fp8, f"descale_{t}")
+        scale = ((np.repeat(d, rep, axis=1) if t == "q" else d) ** power)[:, :, None, None]
+        changed[t] = getattr(p, t) * scale
+        if t == "v":  # O scales with V: so does the bound of that reading
+            kw["tol_scale"] = np.repeat(scale, rep, axis=1)
+    kw["inputs"] = replace(p, **changed)
+    return kw
 
 
 def _inverted(p: AttentionProblem) -> Keep:

@@ -1,6 +1,6 @@
 """FP8 attention kernels as a user would write them (torch, FlashAttention-3's signature), outside
 the flashcheck package. The tests copy this file into an empty folder and run the installed
-``flashcheck report --kernel user_fp8:NAME`` on it: one correct kernel, two real bug classes."""
+``flashcheck report --kernel user_fp8:NAME`` on it: correct kernels and real bug classes."""
 
 import torch
 
@@ -69,6 +69,29 @@ def scales_v_in_place(q, k, v, *, causal=False, descale_q=None, descale_k=None, 
     out = good.fn(*t, causal=causal, descale_q=d[0], descale_k=d[1], descale_v=d[2])
     v[...] = (v.astype(np.float32) * 0.5).astype(v.dtype)
     return out
+
+
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",))
+def docs_style(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Correct, written to docs/api.md: it uses all three descales as given, never None."""
+    d = (descale_q.float(), descale_k.float(), descale_v.float())
+    return _fp8_attention(q, k, v, causal, *d, torch.float8_e4m3fn)
+
+
+@flashcheck.kernel(dtypes=("e4m3",), masks=("causal",))
+def ignores_descales(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+    """Bug: takes the descales but never applies them (a user's kernel, O and LSE)."""
+    hq, hk = q.shape[1], k.shape[1]
+    kf = k.float().repeat_interleave(hq // hk, 1)
+    vf = v.float().repeat_interleave(hq // hk, 1)
+    s = q.float() @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        nq, nk = s.shape[-2:]
+        i = torch.arange(nq)[:, None]
+        j = torch.arange(nk)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vf).to(torch.bfloat16), torch.logsumexp(s, -1)
 
 
 def no_descales(q, k, v, *, causal=False):
