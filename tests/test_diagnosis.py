@@ -311,3 +311,42 @@ def test_a_soft_cap_applied_after_the_causal_mask_is_named():
     assert res.verdict.verdict == "FAIL-HARD"
     named = res.verdict.diagnosis
     assert named and named[0].startswith(CONSISTENT + "the soft-cap applied after the mask"), named
+
+
+def _weights_from_rounded_lse(q, k, v, *, causal=False, scale=None):
+    """fp32 attention with P = exp(S − LSE), LSE rounded to fp32 (torch references and
+    FlashAttention's backward form P so); O = P·V."""
+    import torch
+
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    return (torch.exp(s - lse) @ v.float()).to(q.dtype), lse.squeeze(-1)
+
+
+def _weights_from_row_max(q, k, v, *, causal=False, scale=None):
+    import torch
+
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - m)
+    lse = (m + torch.log(p.sum(-1, keepdim=True))).squeeze(-1)
+    return ((p @ v.float()) / p.sum(-1, keepdim=True)).to(q.dtype), lse
+
+
+def test_weights_normalized_by_a_rounded_lse_are_named_not_tf32():
+    # LSEs up to 4e4: an fp32 ulp of the LSE is 0.004, and exp(S − LSE) scales each row by
+    # up to that much. A user's such kernel was told "precision below fp32: the errors fit
+    # the bounds of tf32 matmuls", though it used none.
+    pytest.importorskip("torch")
+    # (the shrunk case of that user's property test)
+    case = make_case(Recipe("fp32", "huge_logits", 2, 2, 1, 15, 40, 16, 16, seed=0, magnitude=6e4))
+    q, k, v = case.q, case.k, case.v
+    opts = {"dtypes": ("fp32",), "masks": ()}
+    bad = flashcheck.kernel(_weights_from_rounded_lse, name="rounded_lse", **opts)
+    res = flashcheck.check(bad, q, k, v, save="never")
+    assert res.verdict.verdict == "FAIL-HARD", res.verdict.reasons
+    (why,) = res.verdict.diagnosis
+    assert why.startswith(CONSISTENT + "weights formed as exp(s − LSE) with the LSE rounded")
+    assert not any("tf32" in r for r in res.verdict.reasons), res.verdict.reasons
+    good = flashcheck.kernel(_weights_from_row_max, name="row_max", **opts)
+    assert flashcheck.check(good, q, k, v, save="never").passed

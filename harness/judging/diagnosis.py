@@ -18,6 +18,7 @@ equally are named as alternatives.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +135,10 @@ def diagnose(
             by_lse.append(labels)
             found.append(labels)
             lse_fit.append(labels)
+    if not found:
+        own = _own_lse(o, exact, det, lse, p.fmt)
+        if own is not None:
+            return [own]
     if lse_fit:
         # The readings whose LSE fits the kernel's too outrank those whose O alone does (a
         # user's sink-scaled kernel: O ~ 0 under the scale left out as well, its LSE only
@@ -148,6 +153,49 @@ def diagnose(
         + _rivals(labels, found)
         for labels in found
     ]
+
+
+def _own_lse(
+    o: np.ndarray,
+    exact: np.ndarray,
+    det: np.ndarray,
+    lse: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    fmt: Any,
+) -> str | None:
+    """O whose rows are the exact rows each times one factor exp(ε), |ε| within a few fp32
+    ulps of the row's LSE, and within the bound after it: the weights formed as exp(s − LSE)
+    with the LSE rounded to fp32. Not a misreading of the definition but an arithmetic one:
+    where |LSE| is large its rounding (an fp32 ulp is 0.004 at 4e4) scales whole rows past
+    any bound of the format. (A user's fp32 kernel forming P = exp(S − LSE), as torch
+    references and FlashAttention's backward do, was told its errors fit tf32 products,
+    which it never used.) The factor of each row is fitted to the output (least squares):
+    the kernel's LSE comes from its rounded scores, which a float64 reading cannot know."""
+    if lse is None:
+        return None
+    size = np.abs(np.asarray(lse[0] if lse[0] is not None else lse[1], dtype=np.float64))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        rows = np.isfinite(exact).all(-1) & np.isfinite(o).all(-1) & np.isfinite(size)
+        norm = (exact * exact).sum(-1)
+        rows &= norm > 0
+        f = np.where(rows, (o * exact).sum(-1) / np.where(rows, norm, 1.0), 1.0)
+        eps = np.abs(np.log(np.where(f > 0, f, np.nan)))
+        room = 4 * ulp(np.where(rows, size, 0.0), FP32)
+        if not rows.any() or not (np.where(rows, eps <= room, True)).all():
+            return None
+        alt = exact * f[..., None]
+        tol = det * np.maximum(f, 1.0)[..., None] + ulp(alt, fmt)
+        fits = np.where(rows[..., None], np.abs(o - alt) <= tol, np.abs(o - exact) <= det)
+        differs = rows[..., None] & (np.abs(alt - exact) > det)
+    if not (fits.all() and differs.any()):
+        return None
+    big = float(size[rows].max())
+    return (
+        f"{CONSISTENT}weights formed as exp(s − LSE) with the LSE rounded to fp32: each row is "
+        "the exact row times one factor exp(ε), ε within 4 fp32 ulps of the row's LSE "
+        f"(|LSE| up to {big:.3g}, where an ulp is {float(ulp(np.array(big), FP32)):.2g}), and "
+        "within the kernel's bound after it; normalizing as exp(s − m) / Σ exp(s − m), with m "
+        "the row maximum, keeps the LSE's rounding out of O"
+    )
 
 
 def _nearer(o: np.ndarray, alt: np.ndarray, exact: np.ndarray, det: np.ndarray) -> bool:
