@@ -31,7 +31,7 @@ class Outcome:
 
     test: str  # the property test's name
     param: str  # kernel-dtype
-    outcome: str  # passed, FAILED, skipped
+    outcome: str  # passed, FAILED, skipped, not applicable (another layout's property)
     reason: str = ""
     replay: str | None = None
 
@@ -68,20 +68,36 @@ class Brief:
     def _in_suite(item: Any) -> bool:
         return Path(str(item.path)).resolve().parent == _SUITE
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: Any, call: Any):
-        report = (yield).get_result()
-        if not self._in_suite(item):
-            return
+    @staticmethod
+    def _names(item: Any) -> tuple[str, str]:
+        """The property's name (with the case it runs, if parametrized by one) and its
+        kernel and dtype."""
         name, _, rest = item.name.partition("[")
         params = getattr(getattr(item, "callspec", None), "params", {})
         param = " ".join(
             str(params[p]) for p in ("flashcheck_kernel", "flashcheck_dtype") if params.get(p)
         )
         extra = [x for x in rest.rstrip("]").split("-") if x and x not in param.split()]
+        extra = [x for x in extra if x != "n/a"]
         if extra and param:  # a parametrized property: which case (or regression file) it ran
             name = f"{name}[{'-'.join(extra)}]"
-        param = param or rest.rstrip("]")
+        return name, param or rest.rstrip("]")
+
+    def pytest_deselected(self, items: list[Any]) -> None:
+        """Properties of another layout than the kernel's, deselected by the plugin: counted
+        as not applicable, with the reason."""
+        for item in items:
+            mark = item.get_closest_marker("flashcheck_other_layout")
+            if mark is not None and self._in_suite(item):
+                name, param = self._names(item)
+                self.outcomes.append(Outcome(name, param, "not applicable", str(mark.args[0])))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any):
+        report = (yield).get_result()
+        if not self._in_suite(item):
+            return
+        name, param = self._names(item)
         if report.when == "call" or (report.when == "setup" and not report.passed):
             if report.skipped:
                 why = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
@@ -124,7 +140,8 @@ class Brief:
         for o in self.outcomes:
             by[o.param].append(o)
         for param, rows in by.items():
-            n = {k: sum(o.outcome == k for o in rows) for k in ("passed", "FAILED", "skipped")}
+            kinds = ("passed", "FAILED", "skipped", "not applicable")
+            n = {k: sum(o.outcome == k for o in rows) for k in kinds}
             counts = ", ".join(f"{v} {k}" for k, v in n.items() if v)
             tr.line(f"{param}: {counts}")
             # A kernel whose output cannot be judged at all (a wrong shape, no tensor) fails
@@ -149,9 +166,10 @@ class Brief:
                         f"  FAILED the same way ({len(alike[key])} more): " + ", ".join(alike[key]),
                         red=True,
                     )
-            skipped = defaultdict(list)
-            for o in rows:
-                if o.outcome == "skipped":
-                    skipped[_skip_group(o.reason)].append(o.test)
-            for why, tests in skipped.items():
-                tr.line(f"  skipped {len(tests)}: {why}")
+            for kind in ("skipped", "not applicable"):
+                grouped = defaultdict(list)
+                for o in rows:
+                    if o.outcome == kind:
+                        grouped[_skip_group(o.reason)].append(o.test)
+                for why, tests in grouped.items():
+                    tr.line(f"  {kind} {len(tests)}: {why}")

@@ -135,6 +135,10 @@ def test_the_plugin_passes_the_correct_ragged_kernels_and_fails_a_backward_bug(t
     assert re.search(r"FAILED \w+: gradients: sequence \d .*dK\[.*\n\s+flashcheck replay", text)
     # The dense properties are not applicable, and say so; none passes on a ragged kernel.
     assert "is a varlen kernel: this test applies to dense (B, H, N, d) kernels" in text
+    # ... deselected, not listed one by one as skipped (32 lines for a varlen kernel), and
+    # counted apart from the skips and passes.
+    assert not re.search(r"test_(structure|accuracy|gradients)\.py\S+ SKIPPED", text), text
+    assert re.search(r"user_layouts:varlen_ok: \d+ passed, \d+ not applicable\n", text), text
     assert "is a split-KV merge: this test applies to varlen kernels and paged" in text
     assert "declares no backward (its contract)" in text
     assert not re.search(r"test_(structure|accuracy|gradients)\.py\S+ PASSED", text), text
