@@ -380,7 +380,7 @@ def test_the_summary_groups_one_failure_across_families_and_signs():
     from types import SimpleNamespace
 
     from flashcheck.harness.campaign.ragged_records import RaggedResult
-    from flashcheck.harness.campaign.ragged_report import ragged_summary
+    from flashcheck.harness.campaign.ragged_report import ragged_findings, ragged_summary
 
     def row(i, family, first):
         why = f"sequence 0 (Nq={i}, Nk={i + 1}): O differs, first O[0, 0, 0] = {first} vs 0.5"
@@ -394,3 +394,8 @@ def test_the_summary_groups_one_failure_across_families_and_signs():
     assert (
         len(kinds) == 1 and "3 x sequence-independence FAIL (block-edges x2, one-long)" in kinds[0]
     )
+    # The example quoted is the first, as the gate's line quotes (they named different cases).
+    assert "(Nq=3, Nk=4)" in kinds[0]
+    data = SimpleNamespace(results=rows, limitations=())
+    (gate,) = ragged_findings(data, "fail")
+    assert "(Nq=3, Nk=4)" in gate

@@ -314,7 +314,9 @@ def _examples(rows: Sequence[RaggedResult], case_dir: str) -> list[str]:
     out = []
     ranked = sorted(kinds.values(), key=len, reverse=True)
     for group in ranked[:3]:
-        r = group[-1]
+        # The first, as the gate's line at the end quotes (it read "8 fully masked rows"
+        # here and "16" there for the same kind of failure).
+        r = group[0]
         fams = Counter(x.family for x in group)
         where = ", ".join(f"{f} x{n}" if n > 1 else f for f, n in fams.most_common())
         out.append(f"    {len(group)} x {r.check} {r.status} ({where}): {_short(r.reasons[0])}")
