@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cases.ragged import RaggedCase
+from ..cases.ragged import FLOATS, INDEX, RaggedCase
 from ..core.semantics import as_exact_array
 from .adapter import (
     NO_TENSOR,
@@ -34,6 +34,7 @@ from .kernel_output import lse_to_f64
 
 __all__ = [
     "call_ragged",
+    "dense_arrays_refusal",
     "head_dim_for",
     "kernel_layout",
     "ragged_output",
@@ -189,3 +190,24 @@ def head_dim_for(adapter: Kernel, want: int) -> int:
         return want
     above = [d for d in adapter.head_dims if d > want]
     return min(above) if above else max(adapter.head_dims)
+
+
+def dense_arrays_refusal(adapter: Kernel, api: str) -> str:
+    """Why ``api`` (``check``, ``check_gradients``) refuses dense arrays for ``adapter``, a
+    kernel of a ragged layout, and what to pass instead (a user read "declare the contract
+    wider (dtypes=..., masks=...)", which no declaration of that kind fixes)."""
+    layout = "combine" if adapter.op == "combine" else adapter.layout
+    names = ", ".join(f"{n}=..." for n in (*FLOATS[layout], *INDEX[layout]))
+    what = {
+        "varlen": "declared with layout='varlen': it takes packed sequences",
+        "paged": "declared with layout='paged': it takes a paged KV cache",
+        "combine": "declared with op='combine': it takes split-KV partial results to merge",
+    }[layout]
+    draw = ", or draw cases with flashcheck.strategies.ragged_cases" if api == "check" else ""
+    how = (
+        f"Build its input with flashcheck.RaggedCase.from_arrays({layout!r}, {names}) and pass "
+        f"that as the case{draw}"
+    )
+    if api != "check" and layout != "varlen":
+        how = f"{api} takes dense kernels and varlen ones declared with a backward"
+    return f"{adapter.name} is {what}, not dense (B, H, N, d) arrays. {how}"

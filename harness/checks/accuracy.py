@@ -24,9 +24,9 @@ from typing import Any
 from ..adapters.adapter import Kernel, KernelGradients, KernelOutput
 from ..adapters.builtin import project_kernels
 from ..adapters.probe import default_probe_device
+from ..adapters.ragged_call import dense_arrays_refusal
 from ..adapters.registry import as_kernel, declared_spec
 from ..cases.case import FP8_DTYPES, Case
-from ..cases.ragged import FLOATS, INDEX
 from ..cases.store import save_case
 from ..core.semantics import as_exact_array
 from ..core.status import Status
@@ -236,7 +236,7 @@ def _prepare(api: str, kernel: Any, q: Any, k: Any, v: Any, options: dict, save:
         raise ValueError(f"save must be 'failure', 'always' or 'never', got {save!r}")
     adapter = as_kernel(kernel)
     if adapter.layout != "dense" or adapter.op != "attention":
-        raise ValueError(_ragged_input_hint(api, adapter))
+        raise ValueError(dense_arrays_refusal(adapter, api))
     if isinstance(q, Case):
         if k is not None or v is not None:
             raise ValueError("pass either a Case as q, or the arrays q, k, v; not both")
@@ -247,26 +247,6 @@ def _prepare(api: str, kernel: Any, q: Any, k: Any, v: Any, options: dict, save:
         case = Case.from_arrays(q, k, v, **options)
     _ = case.problem  # the shapes, GQA grouping and masks checked, with clear messages
     return adapter, case
-
-
-def _ragged_input_hint(api: str, adapter: Kernel) -> str:
-    """What to pass instead of dense arrays to a kernel of a ragged layout (a user read "declare
-    the contract wider (dtypes=..., masks=...)", which no declaration of that kind fixes)."""
-    layout = "combine" if adapter.op == "combine" else adapter.layout
-    names = ", ".join(f"{n}=..." for n in (*FLOATS[layout], *INDEX[layout]))
-    what = {
-        "varlen": "declared with layout='varlen': it takes packed sequences",
-        "paged": "declared with layout='paged': it takes a paged KV cache",
-        "combine": "declared with op='combine': it takes split-KV partial results to merge",
-    }[layout]
-    draw = ", or draw cases with flashcheck.strategies.ragged_cases" if api == "check" else ""
-    how = (
-        f"Build its input with flashcheck.RaggedCase.from_arrays({layout!r}, {names}) and pass "
-        f"that as the case{draw}"
-    )
-    if api != "check" and layout != "varlen":
-        how = f"{api} takes dense kernels and varlen ones declared with a backward"
-    return f"{adapter.name} is {what}, not dense (B, H, N, d) arrays. {how}"
 
 
 def _device(adapter: Kernel, q: Any, device: str | None) -> str:
