@@ -17,8 +17,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
 pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may lack it")
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives numpy the fp8 formats")
-if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
-    pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    # Not on a GPU: the emulation is of the interpreter's arithmetic, and Hopper's fp8
+    # products keep about 13 bits in their running sums, not fp32 (all 10 tests of this file
+    # failed on an H200). The FP8 kernel is judged there by its campaign (flashcheck report
+    # --kernel triton-fp8) and benchmarks/gpu_fp8.sh.
+    pytest.skip(
+        "compares the kernel with an emulation of the interpreter's arithmetic: needs "
+        "TRITON_INTERPRET=1 (tox sets it)",
+        allow_module_level=True,
+    )
 
 from flashcheck.kernels.triton_flash_fp8 import flash_attention_fp8  # noqa: E402
 

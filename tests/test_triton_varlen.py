@@ -5,6 +5,7 @@ neighbour's query row fails, names the sequence, replays, and makes the campaign
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,14 @@ from flashcheck.harness.campaign.ragged_report import run_ragged_report
 from flashcheck.harness.campaign.report import ReportOptions
 from flashcheck.harness.cases.ragged_inputs import varlen_case
 from flashcheck.harness.checks.replay import replay
+
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    # Its inputs are CPU tensors (and replays run on the recorded CPU device): on a GPU machine
+    # without the interpreter the Triton kernel refuses them (4 of its tests failed so).
+    pytest.skip(
+        "runs the Triton varlen kernel on CPU tensors: needs TRITON_INTERPRET=1 (tox sets it)",
+        allow_module_level=True,
+    )
 
 USER = Path(__file__).parent / "user"
 
