@@ -71,6 +71,7 @@ def test_no_figure_reads_nan_where_none_applies(tmp_path):
     keyless = format_check(res.sequences[1])
     assert "no keys: every row must be exactly O = 0, LSE = −inf" in keyless
     assert "0 of 128 O elements are not 0" in keyless and "NaN" not in keyless
+    assert "normwise abs (the exact O is 0)" in keyless and "normwise rel" not in keyless
     merged = flashcheck.check(user_layouts.combine_nan_when_empty, combine_case(5), save="never")
     text = str(merged)
     body = text.split("\n", 1)[1]  # (the first line names the kernel, "..._nan_...")
