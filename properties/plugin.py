@@ -92,7 +92,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Properties of another layout than a kernel's are not run for it: deselected, and
     counted as not applicable, with the reason, in the closing summary (a varlen kernel's run
@@ -103,6 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=gone)
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis' plugin reads --hypothesis-seed
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flashcheck: a test of the flashcheck property suite")
     # The suite marks its oracle-heavy properties; registered here too, so that a project whose
