@@ -350,3 +350,11 @@ def test_weights_normalized_by_a_rounded_lse_are_named_not_tf32():
     assert not any("tf32" in r for r in res.verdict.reasons), res.verdict.reasons
     good = flashcheck.kernel(_weights_from_row_max, name="row_max", **opts)
     assert flashcheck.check(good, q, k, v, save="never").passed
+    # Rows whose other errors leave a least-squares factor 1.9 bounds off somewhere, though a
+    # factor that fits every element exists (a search case of the report, LSE near −5.5e4).
+    case = make_case(
+        Recipe("fp32", "negative_rows", 2, 2, 2, 64, 32, 111, 111, seed=3604468274, magnitude=7e4)
+    )
+    res = flashcheck.check(bad, case.q, case.k, case.v, save="never")
+    assert res.verdict.verdict == "FAIL-HARD" and len(res.verdict.diagnosis) == 1
+    assert "LSE rounded to fp32" in res.verdict.diagnosis[0]

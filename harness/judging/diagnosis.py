@@ -162,31 +162,37 @@ def _own_lse(
     lse: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     fmt: Any,
 ) -> str | None:
-    """O whose rows are the exact rows each times one factor exp(ε), |ε| within a few fp32
-    ulps of the row's LSE, and within the bound after it: the weights formed as exp(s − LSE)
-    with the LSE rounded to fp32. Not a misreading of the definition but an arithmetic one:
-    where |LSE| is large its rounding (an fp32 ulp is 0.004 at 4e4) scales whole rows past
-    any bound of the format. (A user's fp32 kernel forming P = exp(S − LSE), as torch
-    references and FlashAttention's backward do, was told its errors fit tf32 products,
-    which it never used.) The factor of each row is fitted to the output (least squares):
-    the kernel's LSE comes from its rounded scores, which a float64 reading cannot know."""
+    """O whose rows are each the exact row times one factor exp(ε) within the bound, |ε|
+    within a few fp32 ulps of the row's LSE, where the factor 1 does not fit some row: the
+    weights formed as exp(s − LSE) with the LSE rounded to fp32. Not a misreading of the
+    definition but an arithmetic one: where |LSE| is large its rounding (an fp32 ulp is 0.004
+    at 4e4) scales whole rows past any bound of the format. (A user's fp32 kernel forming
+    P = exp(S − LSE), as torch references and FlashAttention's backward do, was told its
+    errors fit tf32 products, which it never used.) The factors are not computed but searched
+    for: each element's bound gives an interval of factors, and a row fits where its
+    intervals meet (the kernel's LSE comes from its rounded scores, which a float64 reading
+    cannot know)."""
     if lse is None:
         return None
     size = np.abs(np.asarray(lse[0] if lse[0] is not None else lse[1], dtype=np.float64))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        room = 4 * ulp(np.where(np.isfinite(size), size, 0.0), FP32)
+        # (past |LSE| ~ 1e6 the rounding is no small factor but weights of 0 or inf: another
+        # failure, which this reading would cover with any factor it liked)
         rows = np.isfinite(exact).all(-1) & np.isfinite(o).all(-1) & np.isfinite(size)
-        norm = (exact * exact).sum(-1)
-        rows &= norm > 0
-        f = np.where(rows, (o * exact).sum(-1) / np.where(rows, norm, 1.0), 1.0)
-        eps = np.abs(np.log(np.where(f > 0, f, np.nan)))
-        room = 4 * ulp(np.where(rows, size, 0.0), FP32)
-        if not rows.any() or not (np.where(rows, eps <= room, True)).all():
-            return None
-        alt = exact * f[..., None]
-        tol = det * np.maximum(f, 1.0)[..., None] + ulp(alt, fmt)
-        fits = np.where(rows[..., None], np.abs(o - alt) <= tol, np.abs(o - exact) <= det)
-        differs = rows[..., None] & (np.abs(alt - exact) > det)
-    if not (fits.all() and differs.any()):
+        rows &= room <= 2.0**-4
+        tol = det * np.exp(room)[..., None] + ulp(exact, fmt)
+        live = exact != 0
+        x = np.where(live, exact, 1.0)
+        a, b = (o - tol) / x, (o + tol) / x
+        lo = np.where(live, np.minimum(a, b), -np.inf).max(-1)
+        hi = np.where(live, np.maximum(a, b), np.inf).min(-1)
+        # the factors each row's elements allow, within exp(±ε) of 1
+        lo, hi = np.maximum(lo, np.exp(-room)), np.minimum(hi, np.exp(room))
+        ok = (lo <= hi) & (np.where(live, True, np.abs(o) <= tol).all(-1))
+        one = (lo <= 1.0) & (1.0 <= hi)
+        others = ~rows & (np.abs(o - exact) <= det).all(-1)
+    if not (rows.any() and np.where(rows, ok, others).all() and (rows & ~one).any()):
         return None
     big = float(size[rows].max())
     return (
