@@ -149,7 +149,7 @@ def test_a_sequence_without_keys_left_unwritten_is_named_not_its_empty_neighbour
     case = varlen_case([5, 0, 17, 3], [7, 12, 0, 31], causal=True)
     res = flashcheck.check(user.varlen_skips_keyless, case, save="never")
     assert res.diagnosis == [
-        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 query rows holds O = 0, "
         "LSE = −inf: consistent with a sequence without keys left unwritten (its rows keep "
         "what the output buffer held)"
     ]
@@ -163,7 +163,7 @@ def test_a_sequence_without_keys_left_unwritten_is_named_not_its_empty_neighbour
 
     res = flashcheck.check(flashcheck.kernel(nan_rows, layout="varlen"), case, save="never")
     assert res.diagnosis == [
-        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 rows holds O = 0, "
+        "sequence 2 (Nq=17, Nk=0) has no keys, and none of its 17 query rows holds O = 0, "
         "LSE = −inf: consistent with a sequence without keys normalized by its zero sum "
         "(O = acc / l with l = 0: 0/0 is NaN), or left unwritten"
     ]

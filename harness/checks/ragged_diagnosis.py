@@ -89,9 +89,9 @@ def _keyless(res: RaggedCheckResult, b: int) -> str | None:
         return None
     o = np.asarray(seq.output.o, np.float64)[0][:, wrong]
     held = (
-        f"none of its {nq} rows holds"
+        f"none of its {nq} query rows holds"
         if wrong.all()
-        else f"{int(wrong.sum())} of its {nq} rows do not hold"
+        else f"{int(wrong.sum())} of its {nq} query rows do not hold"
     )
     why = "a sequence without keys left unwritten (its rows keep what the output buffer held)"
     if np.isnan(o).any():
