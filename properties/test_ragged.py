@@ -80,8 +80,8 @@ def test_ragged_error_within_bounds_per_sequence(
     worst = max((u for u in utils if not math.isnan(u)), default=0.0)
     target(min(worst, 1e6), label=f"det-bound utilization {kern.name} {dtype}")
     if not res.passed:
-        found = diagnose_ragged(res, kern)
-        text = "\n" + "\n".join([*found, format_ragged_check(res)])
+        res.diagnosis = found = diagnose_ragged(res, kern)  # (printed under its sequence)
+        text = "\n" + format_ragged_check(res)
         summary = "; ".join([*found[:1], *res.reasons[:1]]) or str(res.verdict)
         fail(case, kern.name, dev, "accuracy", text, res.as_dict(), summary=summary)
 

@@ -144,7 +144,9 @@ def test_a_reading_only_the_lse_tells_apart_is_named_by_it():
     assert len(res.verdict.diagnosis) == 1, res.verdict.reasons
     why = res.verdict.diagnosis[0]
     assert why.startswith(CONSISTENT + "the soft-cap taken of the unscaled product"), why
-    assert why.endswith("(its LSE tells it: O is the same under both here)"), why
+    assert why.endswith(
+        "(its LSE tells it: O is the same under that reading and the true one here)"
+    ), why
 
 
 _SINK_Q = "3006 b03a 3920 2eb7 b849 35c9 3d37 3b94 b9a1 bd10 b8fc 294a c0a6 b300 bcfc b9dc"

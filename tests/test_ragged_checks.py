@@ -105,6 +105,11 @@ def test_a_ragged_failure_names_each_failing_sequence_once(user):
     for head in heads:
         assert text.count(head) == 1, (head, text)
     assert "more reasons)" in text  # the fourth sequence, on one line
+    # The diagnosis of sequence 0 is the first line under its heading, not a bullet naming
+    # the sequence again.
+    assert res.diagnosis[0].startswith("sequence 0 (Nq=15, Nk=16) returns the attention")
+    assert "sequence 0 (Nq=15, Nk=16) returns" not in text
+    assert f"{heads[0]}:\n      returns the attention over its 16 keys and one more" in text
     assert len(res.reasons) == sum(len(rs) for _, rs in res.reasons_by_sequence()) > 4
 
 

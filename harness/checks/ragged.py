@@ -237,13 +237,22 @@ def format_ragged_check(res: RaggedCheckResult) -> str:
     """The verdict, its reasons and, for the worst sequence, the dense side-by-side."""
     lines = [f"kernel {res.kernel} on {res.device}: {res.case.describe()}"]
     lines.append(f"verdict {res.verdict}")
-    lines += [f"  - {r}" for r in res.diagnosis]
     if res.merge is not None:
-        lines += [f"  - {r}" for r in res.reasons]
+        lines += [f"  - {r}" for r in [*res.diagnosis, *res.reasons]]
         for t in res.merge.tensors.values():
             lines.append(t.line())
         return "\n".join(lines)
-    lines += format_reason_groups(res.reasons_by_sequence())
+    # A diagnosis of a failing sequence goes first under its heading, its lengths not said
+    # twice (a user read the sequence named in two bullets); others (about an empty sequence
+    # beside it, say) stand alone.
+    groups, placed = [], set()
+    for head, reasons in res.reasons_by_sequence():
+        at = head.split(", worst element")[0] + " "
+        mine = [d for d in res.diagnosis if d.startswith(at)]
+        placed.update(mine)
+        groups.append((head, [d.removeprefix(at) for d in mine] + reasons))
+    lines += [f"  - {d}" for d in res.diagnosis if d not in placed]
+    lines += format_reason_groups(groups)
     b = res.worst_sequence
     if b is not None:
         lines += ["", f"sequence {b} (the worst), as a dense case:"]

@@ -148,7 +148,11 @@ def diagnose(
     return [
         f"{CONSISTENT}{labels[0]}: the output matches exact attention under that reading "
         "within the kernel's bound"
-        + (" (its LSE tells it: O is the same under both here)" if labels in by_lse else "")
+        + (
+            " (its LSE tells it: O is the same under that reading and the true one here)"
+            if labels in by_lse
+            else ""
+        )
         + _aliases(labels[1:])
         + _rivals(labels, found)
         for labels in found
