@@ -16,7 +16,16 @@ from ..judging.tensor_verdict import TensorVerdict, Verdict
 from ..oracle.evaluate import OracleResult
 from .text import format_check, format_gradient_check
 
-__all__ = ["CheckResult", "GradientCheckResult", "Replayable"]
+__all__ = ["CheckResult", "GradientCheckResult", "Replayable", "recorded_line"]
+
+
+def recorded_line(recorded: str | None, replayed: str) -> str | None:
+    """A replay's closing line: the verdict the case file recorded against the one just
+    replayed (``None`` where the file records none)."""
+    if recorded is None:
+        return None
+    same = "same verdict" if recorded == replayed else "DIFFERENT verdict"
+    return f"\nrecorded verdict: {recorded}; replayed: {replayed} ({same})"
 
 
 class Replayable:

@@ -16,6 +16,7 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
 from ..cases.store import case_path
 from ..core.status import Status
+from .check_results import recorded_line
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
 from .ragged_diagnosis import diagnose_ragged
 from .ragged_gradients import check_varlen_gradients
@@ -94,10 +95,8 @@ def replay_ragged(
 
 
 def _compare(recorded: str | None, replayed: str, echo: Any) -> None:
-    """The recorded-versus-replayed line (none where the record holds no verdict)."""
-    if recorded is not None:
-        same = "same verdict" if recorded == replayed else "DIFFERENT verdict"
-        echo(f"\nrecorded verdict: {recorded}; replayed: {replayed} ({same})")
+    if (line := recorded_line(recorded, replayed)) is not None:
+        echo(line)
 
 
 def _replay_properties(

@@ -20,6 +20,7 @@ from ..cases.ragged_store import is_ragged_case
 from ..cases.store import case_path, load_case
 from ..core.status import Status
 from .accuracy import check_case, check_gradients_case
+from .check_results import recorded_line
 from .ragged_replay import replay_ragged
 from .registry import CHECKS, GRADIENT_CHECKS
 from .text import format_check, format_gradient_check
@@ -100,9 +101,8 @@ def replay(
     except Exception as err:  # the kernel raised: its verdict (as the campaigns record it)
         res, verdict = None, str(Status.ERROR)
         echo(f"{verdict}: the kernel raised inside {prop}: {type(err).__name__}: {err}")
-    if recorded is not None:
-        same = "same verdict" if recorded == verdict else "DIFFERENT verdict"
-        echo(f"\nrecorded verdict: {recorded}; replayed: {verdict} ({same})")
+    if (line := recorded_line(recorded, verdict)) is not None:
+        echo(line)
     return res, verdict, record
 
 
