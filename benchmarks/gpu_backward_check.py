@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flashcheck.harness.checks.accuracy import check_gradients
+from flashcheck.harness.checks.array_checks import check_gradients
 from flashcheck.harness.cli import environment
 from flashcheck.kernels.triton_flash import flash_attention
 from flashcheck.kernels.triton_flash_bwd import flash_attention_backward

@@ -358,9 +358,10 @@ def test_a_declaration_is_named_by_its_own_name_and_a_plain_record_says_how_to_r
         replay(res.case_id, directory=tmp_path, echo=lambda *_: None)
 
 
-def test_an_exception_of_the_kernel_says_which_function_raised_it_and_on_what():
+def test_an_exception_of_the_kernel_says_which_function_raised_it_and_on_what(tmp_path):
     # A backward's bare torch size error came out of check_gradients with nothing to say it
-    # came from the user's backward, or on what input.
+    # came from the user's backward, or on what input; and, unlike a failing verdict, the
+    # input that made the kernel raise was not saved.
     def forward(q, k, v, *, causal=False, scale=None):
         return q.new_zeros(q.shape[:-1] + v.shape[-1:])
 
@@ -374,9 +375,34 @@ def test_an_exception_of_the_kernel_says_which_function_raised_it_and_on_what():
     (note,) = info.value.__notes__
     assert note.startswith("flashcheck: raised by the backward of mine on ") and "Nq=24" in note
 
+    with pytest.raises(RuntimeError, match="batch2") as info:
+        flashcheck.check_gradients(kern, q, k, v, case_dir=tmp_path)
+    raised, saved = info.value.__notes__
+    assert raised.startswith("flashcheck: raised by the backward of mine")
+    cid = re.fullmatch(
+        r"flashcheck: saved case (\S+); replay with: flashcheck replay \1 --dir .*", saved
+    )[1]
+    case, record = load_case(cid, tmp_path)
+    assert record["verdict"] == {
+        "verdict": "ERROR",
+        "message": "RuntimeError: Expected size for first two dimensions of batch2 tensor",
+    }
+    assert record["context"]["property"] == "gradients" and case.q.shape == (2, 4, 24, 16)
+    lines = []
+    _, verdict, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    assert verdict == "ERROR" and "replayed: ERROR (same verdict)" in lines[-1]
+
     def broken(q, k, v, *, causal=False, scale=None):
         raise ValueError("no")
 
     with pytest.raises(ValueError, match="no") as info:
-        flashcheck.check(flashcheck.kernel(broken, name="fwd", dtypes=("fp16",)), q, k, v)
+        fwd = flashcheck.kernel(broken, name="fwd", dtypes=("fp16",))
+        flashcheck.check(fwd, q, k, v, case_dir=tmp_path)
     assert info.value.__notes__[0].startswith("flashcheck: raised by fwd on ")
+    assert info.value.__notes__[1].startswith("flashcheck: saved case ")
+    # An output of the wrong shape is saved as the suite saves it: BAD-OUTPUT.
+    wrong = flashcheck.kernel(lambda q, k, v: q[..., :1], name="wrong", dtypes=("fp16",))
+    with pytest.raises(ValueError, match="shape") as info:
+        flashcheck.check(wrong, q, k, v, case_dir=tmp_path)
+    cid = info.value.__notes__[-1].split()[3].rstrip(";")
+    assert load_case(cid, tmp_path)[1]["verdict"]["verdict"] == "BAD-OUTPUT"

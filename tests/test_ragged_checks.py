@@ -437,3 +437,47 @@ def test_a_merge_is_judged_in_the_format_it_writes(out):
     # (FlashAttention's form), which this max-shifted merge does not pay; the test above shows
     # that term reached by the form that pays it.
     assert (0.01 if out == "fp32" else 0.05) < res.merge.det_util <= 1
+
+
+def test_a_ragged_kernel_that_raises_has_its_case_saved_and_replayed(user, tmp_path):
+    # flashcheck.check saved a failing ragged case but not one the kernel raised on, so the
+    # input that broke it (here a sequence without keys) was lost with the traceback.
+    def no_empty(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        if bool((cu_seqlens_k.diff() == 0).any()):
+            raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
+        return user.varlen_ok.fn(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal
+        )
+
+    kern = flashcheck.kernel(no_empty, name="no_empty", layout="varlen")
+    with pytest.raises(IndexError, match="out of bounds") as info:
+        flashcheck.check(kern, _varlen(), case_dir=tmp_path)
+    raised, saved = info.value.__notes__
+    assert raised.startswith("flashcheck: raised by no_empty on randn varlen fp16 B=5")
+    cid = re.fullmatch(r"flashcheck: saved case (\S+); replay with: .*", saved)[1]
+    case, record = load_ragged_case(cid, tmp_path)
+    assert record["verdict"]["verdict"] == "ERROR" and case.lengths(4) == (2, 0)
+    lines = []
+    replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    assert "replayed: ERROR (same verdict)" in lines[-1]
+    with pytest.raises(IndexError) as info:
+        flashcheck.check(kern, _varlen(), save="never")
+    assert len(info.value.__notes__) == 1 and not list(tmp_path.glob("*.npz"))[1:]
+
+
+def test_a_varlen_backward_that_raises_has_its_case_saved(user, tmp_path):
+    from user_varlen_grads import varlen_autograd
+
+    def bwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, do, *, causal=False, scale=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    kern = flashcheck.kernel(varlen_autograd.fn, name="bwd_raises", layout="varlen", backward=bwd)
+    with pytest.raises(RuntimeError, match="illegal memory") as info:
+        flashcheck.check_gradients(kern, _varlen(), case_dir=tmp_path)
+    assert info.value.__notes__[0].startswith("flashcheck: raised by the backward of bwd_raises")
+    cid = info.value.__notes__[1].split()[3].rstrip(";")
+    record = load_ragged_case(cid, tmp_path)[1]
+    assert record["gradient_verdict"]["verdict"] == "ERROR"
+    assert record["context"]["findings"] == [
+        "gradients: RuntimeError: CUDA error: an illegal memory access was encountered"
+    ]

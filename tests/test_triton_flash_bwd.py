@@ -14,7 +14,7 @@ if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_av
     pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)
 
 # E402 below: the Triton kernels import triton as they load, so they follow the skips above.
-from flashcheck.harness.checks.accuracy import check_gradients  # noqa: E402
+from flashcheck.harness.checks.array_checks import check_gradients  # noqa: E402
 from flashcheck.harness.judging.gradient_bounds import gradient_bounds  # noqa: E402
 from flashcheck.kernels import triton_flash  # noqa: E402
 from flashcheck.kernels.recurrence import (  # noqa: E402

@@ -17,7 +17,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Before", "KernelCall", "ieee_quiet", "named_arrays", "notify_before", "raised_by"]
+__all__ = [
+    "Before",
+    "KernelCall",
+    "ieee_quiet",
+    "kernel_raised",
+    "named_arrays",
+    "notify_before",
+    "raised_by",
+]
+
+# The start of the note :func:`raised_by` adds (and :func:`kernel_raised` looks for).
+_RAISED_BY = "flashcheck: raised by "
 
 
 @dataclass(frozen=True)
@@ -67,5 +78,11 @@ def raised_by(what: str, case: Any) -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        err.add_note(f"flashcheck: raised by {what} on {case.describe()}")
+        err.add_note(f"{_RAISED_BY}{what} on {case.describe()}")
         raise
+
+
+def kernel_raised(err: BaseException) -> bool:
+    """Whether ``err`` came out of a kernel's own function (it carries :func:`raised_by`'s
+    note), not out of the harness around it."""
+    return any(note.startswith(_RAISED_BY) for note in getattr(err, "__notes__", ()))

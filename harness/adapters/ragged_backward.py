@@ -15,8 +15,6 @@ Paged decode kernels have no backward to check.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
 from typing import Any
 
 import numpy as np
@@ -25,17 +23,10 @@ from ..cases.ragged import RaggedCase, torch_tensor
 from ..core.semantics import as_exact_array
 from .adapter import Kernel, KernelCall, KernelGradients, KernelOutputError
 from .call_limit import kernel_call
+from .kernel_call import ieee_quiet, raised_by
 from .ragged_call import kernel_layout
 
-__all__ = ["call_varlen_backward", "ieee_quiet", "varlen_gradients"]
-
-
-@contextlib.contextmanager
-def ieee_quiet():
-    """Overflow and NaN inside the kernel are results to judge, not warnings to raise."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
+__all__ = ["call_varlen_backward", "varlen_gradients"]
 
 
 def _options(kernel: Kernel, case: RaggedCase) -> dict[str, Any]:
@@ -66,12 +57,14 @@ def call_varlen_backward(
     lead += [case.batch.max_seqlen_q, case.batch.max_seqlen_k]
     opts = _options(kernel, case)
     if callable(kernel.backward):
-        with ieee_quiet(), kernel_call(kernel.name, case):
+        own = raised_by(f"the backward of {kernel.name}", case)
+        with ieee_quiet(), kernel_call(kernel.name, case), own:
             return KernelCall(args, kernel.backward(*lead, args["do"], **opts))
     import torch
 
     wrt = [args[n].requires_grad_(True) for n in ("q", "k", "v")]
-    with torch.enable_grad(), ieee_quiet(), kernel_call(kernel.name, case):
+    through = raised_by(f"autograd through {kernel.name}", case)
+    with torch.enable_grad(), ieee_quiet(), kernel_call(kernel.name, case), through:
         out = kernel.fn(*lead, **opts)
         o = out[0] if isinstance(out, tuple | list) else out
         if not getattr(o, "requires_grad", False):

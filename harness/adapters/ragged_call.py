@@ -29,7 +29,7 @@ from .adapter import (
     score_magnitude,
 )
 from .call_limit import kernel_call
-from .kernel_call import ieee_quiet
+from .kernel_call import ieee_quiet, raised_by
 from .kernel_output import lse_to_f64
 
 __all__ = [
@@ -117,6 +117,7 @@ def call_ragged(kernel: Kernel, case: RaggedCase, device: str = "cpu") -> Kernel
 
             stack.enter_context(torch.no_grad())
         stack.enter_context(kernel_call(kernel.name, case))
+        stack.enter_context(raised_by(kernel.name, case))
         if case.layout == "combine":
             res = kernel.fn(args["out_partial"], args["lse_partial"])
         elif case.layout == "varlen":

@@ -13,9 +13,10 @@ from ..adapters.ragged_call import call_ragged
 from ..adapters.registry import as_kernel
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import save_ragged_case
-from . import accuracy
+from . import array_checks
 from .ragged import RaggedCheckResult, check_ragged_case
 from .ragged_diagnosis import diagnose_ragged
+from .raised import saved_if_raised
 
 __all__ = ["call", "check", "check_ragged"]
 
@@ -41,19 +42,24 @@ def check_ragged(
             + ("op='combine')" if case.layout == "combine" else f"layout={case.layout!r})")
         )
     device = device or default_probe_device(adapter)
-    res = check_ragged_case(adapter, case, device=device)
-    if not res.passed:
-        res.diagnosis = diagnose_ragged(res, adapter)
-    if save == "always" or (save == "failure" and not res.passed):
-        context = {"property": "accuracy", "api": "check"}
-        res.case_id = save_ragged_case(
+    context = {"property": "accuracy", "api": "check"}
+
+    def write(verdict: dict[str, Any]) -> str:
+        return save_ragged_case(
             case,
             kernel=adapter.name,
             device=device,
-            verdict=res.as_dict(),
+            verdict=verdict,
             context=context,
             directory=case_dir,
         )
+
+    with saved_if_raised(save, write, case_dir):
+        res = check_ragged_case(adapter, case, device=device)
+    if not res.passed:
+        res.diagnosis = diagnose_ragged(res, adapter)
+    if save == "always" or (save == "failure" and not res.passed):
+        res.case_id = write(res.as_dict())
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
     return res
 
@@ -77,12 +83,14 @@ def check(
 ) -> Any:
     """``flashcheck.check``: :func:`check_ragged` when ``q`` is a :class:`RaggedCase` (which
     carries its own options), else the dense check
-    :func:`flashcheck.harness.checks.accuracy.check` with the same arguments (FP8 inputs'
+    :func:`flashcheck.harness.checks.array_checks.check` with the same arguments (FP8 inputs'
     ``descale_q``, ``descale_k``, ``descale_v`` among them)."""
     if not isinstance(q, RaggedCase):
         opts = {"causal": causal, "window": window, "mask": mask, "scale": scale}
         opts.update(softcap=softcap, sinks=sinks, **descales)
-        return accuracy.check(kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts)
+        return array_checks.check(
+            kernel, q, k, v, device=device, save=save, case_dir=case_dir, **opts
+        )
     if k is not None or v is not None:
         raise ValueError("pass either a RaggedCase as q, or the arrays q, k, v; not both")
     if descales:
@@ -106,8 +114,8 @@ def call(kernel: Any, case: Any, *, device: str | None = None) -> Any:
     """``flashcheck.call``: ``kernel`` called on ``case`` as the checks call it, returning what
     it returned; a :class:`RaggedCase` in its layout
     (:func:`~flashcheck.harness.adapters.ragged_call.call_ragged`), a dense case as
-    :func:`flashcheck.harness.checks.accuracy.call` does."""
+    :func:`flashcheck.harness.checks.array_checks.call` does."""
     if not isinstance(case, RaggedCase):
-        return accuracy.call(kernel, case, device=device)
+        return array_checks.call(kernel, case, device=device)
     adapter = as_kernel(kernel)
     return call_ragged(adapter, case, device or default_probe_device(adapter)).result

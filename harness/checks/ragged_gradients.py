@@ -33,10 +33,11 @@ from ..cases.case import Case
 from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import save_ragged_case
 from ..core.status import Status
-from . import accuracy
+from . import array_checks
 from .accuracy import check_gradients_case
 from .check_results import GradientCheckResult, Replayable
 from .ragged_references import GradientSequenceReference, gradient_reference
+from .raised import saved_if_raised
 from .text import format_reason_groups
 
 __all__ = [
@@ -278,18 +279,23 @@ def check_ragged_gradients(
         raise ValueError(f"save must be 'failure', 'always' or 'never', got {save!r}")
     adapter = as_kernel(kernel)
     device = device or default_probe_device(adapter)
-    res = check_varlen_gradients(adapter, case, device=device)
-    if save == "always" or (save == "failure" and not res.passed):
-        findings = [f"gradients: {r}" for r in res.reasons[:1]]
+
+    def write(verdict: dict[str, Any], reasons: list[str]) -> str:
+        findings = [f"gradients: {r}" for r in reasons[:1]]
         context = {"property": "gradients", "api": "check_gradients", "findings": findings}
-        res.case_id = save_ragged_case(
+        return save_ragged_case(
             case,
             kernel=adapter.name,
             device=device,
             context=context,
             directory=case_dir,
-            gradient_verdict=res.as_dict(),
+            gradient_verdict=verdict,
         )
+
+    with saved_if_raised(save, lambda verdict: write(verdict, [verdict["message"]]), case_dir):
+        res = check_varlen_gradients(adapter, case, device=device)
+    if save == "always" or (save == "failure" and not res.passed):
+        res.case_id = write(res.as_dict(), res.reasons)
         res.case_dir = None if case_dir is None else os.fspath(case_dir)
     return res
 
@@ -297,10 +303,10 @@ def check_ragged_gradients(
 def check_gradients(kernel: Any, q: Any, k: Any = None, v: Any = None, **options: Any) -> Any:
     """``flashcheck.check_gradients``: :func:`check_ragged_gradients` when ``q`` is a varlen
     :class:`RaggedCase` (``options``: ``device``, ``save``, ``case_dir`` only; the case
-    carries its own), else the dense :func:`~.accuracy.check_gradients` with the same
+    carries its own), else the dense :func:`~.array_checks.check_gradients` with the same
     arguments."""
     if not isinstance(q, RaggedCase):
-        return accuracy.check_gradients(kernel, q, k, v, **options)
+        return array_checks.check_gradients(kernel, q, k, v, **options)
     extra = sorted(set(options) - {"device", "save", "case_dir"})
     if k is not None or v is not None or extra:
         raise ValueError(

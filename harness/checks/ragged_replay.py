@@ -4,12 +4,14 @@ campaign saved for a failed property also runs that property again."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..adapters.adapter import Kernel
+from ..adapters.adapter import Kernel, KernelOutputError
 from ..adapters.call_limit import KernelHung
 from ..adapters.declare import kernel
+from ..adapters.kernel_call import kernel_raised
 from ..adapters.ragged_call import kernel_layout
 from ..adapters.registry import as_kernel
 from ..cases.ragged import RaggedCase
@@ -63,27 +65,22 @@ def replay_ragged(
     echo(f"case {record['id']} (saved by {prop}, on {recorded_dev}): {case.describe()}")
     path = str(case_path(ref, directory))
     echo(f"inputs: flashcheck.load_case({path!r}) rebuilds them bit for bit")
-    res: RaggedCheckResult | None = None
-    try:
-        res = check_ragged_case(adapter, case, device=dev)
-        if not res.passed:
-            res.diagnosis = diagnose_ragged(res, adapter)
-        verdict = str(res.verdict)
-    except KernelHung as err:  # under a time limit (the command line's --timeout)
-        verdict = str(Status.TIMEOUT)
-        echo(f"{verdict}: {err}")
-    if res is not None and prop == "gradients":
+    res, verdict = _attempt(lambda: _forward(adapter, case, dev), prop, echo)
+    if prop == "gradients":
         # Saved for its gradients alone: that check first, with its recorded verdict; the
         # forward as one line of context (a user read the forward's "verdict PASS" and its
         # table first, and no recorded-vs-replayed line at all).
-        grads = check_varlen_gradients(adapter, case, device=dev)
-        echo(str(grads))
-        _compare((record.get("gradient_verdict") or {}).get("verdict"), str(grads.verdict), echo)
-        if res.passed:
+        grads, replayed = _attempt(
+            lambda: check_varlen_gradients(adapter, case, device=dev), prop, echo
+        )
+        if grads is not None:
+            echo(str(grads))
+        _compare((record.get("gradient_verdict") or {}).get("verdict"), replayed, echo)
+        if res is None or res.passed:
             echo(f"the forward on the same case: {verdict}")
         else:
             echo("\nthe forward on the same case:\n" + format_ragged_check(res))
-        return res, str(Status.worst([res.verdict, grads.verdict])), record
+        return res, str(Status.worst([verdict, replayed])), record
     if res is not None:
         echo(format_ragged_check(res))
     _compare((record.get("verdict") or {}).get("verdict"), verdict, echo)
@@ -92,6 +89,34 @@ def replay_ragged(
     grads_recorded = (record.get("gradient_verdict") or {}).get("verdict")
     found = _replay_properties(adapter, case, dev, context, grads_recorded, echo)
     return res, str(Status.worst([res.verdict, *found])), record
+
+
+def _forward(adapter: Kernel, case: RaggedCase, dev: str) -> RaggedCheckResult:
+    res = check_ragged_case(adapter, case, device=dev)
+    if not res.passed:
+        res.diagnosis = diagnose_ragged(res, adapter)
+    return res
+
+
+def _attempt(run: Callable[[], Any], prop: str, echo: Any) -> tuple[Any, str]:
+    """``run()``'s result and verdict; for a kernel that gave none (it ran past the time
+    limit, returned something that is not an attention output, or raised: the verdicts the
+    campaigns and the checks record), ``None`` and that verdict, said in one line."""
+    try:
+        res = run()
+    except KernelHung as err:  # under a time limit (the command line's --timeout)
+        verdict, why = str(Status.TIMEOUT), str(err)
+    except KernelOutputError as err:
+        verdict, why = str(Status.BAD_OUTPUT), str(err)
+    except Exception as err:  # the kernel raised (a harness error carries no such note)
+        if not kernel_raised(err):
+            raise
+        verdict = str(Status.ERROR)
+        why = f"the kernel raised inside {prop}: {type(err).__name__}: {err}"
+    else:
+        return res, str(res.verdict)
+    echo(f"{verdict}: {why}")
+    return None, verdict
 
 
 def _compare(recorded: str | None, replayed: str, echo: Any) -> None:

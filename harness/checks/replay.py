@@ -15,6 +15,7 @@ import numpy as np
 
 from ..adapters.adapter import Kernel, KernelOutputError
 from ..adapters.call_limit import KernelHung
+from ..adapters.kernel_call import kernel_raised
 from ..adapters.registry import as_kernel
 from ..cases.ragged_store import is_ragged_case
 from ..cases.store import case_path, load_case
@@ -54,7 +55,7 @@ def replay(
     """Re-run case ``ref`` (an id or a path) through the one check it was saved for: the
     forward's accuracy, the gradients' accuracy, or a structural property. ``kernel`` (a spec
     or a Kernel) replaces the recorded kernel. Returns that check's result (a
-    :class:`~flashcheck.harness.checks.accuracy.CheckResult`, a ``GradientCheckResult`` or a
+    :class:`~flashcheck.harness.checks.check_results.CheckResult`, a ``GradientCheckResult`` or a
     ``StructuralResult``; ``None`` for a kernel stopped by the time limit of
     :mod:`~flashcheck.harness.adapters.call_limit`, verdict ``TIMEOUT``, or for an output of
     the wrong shape or type, verdict ``BAD-OUTPUT``), its verdict and the
@@ -99,6 +100,8 @@ def replay(
         res, verdict = None, str(Status.BAD_OUTPUT)
         echo(f"{verdict}: {err}")
     except Exception as err:  # the kernel raised: its verdict (as the campaigns record it)
+        if not kernel_raised(err):  # an error of the harness around the kernel is not its own
+            raise
         res, verdict = None, str(Status.ERROR)
         echo(f"{verdict}: the kernel raised inside {prop}: {type(err).__name__}: {err}")
     if (line := recorded_line(recorded, verdict)) is not None:

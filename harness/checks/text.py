@@ -55,7 +55,7 @@ def _mismatch_text(res: Any, count: int) -> str:
 
 def format_check(res: Any, *, worst: int = 5) -> str:
     """A human-readable side-by-side of kernel and oracle for the worst elements of a
-    :class:`~flashcheck.harness.checks.accuracy.CheckResult`."""
+    :class:`~flashcheck.harness.checks.check_results.CheckResult`."""
     v = res.verdict
     lines = [
         f"kernel {res.kernel} on {res.device}: {res.case.describe()}",
@@ -148,7 +148,7 @@ def _worst_lse(res: Any, worst: int) -> list[str]:
 
 def format_gradient_check(res: Any, *, worst: int = 3) -> str:
     """Verdict per gradient and, for each, the worst elements beside the oracle, of a
-    :class:`~flashcheck.harness.checks.accuracy.GradientCheckResult`."""
+    :class:`~flashcheck.harness.checks.check_results.GradientCheckResult`."""
     lines = [
         f"kernel {res.kernel} on {res.device} (gradients): {res.case.describe()}",
         f"verdict {res.verdict}",
