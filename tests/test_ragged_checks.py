@@ -105,11 +105,12 @@ def test_a_ragged_failure_names_each_failing_sequence_once(user):
     for head in heads:
         assert text.count(head) == 1, (head, text)
     assert "more reasons)" in text  # the fourth sequence, on one line
-    # The diagnosis of sequence 0 is the first line under its heading, not a bullet naming
-    # the sequence again.
-    assert res.diagnosis[0].startswith("sequence 0 (Nq=15, Nk=16) returns the attention")
-    assert "sequence 0 (Nq=15, Nk=16) returns" not in text
-    assert f"{heads[0]}:\n      returns the attention over its 16 keys and one more" in text
+    # The diagnosis of the worst sequence (the one shown as a dense case) is the first line
+    # under its heading, not a bullet naming the sequence again.
+    assert res.worst_sequence == 1
+    assert res.diagnosis[0].startswith("sequence 1 (Nq=16, Nk=17) returns the attention")
+    assert "sequence 1 (Nq=16, Nk=17) returns" not in text
+    assert f"{heads[1]}:\n      returns the attention over its 17 keys and one more" in text
     assert len(res.reasons) == sum(len(rs) for _, rs in res.reasons_by_sequence()) > 4
 
 
@@ -206,9 +207,10 @@ def test_a_key_start_taken_from_cu_seqlens_q_is_named(user):
         "cu_seqlens_k (the key count from cu_seqlens_k)"
     ]
     # Both ends from cu_seqlens_q keep their own words, and a sequence without keys given
-    # some is not said to have "its own 19..18".
+    # some is not said to have "its own 19..18" (the worst sequence, diagnosed first).
     res = flashcheck.check(user.varlen_keys_by_q, case, save="never")
-    assert res.diagnosis[1] == (
+    assert res.failing_sequences() == [2, 0, 3]
+    assert res.diagnosis[0] == (
         "sequence 2 (Nq=17, Nk=0) returns the attention over packed key rows 5..21 (its query "
         "rows' offsets) instead of none (it has no keys): consistent with the key range taken "
         "from cu_seqlens_q instead of cu_seqlens_k"
@@ -480,4 +482,24 @@ def test_a_varlen_backward_that_raises_has_its_case_saved(user, tmp_path):
     assert record["gradient_verdict"]["verdict"] == "ERROR"
     assert record["context"]["findings"] == [
         "gradients: RuntimeError: CUDA error: an illegal memory access was encountered"
+    ]
+
+
+def test_the_worst_failing_sequences_are_diagnosed_not_the_first(user):
+    # Only the first two failing sequences were examined: two slightly-off sequences ahead of
+    # a keyless one left unwritten hid the one bug that has a name.
+    def fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        o, lse = user.varlen_skips_keyless.fn(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, causal=causal
+        )
+        o[: int(cu_seqlens_q[2])] *= 1.01
+        return o, lse
+
+    case = varlen_case([5, 6, 4, 17], [7, 9, 12, 0], causal=True)
+    res = flashcheck.check(flashcheck.kernel(fn, layout="varlen"), case, save="never")
+    assert res.failing_sequences() == [3, 1, 0] and res.worst_sequence == 3
+    assert res.diagnosis == [
+        "sequence 3 (Nq=17, Nk=0) has no keys, and none of its 17 query rows holds O = 0, "
+        "LSE = −inf: consistent with a sequence without keys left unwritten (its rows keep "
+        "what the output buffer held)"
     ]

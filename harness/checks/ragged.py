@@ -79,16 +79,25 @@ class RaggedCheckResult(Replayable):
     @property
     def worst_sequence(self) -> int | None:
         """The index of the sequence that decides the verdict (``None`` for combine)."""
+        ranked = self._ranked()
+        return ranked[0] if ranked else None
+
+    def failing_sequences(self) -> list[int]:
+        """The failing sequences' indices, the worst first (as :attr:`worst_sequence` ranks)."""
+        return [b for b in self._ranked() if not self.sequences[b].passed]
+
+    def _ranked(self) -> list[int]:
+        """The judged sequences' indices, the most severe verdict and the largest bound
+        utilization first (in batch order among equals)."""
         judged = [(b, r) for b, r in enumerate(self.sequences) if r is not None]
-        if not judged:
-            return None
-        return max(
-            judged,
+        judged.sort(
             key=lambda br: (
                 br[1].verdict.verdict.severity,
                 _finite(br[1].verdict.det_util, failed=not br[1].passed),
             ),
-        )[0]
+            reverse=True,
+        )
+        return [b for b, _ in judged]
 
     @property
     def reasons(self) -> list[str]:

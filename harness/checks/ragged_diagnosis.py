@@ -221,13 +221,13 @@ def _empty_merge(res: RaggedCheckResult) -> str | None:
 def diagnose_ragged(res: RaggedCheckResult, adapter: Kernel) -> list[str]:
     """Sentences naming the bug class a failing varlen or paged result is consistent with
     (module docstring); empty for a pass, a merge, or a failure with no such pattern. Only
-    the first two failing sequences are examined (the last diagnosis runs the oracle)."""
+    the two worst failing sequences are examined (the last diagnosis runs the oracle), so
+    the sequence the verdict names is always among them."""
     if res.merge is not None:
         found = None if res.passed else _empty_merge(res)
         return [] if found is None else [found]
     out: list[str] = []
-    failing = [b for b, seq in enumerate(res.sequences) if seq is not None and not seq.passed]
-    for b in failing[:2]:
+    for b in res.failing_sequences()[:2]:
         # The readings checked against the oracle first: they recompute the sequence, so a
         # match is evidence, where the empty-neighbour rule only reads a pattern (which the
         # cu_seqlens_q reading also makes when an empty sequence shares its first row).
