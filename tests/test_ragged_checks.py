@@ -503,3 +503,18 @@ def test_the_worst_failing_sequences_are_diagnosed_not_the_first(user):
         "LSE = −inf: consistent with a sequence without keys left unwritten (its rows keep "
         "what the output buffer held)"
     ]
+
+
+def test_a_merge_failure_names_its_worst_element_once(user):
+    # Every reason of a failing merge began "worst element O[...]:", the LSE's among them.
+    def off(out_partial, lse_partial):
+        o, lse = user.combine_ok.fn(out_partial, lse_partial)
+        return o * 1.001, lse + 1e-3
+
+    res = flashcheck.check(flashcheck.kernel(off, op="combine"), combine_case(5), save="never")
+    text = str(res)
+    at, of_o, rest = res.merge_reasons()
+    assert re.fullmatch(r"worst element O\[\d+, \d+, \d+\]", at) and text.count(at) == 1
+    assert f"  - {at}:\n      {of_o[0]}\n      {of_o[1]}\n  - {rest[0]}" in text
+    assert rest == ["FAIL-HARD: LSE exceeds its deterministic bound (max util 878)"]
+    assert res.reasons == [f"{at}: {r}" for r in of_o] + rest  # one line each, for summaries

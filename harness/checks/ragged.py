@@ -102,12 +102,20 @@ class RaggedCheckResult(Replayable):
     @property
     def reasons(self) -> list[str]:
         if self.merge is not None:
-            o = self.merge["o"]
-            at = ""
-            if o.verdict != Status.PASS and o.worst:
-                at = f"worst element O[{', '.join(map(str, o.worst[0]['index']))}]: "
-            return [at + r for r in self.merge.reasons]
+            at, of_o, rest = self.merge_reasons()
+            return [f"{at}: {r}" if at else r for r in of_o] + rest
         return [f"{head}: {r}" for head, rs in self.reasons_by_sequence() for r in rs]
+
+    def merge_reasons(self) -> tuple[str | None, list[str], list[str]]:
+        """A merge's reasons: its worst output element (``"worst element O[s, h, c]"``, or
+        ``None`` where O passes), O's reasons, and the others (LSE's)."""
+        if self.merge is None:
+            raise ValueError("a varlen or paged case has no merge")
+        o = self.merge["o"]
+        at = None
+        if o.verdict != Status.PASS and o.worst:
+            at = f"worst element O[{', '.join(map(str, o.worst[0]['index']))}]"
+        return at, list(o.reasons), [r for r in self.merge.reasons if r not in o.reasons]
 
     def reasons_by_sequence(self) -> list[tuple[str, list[str]]]:
         """Each failing sequence's heading (its index, lengths and worst element) and its
@@ -247,7 +255,12 @@ def format_ragged_check(res: RaggedCheckResult) -> str:
     lines = [f"kernel {res.kernel} on {res.device}: {res.case.describe()}"]
     lines.append(f"verdict {res.verdict}")
     if res.merge is not None:
-        lines += [f"  - {r}" for r in [*res.diagnosis, *res.reasons]]
+        # O's worst element once, O's reasons under it (it prefixed every reason, the LSE's
+        # among them).
+        lines += [f"  - {d}" for d in res.diagnosis]
+        at, of_o, rest = res.merge_reasons()
+        lines += format_reason_groups([(at, of_o)]) if at else [f"  - {r}" for r in of_o]
+        lines += [f"  - {r}" for r in rest]
         for t in res.merge.tensors.values():
             lines.append(t.line())
         return "\n".join(lines)
