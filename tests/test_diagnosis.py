@@ -360,3 +360,31 @@ def test_weights_normalized_by_a_rounded_lse_are_named_not_tf32():
     res = flashcheck.check(bad, case.q, case.k, case.v, save="never")
     assert res.verdict.verdict == "FAIL-HARD" and len(res.verdict.diagnosis) == 1
     assert "LSE rounded to fp32" in res.verdict.diagnosis[0]
+
+
+def _bf16_products(q, k, v, *, causal=False, scale=None):
+    """An fp32 kernel whose q and k are rounded to bf16 before QKᵀ."""
+    import torch
+
+    q, k = (x.to(torch.bfloat16).float() for x in (q, k))
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+def test_no_misreading_named_for_a_kernel_whose_o_is_right_or_whose_lse_breaks_its_bound():
+    # A user's fp32 kernel with bf16 products: where its O was within its bound and only its
+    # LSE off, huge logits matched "the softmax taken over the queries" (whose tolerance grew
+    # with its weights); where its near one-hot rows each took a factor, the LSE-rounding
+    # reading, though its LSE broke its bound by 147 times. The softmax code was right.
+    pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    kern = flashcheck.kernel(_bf16_products, name="bf16_products", dtypes=("fp32",), masks=())
+    right_o = Recipe("fp32", "huge_logits", 1, 2, 2, 32, 129, 8, 8, seed=2486643840, magnitude=9e29)
+    res = flashcheck.check(kern, make_case(right_o), save="never")
+    assert res.verdict["o"].det_util <= 1 < res.verdict["lse"].det_util
+    assert res.verdict.diagnosis == []
+    rows = Recipe(
+        "fp32", "huge_logits", 1, 2, 2, 64, 128, 64, 64, seed=2136548983, scale=0.3, magnitude=6e4
+    )
+    res = flashcheck.check(kern, make_case(rows), save="never")
+    assert res.verdict["o"].det_util > 1 and res.verdict["lse"].det_util > 1
+    assert res.verdict.diagnosis == []

@@ -111,6 +111,29 @@ def test_no_precision_reason_beyond_the_lower_class_or_for_nan():
     assert within.verdict == Status.PASS and within.reasons == []
 
 
+def _bf16_products(q, k, v, *, causal=False, scale=None):
+    """An fp32 kernel whose q and k are rounded to bf16 before QKᵀ (8 bits, below tf32's 11)."""
+    import torch
+
+    q, k = (x.to(torch.bfloat16).float() for x in (q, k))
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+def test_the_precision_reason_needs_every_failing_tensor_to_fit_the_class():
+    # O within tf32's bounds beside an LSE beyond them: the case said "the errors fit the
+    # bounds of tf32 matmuls (declare arithmetic="tf32")", and declared, it still failed.
+    x = np.float32(1 + 2**-8 + 2**-10)  # bf16 rounds it by 3·2⁻¹⁰, tf32 by at most 2⁻¹¹
+    q = np.full((1, 1, 2, 1), x, dtype=np.float32)
+    k = (np.array([x, -x], dtype=np.float32) * 4).reshape(1, 1, 2, 1)
+    v = np.array([1.0, 0.0], dtype=np.float32).reshape(1, 1, 2, 1)
+    undeclared = flashcheck.check(_bf16_products, q, k, v, save="never").verdict
+    assert undeclared["o"].det_util > 1 and undeclared["lse"].det_util > 1
+    assert not any(REASON in r for r in undeclared.reasons), undeclared.reasons
+    declared = flashcheck.kernel(_bf16_products, arithmetic="tf32")
+    assert flashcheck.check(declared, q, k, v, save="never").verdict["lse"].det_util > 1
+
+
 def test_gradient_bounds_of_class_unknown_give_the_precision_reason():
     rng = np.random.default_rng(2)
     q, k, v, do = (rng.standard_normal((1, 1, 6, 8)).astype(np.float32) for _ in range(4))

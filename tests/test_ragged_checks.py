@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import flashcheck
 from flashcheck.harness.adapters.builtin import project_kernels
@@ -518,3 +519,28 @@ def test_a_merge_failure_names_its_worst_element_once(user):
     assert f"  - {at}:\n      {of_o[0]}\n      {of_o[1]}\n  - {rest[0]}" in text
     assert rest == ["FAIL-HARD: LSE exceeds its deterministic bound (max util 878)"]
     assert res.reasons == [f"{at}: {r}" for r in of_o] + rest  # one line each, for summaries
+
+
+def test_an_output_in_a_format_other_than_the_inputs_is_a_bad_output(user, tmp_path):
+    # A reference kernel returning its fp32 accumulator for fp16 inputs crashed check, test
+    # and report alike with "values are not representable in fp16; round them first".
+    from flashcheck.harness.adapters.adapter import KernelOutputError
+
+    def wide(q, k, v, *, causal=False, scale=None):
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(s, -1) @ v.float()
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 8, 16)).astype(np.float16) for _ in range(3))
+    said = "returned O in fp32, but O is judged in fp16 (the inputs'): return it in fp16, e.g."
+    with pytest.raises(KernelOutputError, match=re.escape(said)) as info:
+        flashcheck.check(flashcheck.kernel(wide, name="wide"), q, k, v, case_dir=tmp_path)
+    cid = info.value.__notes__[-1].split()[3].rstrip(";")
+    assert flashcheck.load_case(cid, tmp_path).dtype == "fp16"
+
+    def varlen_wide(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal):
+        o, lse = user.varlen_ok.fn(q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, causal=causal)
+        return o.float(), lse
+
+    with pytest.raises(KernelOutputError, match=re.escape("returned O in fp32, but O is")):
+        flashcheck.check(flashcheck.kernel(varlen_wide, layout="varlen"), _varlen(), save="never")

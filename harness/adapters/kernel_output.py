@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cases.case import Case
+from ..cases.case import FP8_DTYPES, Case
 from ..core.semantics import as_exact_array
 from .kernel_call import KernelCall
 
@@ -23,6 +23,7 @@ __all__ = [
     "KernelOutput",
     "KernelOutputError",
     "KernelUnsupported",
+    "check_output_format",
     "checked_gradients",
     "checked_output",
     "lse_to_f64",
@@ -76,6 +77,7 @@ def checked_output(kernel_name: str, case: Case, call: KernelCall) -> KernelOutp
     except (TypeError, ValueError) as err:
         raise KernelOutputError(f"{kernel_name} returned an unusable O: {err}") from None
     want = (*case.q.shape[:3], case.v.shape[3])
+    check_output_format(kernel_name, fmt.name, case)
     if o64.shape != want:
         raise KernelOutputError(
             f"{kernel_name} returned O of shape {o64.shape}, expected (B, Hq, Nq, dv) = {want}"
@@ -88,6 +90,24 @@ def checked_output(kernel_name: str, case: Case, call: KernelCall) -> KernelOutp
             f"{want[:3]}" + _transposed(lse64.shape, want[:3])
         )
     return KernelOutput(o64, lse64, fmt.name)
+
+
+def check_output_format(kernel_name: str, got: str, case: Any) -> None:
+    """Refuse an ``O`` in a format other than the one it is judged in: the inputs' (``case``:
+    a dense, varlen or paged case), bf16 for FP8 inputs as FlashAttention-3 returns it. O's
+    errors are counted in ulps of that format, on whose grid a wider format's values (fp32 O
+    for fp16 inputs, a reference kernel's accumulator) do not fall: such a kernel crashed the
+    check with "values are not representable in fp16". (Gradients are measured in floored
+    ulps of real values, so an fp32 dQ for fp16 inputs is judged, not refused.)"""
+    fp8 = case.dtype in FP8_DTYPES
+    want = "bf16" if fp8 else case.dtype
+    if got != want:
+        why = "bf16 for FP8 inputs, as FlashAttention-3 returns it" if fp8 else "the inputs'"
+        fix = "o.to(torch.bfloat16)" if fp8 else "o.to(q.dtype)"
+        raise KernelOutputError(
+            f"{kernel_name} returned O in {got}, but O is judged in {want} ({why}): return it "
+            f"in {want}, e.g. {fix}"
+        )
 
 
 def _transposed(got: tuple[int, ...], want: tuple[int, ...]) -> str:

@@ -30,7 +30,7 @@ from .adapter import (
 )
 from .call_limit import kernel_call
 from .kernel_call import ieee_quiet, raised_by
-from .kernel_output import lse_to_f64
+from .kernel_output import check_output_format, lse_to_f64
 
 __all__ = [
     "call_ragged",
@@ -169,6 +169,8 @@ def ragged_output(kernel: Kernel, case: RaggedCase, call: KernelCall) -> KernelO
         raise KernelOutputError(
             f"{kernel.name} returned O of shape {o64.shape}, expected {want_o} ({case.layout})"
         )
+    if case.layout != "combine":  # (a merge's O is judged in the format it comes back in)
+        check_output_format(kernel.name, o_dtype, case)
     lse64 = None
     if lse is not None:
         lse64 = lse_to_f64(lse)

@@ -65,6 +65,12 @@ def diagnose(
     # for every row. (An fp32 kernel aligned top-left, Nq > Nk, went unnamed: its rows that
     # keep one key truly but nine top-left missed their tolerance by a fraction of an ulp.)
     widest = np.broadcast_to(det.max(axis=-2, keepdims=True), det.shape)
+    # Where O is within its bound of the truth everywhere, O fitting a reading is no evidence
+    # (a reading's tolerance grows with its weights, and huge logits matched the softmax over
+    # the queries to a kernel whose O was right and whose LSE was off for another reason):
+    # only a reading the LSE tells is named then.
+    with np.errstate(invalid="ignore"):
+        o_fails = bool((np.isfinite(exact) & ~(np.abs(o - exact) <= det)).any())
     found: list[list[str]] = []  # the labels of each reading that fits: its own, then aliases
     by_lse: list[list[str]] = []  # those told from the exact answer by the LSE alone
     lse_fit: list[list[str]] = []  # those whose LSE the kernel's matches too
@@ -127,7 +133,7 @@ def diagnose(
                 | (np.isnan(o) & (alt == 0) & nan_as_empty)
                 | (~np.isfinite(o) & ~np.isfinite(alt))
             )
-        if matches.all() and (differs.any() or _nearer(o, alt, exact, det * tol_scale)):
+        if o_fails and matches.all() and (differs.any() or _nearer(o, alt, exact, det * tol_scale)):
             found.append(labels)
             if _lse_fits(lse, alt_lse):
                 lse_fit.append(labels)
@@ -135,7 +141,7 @@ def diagnose(
             by_lse.append(labels)
             found.append(labels)
             lse_fit.append(labels)
-    if not found:
+    if not found and o_fails:
         own = _own_lse(o, exact, det, lse, p.fmt)
         if own is not None:
             return [own]
@@ -178,6 +184,15 @@ def _own_lse(
     cannot know)."""
     if lse is None:
         return None
+    if lse[0] is not None:
+        # The reading's LSE is computed right and only its rounding reaches O: a kernel whose
+        # LSE breaks its bound (an fp32 kernel with bf16 products, whose near one-hot rows
+        # took a factor each) is not this one.
+        got, true, bound = (np.asarray(x, dtype=np.float64) for x in lse)
+        with np.errstate(invalid="ignore"):
+            off = np.isfinite(true) & ~(np.abs(got - true) <= bound + ulp(true, FP32))
+        if off.any():
+            return None
     size = np.abs(np.asarray(lse[0] if lse[0] is not None else lse[1], dtype=np.float64))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         room = 4 * ulp(np.where(np.isfinite(size), size, 0.0), FP32)

@@ -39,7 +39,7 @@ from ..core.formats import FP32, Format, ulp
 from ..core.status import Status
 from ..oracle.evaluate import OracleResult
 from ..oracle.tensor import CertifiedTensor
-from .classes import precision_reason, reduced_classes
+from .classes import PRECISION_BELOW, precision_reason, reduced_classes
 from .gradient_diagnosis import diagnose_gradient
 from .metrics import floored_ulp_error, floored_ulp_scale, summarize
 from .roundoff import TensorBounds
@@ -221,6 +221,17 @@ def _below_floor(flags, err, ok, bad, fmt: Format, lower: dict[str, TensorBounds
             return
 
 
+def _precision_everywhere(tensors: dict[str, TensorVerdict]) -> None:
+    """Keep a precision reason ("the errors fit the bounds of tf32 matmuls") only where every
+    tensor above its deterministic bound fits that class: O within tf32's bounds beside an LSE
+    beyond them told a user to declare tf32, and declared, the kernel still failed."""
+    over = [t for t in tensors.values() if t.det_util > 1]
+    for reason in {r for t in over for r in t.reasons if PRECISION_BELOW in r}:
+        if not all(reason in t.reasons for t in over):
+            for t in tensors.values():
+                t.reasons[:] = [r for r in t.reasons if r != reason]
+
+
 def _errors(name: str, y, ref: CertifiedTensor, fmt: Format, ok, bad):
     """Each element's absolute error ``err`` and its error ``e`` in the tensor's unit, computed
     once (0 where either value is not finite; ``e`` = inf where ``bad``), that unit ``den``, the
@@ -374,6 +385,7 @@ def judge(
             lower=lower_bounds(bounds, "lse"),
             **kw,
         )
+    _precision_everywhere(tensors)
     return Verdict(tensors)
 
 
@@ -403,6 +415,7 @@ def judge_gradients(
         )
         for name, y in grads.items()
     }
+    _precision_everywhere(verdicts)
     if bounds is not None:
         for name, v in verdicts.items():
             if name != "dsinks" and v.verdict in (Status.FAIL, Status.FAIL_HARD):
