@@ -77,6 +77,12 @@ def test_an_id_saved_by_a_report_is_found_in_its_folder(tmp_path, monkeypatch):
     assert record["id"] == cid
     with pytest.raises(CaseFileError, match="no case file"):
         load_case(cid, tmp_path / "elsewhere")  # a directory given is the only place looked
+    # Saved by two reports: both named, not "no case file" (the message said to pass an id
+    # saved under reports/<name>/cases, which it was).
+    save_case(_case(), kernel="x", device="cpu", directory=tmp_path / "reports/r2/cases")
+    with pytest.raises(CaseFileError, match=r"saved by 2 reports \(reports/r1/cases, reports/r2"):
+        load_case(cid)
+    assert load_case(cid, "reports/r2/cases")[1]["id"] == cid
 
 
 def test_one_case_failing_two_properties_is_two_files_each_replaying_its_own(tmp_path):

@@ -137,6 +137,28 @@ def test_a_kernel_that_raises_on_every_input_is_reported_with_its_exception():
     assert "ran on none of the probe inputs" in kern.contract_lines()[0]
 
 
+def test_an_error_re_raised_in_our_words_is_placed_where_the_user_raised_it(tmp_path):
+    # A user's module that failed to import in worker processes was reported "at
+    # .../flashcheck/harness/adapters/registry.py", its location cut at 160 characters.
+    from flashcheck.harness.adapters.outcome import describe
+    from flashcheck.harness.adapters.registry import as_kernel
+
+    (tmp_path / "breaks_on_import.py").write_text("x = 1\nraise ImportError('needs a GPU')\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(tmp_path))
+        with pytest.raises(ValueError) as info:
+            as_kernel("breaks_on_import:fn")
+    text = describe(info.value)
+    assert text.startswith("ValueError: cannot import 'breaks_on_import' for kernel")
+    assert text.endswith(f"(at {tmp_path / 'breaks_on_import.py'}:2)")
+
+    def raises_long(q, k, v):
+        raise RuntimeError("x" * 200 + " the end")
+
+    kern = probe(flashcheck.kernel(raises_long, api="numpy"))
+    assert "x the end (at " in kern.unsupported[0][1], kern.unsupported
+
+
 def test_a_wrong_output_counts_as_running():
     # It is judged later, as BAD-OUTPUT, where it happens: not a limit of the contract.
     kern = probe(_numpy(wrong_shape))

@@ -56,6 +56,12 @@ def test_buggy_kernel_exits_1_with_its_bug_named(user_dir, kernel, dtype, named)
     ]
     if failing:
         assert "flashcheck replay" in text
+    if kernel == "always_raises":  # no results: the report says "none", not ": ."
+        from flashcheck.harness.campaign.render import render_report
+
+        path = user_dir / f"reports/user_kernels-{kernel}/results.jsonl"
+        md = render_report(path, figures=False).read_text()
+        assert "**0 results**: none. Kernels: user_kernels:always_raises" in md
 
 
 def test_correct_kernels_pass_every_dtype(user_dir):

@@ -84,8 +84,14 @@ def with_causes(err: BaseException) -> str:
 
 
 def describe(err: BaseException) -> str:
-    """:func:`with_causes`, and where the exception was raised."""
-    tb = traceback.extract_tb(err.__traceback__)
+    """:func:`with_causes`, and where the innermost exception of its chain was raised (an
+    error re-raised with a message of ours, "cannot import ...", was placed at our line, not
+    at the user's)."""
+    inner, seen = err, {id(err)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    tb = traceback.extract_tb(inner.__traceback__) or traceback.extract_tb(err.__traceback__)
     where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
     return with_causes(err) + where
 

@@ -87,8 +87,10 @@ class _Ran(Exception):
 
 
 def _message(text: str) -> str:
+    # (long enough for an import error with the user's file and line, which a kernel that ran
+    # on no input gives as its only reason; 160 cut it at "(at /tmp/...")
     text = text.strip().replace("\n", " ")
-    return text if len(text) <= 160 else text[:157] + "..."
+    return text if len(text) <= 320 else text[:317] + "..."
 
 
 class _Prober:

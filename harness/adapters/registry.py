@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import multiprocessing
 import os
 import sys
 from dataclasses import replace
@@ -172,6 +173,10 @@ def resolve(spec: str) -> Kernel:
         hint = ""
         if isinstance(err, ModuleNotFoundError) and err.name == mod_name.split(".")[0]:
             hint = " (run from the folder it is importable from, or set PYTHONPATH)"
+        elif multiprocessing.parent_process() is not None:
+            # (a module that imported in the flashcheck process, whose spawned workers import
+            # it afresh: what differs between the two is the user's to find)
+            hint = " (in a worker process, which imports the kernel's module afresh)"
         raise ValueError(
             f"cannot import {mod_name!r} for kernel {spec!r}: {type(err).__name__}: {err}{hint}"
         ) from None

@@ -134,14 +134,17 @@ def _intro(data: ResultsFile, results_path: str | os.PathLike, out: Path) -> lis
             else []
         ),
         f"**{len(every)} results**: "
-        + "; ".join(
-            f"{what} {len(rows)} ({_counted(rows)})"
-            for what, rows in (
-                ("accuracy", data.results),
-                ("structural", data.structural),
-                ("gradients", data.gradients),
+        + (
+            "; ".join(
+                f"{what} {len(rows)} ({_counted(rows)})"
+                for what, rows in (
+                    ("accuracy", data.results),
+                    ("structural", data.structural),
+                    ("gradients", data.gradients),
+                )
+                if rows
             )
-            if rows
+            or "none"
         )
         + f". Kernels: {', '.join(cfg.kernels)}; dtypes: {', '.join(cfg.dtypes)} (kernels or "
         "dtypes without results could not run here: see *Limitations*).",

@@ -162,7 +162,8 @@ def save_case(
 def case_path(ref: str, directory: str | os.PathLike | None) -> Path:
     """The ``.json`` record of case ``ref``: an id under :func:`case_dir`, or a path. With no
     directory given, an id not found there is looked for in the reports' own case folders
-    (``reports/<name>/cases``, where ``flashcheck report`` saves them), if it is in one."""
+    (``reports/<name>/cases``, where ``flashcheck report`` saves them): if it is in one, that
+    is the case; in several, :class:`CaseFileError` names them."""
     p = Path(ref)
     if p.suffix in (".json", ".npz") or p.exists():
         return p.with_suffix(".json")
@@ -171,6 +172,13 @@ def case_path(ref: str, directory: str | os.PathLike | None) -> Path:
         found = sorted(Path("reports").glob(f"*/cases/{ref}.json"))
         if len(found) == 1:
             return found[0]
+        if found:
+            # (a user read "no case file" for an id saved by three reports)
+            dirs = ", ".join(str(f.parent) for f in found)
+            raise CaseFileError(
+                f"case {ref} was saved by {len(found)} reports ({dirs}): pick one with --dir, "
+                f"e.g. --dir {found[0].parent} (in Python: load_case({ref!r}, directory))"
+            )
     return path
 
 
