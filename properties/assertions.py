@@ -93,7 +93,10 @@ def fail(
         where = f"\nsaved case {cid}; replay with: flashcheck replay {cid}{flag}"
     if summary is None and isinstance(result, CheckResult):
         v = result.verdict
-        summary = "; ".join([*v.reasons[:1], *v.diagnosis[:1]]) or str(v.verdict)
+        # The first reason of the verdict's own level: a FAIL-HARD case was summed up by its
+        # first reason, a FAIL line, in pytest's summary.
+        mine = [r for r in v.reasons if r.startswith(f"{v.verdict}:")] or v.reasons
+        summary = "; ".join([*mine[:1], *v.diagnosis[:1]]) or str(v.verdict)
     if summary is None:
         summary = message.strip().splitlines()[0] if message.strip() else "failed"
     sep = ":" if message.startswith("\n") else ": "  # a message that opens on its own line

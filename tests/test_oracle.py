@@ -216,6 +216,7 @@ def test_gqa_rows_subset_and_torch_input():
         ({"prec": 60}, ValueError, "prec"),
         ({"window": (1, -5)}, ValueError, "window"),
         ({"scale": float("nan")}, ValueError, "finite"),
+        ({"causal": "yes"}, TypeError, "causal must be True or False, got 'yes'"),
         ({"mode": "exact"}, ValueError, "mode"),
         ({"rows": [7]}, ValueError, "rows"),
     ],

@@ -187,10 +187,15 @@ def test_a_hang_past_the_base_shape_stays_in_the_contract():
     assert probe(base, runner=run).gqa
 
 
-def test_a_crash_or_a_declined_input_marks_the_class_unsupported():
+def test_a_declined_input_marks_the_class_unsupported_a_crash_does_not():
+    # A kernel that killed its process on odd lengths had its contract narrowed to multiples
+    # of 16 and passed, exit 0: a crash is a failure for the campaign to record where it
+    # happens, as a hang is, not a refusal.
     base = _numpy(everything, name="crashes-on-batches")
+    calls = []
 
     def run(case):
+        calls.append(case.shape)
         if case.shape[0] > 1:
             return Outcome.failed(Status.ERROR, "the kernel process died (exit code -11)")
         if case.dtype == "bf16":
@@ -198,10 +203,20 @@ def test_a_crash_or_a_declined_input_marks_the_class_unsupported():
         return call_kernel(base.run, case, "cpu")
 
     kern = probe(base, runner=run)
-    assert not kern.batched and kern.dtypes == ("fp16", "fp32")
-    notes = dict(kern.unsupported)
-    assert notes["batch and heads > 1"] == "the kernel process died (exit code -11)"
-    assert notes["bf16"] == "the backend takes no bf16"
+    assert kern.batched and kern.dtypes == ("fp16", "fp32")
+    assert dict(kern.unsupported) == {"bf16": "the backend takes no bf16"}
+    # The call after the crash ran in a fresh process, after the base shape there.
+    at = next(i for i, shape in enumerate(calls) if shape[0] > 1)
+    assert calls[at + 1] == calls[0] and len(calls) > at + 2
+
+    def crashes(case):
+        return Outcome.failed(Status.ERROR, "the kernel process died (exit code 3)")
+
+    kern = probe(_numpy(everything, name="crashes-always"), runner=crashes)
+    assert kern.dtypes == ()
+    assert kern.unsupported == (
+        ("every probe input", "it killed its process: the kernel process died (exit code 3)"),
+    )
 
 
 def test_a_runner_must_answer_an_outcome():

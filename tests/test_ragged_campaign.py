@@ -262,7 +262,7 @@ def test_a_ragged_campaign_records_resumes_and_renders(user, tmp_path, monkeypat
     text = "\n".join(out)
     assert verdict == "FAIL" and "recorded verdict: PASS; replayed: PASS (same verdict)" in text
     assert "property batch-invariance: FAIL: declared batch-invariant, but" in text
-    assert "recorded: FAIL; replayed: FAIL (same verdict)" in text
+    assert "recorded verdict: FAIL; replayed: FAIL (same verdict)" in text
     # The dense reader skips the ragged records; render dispatches on the header.
     assert load(path).every_result == []
     report = render_report(path).read_text()

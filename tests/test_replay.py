@@ -102,22 +102,36 @@ def test_a_replay_gives_the_one_verdict_its_case_was_saved_for(tmp_path, prop, v
     kern = flashcheck.kernel(_nan_to_zero, api="numpy", arithmetic="naive")
     case = make_case(Recipe("fp16", "nonfinite", 1, 2, 2, 8, 8, 16, 16, seed=0))
     context = {"property": prop}
+    for saved_by in (kern.name, "k"):
+        cid = save_case(
+            case,
+            kernel=saved_by,
+            device="cpu",
+            directory=tmp_path,
+            verdict={"verdict": verdict},
+            context=context,
+        )
+        lines = []
+        _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+        text = "\n".join(lines)
+        assert got == verdict and words in text, text
+        # one verdict: the other check's is not printed beside it
+        other = "\nverdict " if prop == "nan-rule" else "property "
+        assert other not in text, text
+    # Replayed on the kernel the file names, the verdicts are compared; on another (a pinned
+    # case of the project's old kernel replayed on a user's), each is named with its kernel.
+    assert text.endswith(f"\nrecorded for k: {verdict}; {kern.name} replayed: {verdict}"), text
     cid = save_case(
         case,
-        kernel="k",
+        kernel=kern.name,
         device="cpu",
         directory=tmp_path,
         verdict={"verdict": verdict},
         context=context,
     )
     lines = []
-    _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
-    text = "\n".join(lines)
-    assert got == verdict and words in text, text
-    # one verdict: the other check's is not printed beside it
-    other = "\nverdict " if prop == "nan-rule" else "property "
-    assert other not in text, text
-    assert f"recorded verdict: {verdict}; replayed: {verdict} (same verdict)" in text
+    replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
+    assert lines[-1] == f"\nrecorded verdict: {verdict}; replayed: {verdict} (same verdict)"
 
 
 def test_a_replay_shows_a_small_case_s_inputs_and_how_to_load_any_case():
@@ -145,7 +159,7 @@ def test_a_replayed_output_of_the_wrong_shape_is_the_kernel_s_verdict(tmp_path):
 
     case = make_case(Recipe("fp32", "randn", 1, 2, 2, 8, 8, 4, 4, seed=0))
     verdict = {"verdict": "BAD-OUTPUT", "reasons": []}
-    cid = save_case(case, kernel="k:bnhd", device="cpu", verdict=verdict, directory=tmp_path)
+    cid = save_case(case, kernel="bnhd", device="cpu", verdict=verdict, directory=tmp_path)
     lines = []
     kern = flashcheck.kernel(bnhd, name="bnhd", api="numpy")
     _, got, _ = replay(cid, directory=tmp_path, kernel=kern, echo=lines.append)
@@ -169,7 +183,7 @@ def test_a_replayed_backward_that_raises_is_the_kernel_s_error_with_do_shown(tmp
     verdict = {"verdict": "ERROR", "message": "ValueError: ..."}
     ctx = {"property": "gradient-do-layouts"}
     cid = save_case(
-        case, kernel="k:f", device="cpu", verdict=verdict, context=ctx, directory=tmp_path
+        case, kernel="inplace", device="cpu", verdict=verdict, context=ctx, directory=tmp_path
     )
     kern = flashcheck.kernel(fwd, name="inplace", api="numpy", backward=bwd)
     lines = []

@@ -18,7 +18,11 @@ from ..core.status import Status
 from .adapter import KernelOutputError, KernelUnsupported
 from .call_limit import KernelHung
 
-__all__ = ["Outcome", "call_kernel", "describe", "with_causes"]
+__all__ = ["DIED", "Outcome", "call_kernel", "describe", "died", "with_causes"]
+
+# How an outcome says the kernel's process died under it (a crash: a segfault, os._exit, an
+# illegal memory access), in the local workers' words and Ray's.
+DIED = "the kernel process died"
 
 # The statuses a kernel call can end with: it returned (PASS), or why it did not.
 CALL_STATUSES = (Status.PASS, Status.ERROR, Status.TIMEOUT, Status.BAD_OUTPUT, Status.SKIP)
@@ -69,6 +73,11 @@ class Outcome:
 
     def __str__(self) -> str:
         return "returned" if self.ok else f"{self.status}: {self.message}"
+
+
+def died(out: Outcome) -> bool:
+    """Whether the call ended with its process dying (:data:`DIED`)."""
+    return out.status is Status.ERROR and out.message.startswith(DIED)
 
 
 def with_causes(err: BaseException) -> str:

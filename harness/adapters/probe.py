@@ -12,13 +12,16 @@ small N(0, 1) inputs, one input class at a time, starting from the first shape i
    grouped-query heads; several (batch, head) slices; each mask and an explicit scale its
    signature takes.
 
-A call that gives no value (an exception, a declined input, a crash of its process) marks that
-class unsupported and keeps its message (reported with the contract); an output of the wrong
-shape counts as running (it is judged, as BAD-OUTPUT, later). A call that hangs (a ``runner``
-with a time limit answers ``TIMEOUT``) is not a contract: on the base shape it means the kernel
-cannot run at all, later it keeps the class in the contract so that the campaign records the
-hang where it happens. Only classes the contract left undeclared are probed, once per kernel,
-device and process.
+A call that raises (an exception, a declined input) marks that class unsupported and keeps its
+message (reported with the contract); an output of the wrong shape counts as running (it is
+judged, as BAD-OUTPUT, later). A call that hangs (a ``runner`` with a time limit answers
+``TIMEOUT``) or kills its process (a segfault, ``os._exit``, an illegal memory access) is not a
+contract: on the base shape it means the kernel cannot run at all, later it keeps the class in
+the contract so that the campaign records the hang or the crash where it happens. (A kernel
+that died on odd lengths had the probe narrow its contract to multiples of 16, and passed.)
+After either, the next call runs in a fresh process: the base shape is called there first, so
+that the next shape's time is its own and not the process's start (which read as a compile).
+Only classes the contract left undeclared are probed, once per kernel, device and process.
 
 Compile keys (:mod:`flashcheck.harness.adapters.compilekeys`): unless the contract declares
 them, the base shape is called a second time; a kernel whose first call is not markedly slower
@@ -47,7 +50,7 @@ from ..cases.families import HEAD_DIMS, Recipe, make_case
 from ..core.status import Status
 from .adapter import ALL_DTYPES, ALL_MASKS, NO_TENSOR, Kernel
 from .compilekeys import CallTimes, compile_cost, infer_keys
-from .outcome import Outcome, call_kernel
+from .outcome import Outcome, call_kernel, died
 from .ragged_probe import probe_ragged
 from .softmax_options import SOFTMAX_OPTIONS
 
@@ -78,7 +81,8 @@ def default_probe_device(kernel: Kernel) -> str:
 
 
 class _Hung(Exception):
-    """A probe call ran past the runner's time limit."""
+    """A probe call ran past the runner's time limit, or killed its process; its message
+    says which ("it hung: ...", "it killed its process: ...")."""
 
 
 class _Ran(Exception):
@@ -104,6 +108,7 @@ class _Prober:
         self.memo: dict[tuple, tuple[str, str]] | None = None
         self.base: tuple[str, int, int] = ("", 0, 0)  # (dtype, length, head dim) it runs
         self.notes: list[tuple[str, str]] = []  # (input class, why) of each rejection
+        self.fresh = False  # the last call hung or crashed: the next runs in a new process
 
     def check(self, what: str, **shape: Any) -> bool:
         """Whether the kernel runs on this input (in the base dtype unless ``dtype=``);
@@ -129,7 +134,7 @@ class _Prober:
             if self.memo is not None:
                 self.memo[memo_key] = (kind, why)
         if kind == "hung":
-            raise _Hung(why)
+            raise _Hung(why)  # (a hang, or a crash: "it killed its process: ...")
         if kind == "ran":
             raise _Ran(why)
         return why
@@ -139,21 +144,26 @@ class _Prober:
         case = make_case(rec)
         if opts:
             case = Case(case.q, case.k, case.v, family="probe", seed=0, **opts)
+        if self.fresh and self.base[0]:
+            self.fresh = False
+            dt0, n0, d0 = self.base
+            self.runner(make_case(Recipe(dt0, "randn", 1, 1, 1, n0, n0, d0, d0, seed=0)))
         t0 = self.clock()
         out = self.runner(case)
         self.seconds = self.clock() - t0
         if not isinstance(out, Outcome):
             raise TypeError(f"a probe runner returns an Outcome, got {type(out).__name__}")
-        if out.status is Status.TIMEOUT:
-            return "hung", out.message
+        if out.status is Status.TIMEOUT or died(out):
+            self.fresh = True
+            what = "it hung" if out.status is Status.TIMEOUT else "it killed its process"
+            return "hung", f"{what}: {out.message}"
         if out.status is Status.BAD_OUTPUT and NO_TENSOR not in out.message:
             return "ran", out.message  # a wrong shape: judged (BAD-OUTPUT) where it happens
         if out.ok:
             causal = bool(opts.get("causal", False))
             self.calls.append(((dtype, nq, nk, d, dv, causal), self.seconds))
             return "ok", ""
-        # Any other outcome (an exception, a declined input, a crash) marks the input class
-        # unsupported.
+        # Any other outcome (an exception, a declined input) marks the input class unsupported.
         return "no", _message(out.message) or str(out.status)
 
 
@@ -230,7 +240,7 @@ def _probe(kernel: Kernel, device: str, runner: Runner | None, clock: Clock) -> 
     try:
         base, first_error = _base(p, dtypes, lengths, dims)
     except _Hung as err:
-        return _no_run(kernel, f"it hung: {err}")
+        return _no_run(kernel, str(err))
     if base is None:
         return _no_run(kernel, first_error)
     p.base = base

@@ -34,7 +34,7 @@ from typing import Any
 from ..cases.case import Case
 from ..core.status import Status
 from .adapter import Kernel
-from .outcome import Outcome, call_kernel, describe
+from .outcome import DIED, Outcome, call_kernel, describe
 from .registry import resolve
 
 __all__ = ["KernelRef", "KernelWorker", "poisoned"]
@@ -286,7 +286,7 @@ class KernelWorker:
         self._proc.join()  # reaped: its exit code is known
         code = self._proc.exitcode
         self._kill()
-        return Outcome.failed(Status.ERROR, f"the kernel process died (exit code {code})")
+        return Outcome.failed(Status.ERROR, f"{DIED} (exit code {code})")
 
     def _ready(self, timeout: float) -> Outcome | None:
         """Wait for a started child's ready message; a failed outcome if it dies or does not
@@ -320,7 +320,7 @@ class KernelWorker:
             self._conn.send(msg)
         except (OSError, BrokenPipeError):
             self._kill()
-            return Outcome.failed(Status.ERROR, "the kernel process died before the call")
+            return Outcome.failed(Status.ERROR, f"{DIED} before the call")
         deadline = time.monotonic() + timeout
         while not self._conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
             if not self._proc.is_alive():

@@ -25,7 +25,7 @@ import queue
 import time
 from typing import Any
 
-from ..adapters.outcome import Outcome
+from ..adapters.outcome import DIED, Outcome, died
 from ..adapters.probe import Runner
 from ..adapters.worker import KernelRef, KernelWorker, poisoned
 from ..cases.case import Case
@@ -127,13 +127,13 @@ class RayExecutor(Executor):
         except GetTimeoutError:
             out = Outcome.failed(Status.TIMEOUT, f"no result within {self.timeout * calls:g} s")
         except RayActorError as err:
-            out = Outcome.failed(Status.ERROR, f"the kernel process died ({type(err).__name__})")
+            out = Outcome.failed(Status.ERROR, f"{DIED} ({type(err).__name__})")
         # (The wait for the actor's result: its start, if new, is not told apart.)
         self.note_kernel_call(
             self._seen[slot], slot, fn, kind or fn, None, args, began, time.time(), out
         )
         if out.status is Status.TIMEOUT or (
-            out.status is Status.ERROR and (poisoned(out.message) or "process died" in out.message)
+            out.status is Status.ERROR and (poisoned(out.message) or died(out))
         ):
             self._ray.kill(actor)
             actor = self._actor.remote()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.adapter import KernelGradients, KernelOutput
+from ..adapters.registry import declared_spec
 from ..cases.case import Case
 from ..core.status import Status
 from ..judging.bounds import Bounds
@@ -16,16 +17,30 @@ from ..judging.tensor_verdict import TensorVerdict, Verdict
 from ..oracle.evaluate import OracleResult
 from .text import format_check, format_gradient_check
 
-__all__ = ["CheckResult", "GradientCheckResult", "Replayable", "recorded_line"]
+__all__ = ["CheckResult", "GradientCheckResult", "Replayable", "recorded_line", "replayed_as"]
 
 
-def recorded_line(recorded: str | None, replayed: str) -> str | None:
+def recorded_line(
+    recorded: str | None, replayed: str, *, saved_by: str | None = None, now: str | None = None
+) -> str | None:
     """A replay's closing line: the verdict the case file recorded against the one just
-    replayed (``None`` where the file records none)."""
+    replayed (``None`` where the file records none). ``saved_by`` and ``now``: the kernel the
+    file names and the one replayed; where they differ the line names both and compares
+    nothing (a user's kernel on a pinned case read "same verdict", the verdict of the project's
+    old buggy kernel, as if nothing were wrong)."""
     if recorded is None:
         return None
+    if saved_by is not None and now is not None and saved_by != now:
+        return f"\nrecorded for {saved_by}: {recorded}; {now} replayed: {replayed}"
     same = "same verdict" if recorded == replayed else "DIFFERENT verdict"
     return f"\nrecorded verdict: {recorded}; replayed: {replayed} ({same})"
+
+
+def replayed_as(adapter: Any, record: dict[str, Any]) -> str:
+    """The name a replayed kernel goes by in :func:`recorded_line`: the case file's own where
+    it is the kernel the file names (by its spec or its name), else its name."""
+    same = record["kernel"] in (adapter.name, declared_spec(adapter))
+    return record["kernel"] if same else adapter.name
 
 
 class Replayable:

@@ -18,7 +18,7 @@ from ..cases.ragged import RaggedCase
 from ..cases.ragged_store import load_ragged_case
 from ..cases.store import case_path
 from ..core.status import Status
-from .check_results import recorded_line
+from .check_results import recorded_line, replayed_as
 from .ragged import RaggedCheckResult, check_ragged_case, format_ragged_check
 from .ragged_diagnosis import diagnose_ragged
 from .ragged_gradients import check_varlen_gradients
@@ -65,6 +65,7 @@ def replay_ragged(
     echo(f"case {record['id']} (saved by {prop}, on {recorded_dev}): {case.describe()}")
     path = str(case_path(ref, directory))
     echo(f"inputs: flashcheck.load_case({path!r}) rebuilds them bit for bit")
+    kernels = (record["kernel"], replayed_as(adapter, record))
     res, verdict = _attempt(lambda: _forward(adapter, case, dev), prop, echo)
     if prop == "gradients":
         # Saved for its gradients alone: that check first, with its recorded verdict; the
@@ -75,7 +76,7 @@ def replay_ragged(
         )
         if grads is not None:
             echo(str(grads))
-        _compare((record.get("gradient_verdict") or {}).get("verdict"), replayed, echo)
+        _compare((record.get("gradient_verdict") or {}).get("verdict"), replayed, echo, kernels)
         if res is None or res.passed:
             echo(f"the forward on the same case: {verdict}")
         else:
@@ -83,11 +84,11 @@ def replay_ragged(
         return res, str(Status.worst([verdict, replayed])), record
     if res is not None:
         echo(format_ragged_check(res))
-    _compare((record.get("verdict") or {}).get("verdict"), verdict, echo)
+    _compare((record.get("verdict") or {}).get("verdict"), verdict, echo, kernels)
     if res is None:
         return res, verdict, record
     grads_recorded = (record.get("gradient_verdict") or {}).get("verdict")
-    found = _replay_properties(adapter, case, dev, context, grads_recorded, echo)
+    found = _replay_properties(adapter, case, dev, context, grads_recorded, echo, kernels)
     return res, str(Status.worst([res.verdict, *found])), record
 
 
@@ -119,8 +120,10 @@ def _attempt(run: Callable[[], Any], prop: str, echo: Any) -> tuple[Any, str]:
     return None, verdict
 
 
-def _compare(recorded: str | None, replayed: str, echo: Any) -> None:
-    if (line := recorded_line(recorded, replayed)) is not None:
+def _compare(recorded: str | None, replayed: str, echo: Any, kernels: tuple[str, str]) -> None:
+    """The recorded-versus-replayed line; ``kernels``: the one the file names, the one run."""
+    line = recorded_line(recorded, replayed, saved_by=kernels[0], now=kernels[1])
+    if line is not None:
         echo(line)
 
 
@@ -131,6 +134,7 @@ def _replay_properties(
     context: dict,
     grads_recorded: str | None,
     echo: Any,
+    kernels: tuple[str, str],
 ) -> list[Status]:
     """The properties a campaign found failing on the case (its ``context``), run again with
     the campaign's seed (the gradient check's against ``grads_recorded``); their statuses."""
@@ -140,11 +144,11 @@ def _replay_properties(
     if "gradients" in given:
         grads = check_varlen_gradients(adapter, case, device=dev)
         echo(f"\n{grads}")
-        _compare(grads_recorded, str(grads.verdict), echo)
+        _compare(grads_recorded, str(grads.verdict), echo, kernels)
         out.append(grads.verdict)
     for name in names:
         got = RAGGED_PROPERTIES[name](adapter, case, dev, seed=int(context.get("seed", 0)))
-        same = "same verdict" if got.status == Status.FAIL else "DIFFERENT verdict"
-        echo(f"property {name}: {got}\nrecorded: FAIL; replayed: {got.status} ({same})")
+        line = recorded_line("FAIL", str(got.status), saved_by=kernels[0], now=kernels[1])
+        echo(f"property {name}: {got}{line}")
         out.append(got.status)
     return out

@@ -21,7 +21,7 @@ from ..cases.ragged_store import is_ragged_case
 from ..cases.store import case_path, load_case
 from ..core.status import Status
 from .accuracy import check_case, check_gradients_case
-from .check_results import recorded_line
+from .check_results import recorded_line, replayed_as
 from .ragged_replay import replay_ragged
 from .registry import CHECKS, GRADIENT_CHECKS
 from .text import format_check, format_gradient_check
@@ -104,7 +104,10 @@ def replay(
             raise
         res, verdict = None, str(Status.ERROR)
         echo(f"{verdict}: the kernel raised inside {prop}: {type(err).__name__}: {err}")
-    if (line := recorded_line(recorded, verdict)) is not None:
+    line = recorded_line(
+        recorded, verdict, saved_by=record["kernel"], now=replayed_as(adapter, record)
+    )
+    if line is not None:
         echo(line)
     return res, verdict, record
 

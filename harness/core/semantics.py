@@ -198,6 +198,9 @@ def make_problem(
         scale = float(scale)
         if not math.isfinite(scale) or abs(scale) > 2.0**64:
             raise ValueError(f"scale must be finite with |scale| <= 2**64, got {scale!r}")
+    if not isinstance(causal, bool | np.bool_):
+        # (causal="yes" was taken as True, and causal="no" would be too)
+        raise TypeError(f"causal must be True or False, got {causal!r}")
     win = _check_window(window)
     m = None
     if mask is not None:
