@@ -54,7 +54,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_iomodel(args: argparse.Namespace) -> int:
-    from ..iomodel import GPUSpec, Profiler, flash_attention, standard_attention
+    from ..iomodel import (
+        BlockTooLarge,
+        GPUSpec,
+        Profiler,
+        flash_attention,
+        flash_bytes,
+        standard_attention,
+    )
 
     presets = {
         "v100": GPUSpec.sim_v100,
@@ -64,20 +71,44 @@ def _cmd_iomodel(args: argparse.Namespace) -> int:
         "h200-real": GPUSpec.h200,
     }
     spec = presets[args.gpu]()
-    std = Profiler(spec, f"standard attention N={args.n} d={args.d}")
-    standard_attention(std, args.n, args.d)
-    fl = Profiler(spec, f"flash attention N={args.n} d={args.d} B={args.block}")
-    flash_attention(fl, args.n, args.d, block_size=args.block)
-    print(std.report(), "", fl.report(), "", sep="\n")
-    print("| metric | standard | flash | saving |\n|---|---|---|---|")
-    for label, a, b in (
-        ("HBM traffic (floats)", std.hbm_traffic, fl.hbm_traffic),
-        ("peak HBM (floats)", std.peak_hbm_usage, fl.peak_hbm_usage),
-        ("compute cycles", std.cycles_compute, fl.cycles_compute),
-        ("total cycles", std.total_cycles, fl.total_cycles),
+    n, d, block = args.n, args.d, args.block
+    flash = {}
+    for schedule, title in (("fa1", "K/V blocks outer (FA1)"), ("fa2", "Q blocks outer (FA2)")):
+        flash[schedule] = Profiler(spec, f"flash attention, {title}, N={n} d={d} B={block}")
+        try:
+            flash_attention(flash[schedule], n, d, block_size=block, schedule=schedule)
+        except BlockTooLarge as err:
+            fix = f" (--block {err.largest})" if err.largest else ""
+            print(f"flashcheck iomodel: error: {err}{fix}", file=sys.stderr)
+            return 2
+    std = Profiler(spec, f"standard attention N={n} d={d}")
+    standard_attention(std, n, d)
+    fa1, fa2 = flash["fa1"], flash["fa2"]
+    print(std.report(), "", fa1.report(), "", fa2.report(), "", sep="\n")
+    print("| metric | standard | flash FA1 | saving | flash FA2 | saving |")
+    print("|---|---|---|---|---|---|")
+    for label, get in (
+        ("HBM traffic (floats)", lambda p: p.hbm_traffic),
+        ("peak HBM (floats)", lambda p: p.peak_hbm_usage),
+        ("compute cycles", lambda p: p.cycles_compute),
+        ("total cycles", lambda p: p.total_cycles),
     ):
-        saving = round(100 * (1 - b / a), 1) + 0.0  # + 0.0: no "-0.0%" for equal values
-        print(f"| {label} | {a:,.0f} | {b:,.0f} | {saving:.1f}% |")
+        cells = [f"{get(std):,.0f}"]
+        for p in (fa1, fa2):
+            saving = round(100 * (1 - get(p) / get(std)), 1) + 0.0  # + 0.0: no "-0.0%"
+            cells += [f"{get(p):,.0f}", f"{saving:.1f}%"]
+        print(f"| {label} | {' | '.join(cells)} |")
+    t = -(-n // min(block, n))
+    fa1_count = flash_bytes(n, d, block=block, schedule="fa1", bytes_per_element=1)
+    fa2_count = flash_bytes(n, d, block=block, schedule="fa2", bytes_per_element=1)
+    print(
+        f"\nWith T = ⌈N/B⌉ = {t} block{'s' if t > 1 else ''} of B rows:\n"
+        "- FA1 reads K and V once, but every O block is updated once per K/V block and all\n"
+        "  of O cannot stay in SRAM: O and its running row max and sum go to HBM and back\n"
+        f"  between K/V blocks, N·d·(1 + 3T) + 4N·(T − 1) = {fa1_count:,.0f} floats.\n"
+        "- FA2 keeps each O block in SRAM for its whole K/V loop and writes it once, but\n"
+        f"  reads K and V once per query block, N·d·(2 + 2T) = {fa2_count:,.0f} floats."
+    )
     return 0
 
 
@@ -140,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p_io = sub.add_parser(
         "iomodel",
         help="standard vs flash attention in a memory-hierarchy simulator",
-        description="Trace one head of standard and flash attention through the simulated GPU "
-        "(additive HBM + compute cycle model, docs/iomodel.md) and print both reports and the "
-        "savings.",
+        description="Trace one head of standard attention and of flash attention's two loop "
+        "orders (FlashAttention-1: K/V blocks outer; FlashAttention-2: query blocks outer) "
+        "through the simulated GPU (additive HBM + compute cycle model, docs/iomodel.md) and "
+        "print the reports and the savings.",
     )
     p_io.add_argument(
         "--gpu",
@@ -153,7 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_io.add_argument("-n", type=positive, default=4096, help="sequence length (default 4096)")
     p_io.add_argument("-d", type=positive, default=64, help="head dimension (default 64)")
-    p_io.add_argument("--block", type=positive, default=64, help="flash block size (default 64)")
+    p_io.add_argument(
+        "--block",
+        type=positive,
+        default=64,
+        help="flash block size B, for query and K/V blocks alike; its tile must fit in the "
+        "GPU's SRAM (default 64)",
+    )
     p_io.set_defaults(func=_cmd_iomodel)
     add_test(sub)
     add_campaign_commands(sub)

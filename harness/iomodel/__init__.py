@@ -4,12 +4,20 @@ An additive cycle model of HBM traffic and compute that explains why FlashAttent
 docs/iomodel.md describes the model and its limits."""
 
 from .analytic import Roofline, attention_flops, flash_bytes, naive_bytes
-from .attention import flash_attention, standard_attention
+from .attention import (
+    SCHEDULES,
+    BlockTooLarge,
+    flash_attention,
+    largest_flash_block,
+    standard_attention,
+)
 from .gpu import GPUSpec
 from .profiler import Profiler
 from .tensor import Tensor
 
 __all__ = [
+    "SCHEDULES",
+    "BlockTooLarge",
     "GPUSpec",
     "Profiler",
     "Roofline",
@@ -17,6 +25,7 @@ __all__ = [
     "attention_flops",
     "flash_attention",
     "flash_bytes",
+    "largest_flash_block",
     "naive_bytes",
     "standard_attention",
 ]

@@ -92,7 +92,7 @@ class Profiler:
     def report(self) -> str:
         b = self.spec.bytes_per_float
 
-        def mb(n: float) -> float:
+        def mib(n: float) -> float:
             return n * b / 2**20
 
         sram_pct = 100 * self.peak_sram_usage / self.spec.sram_size
@@ -103,12 +103,12 @@ class Profiler:
         )
         lines = [
             f"== {self.name or 'profile'} on {self.spec.name} ==",
-            f"Peak HBM:   {self.peak_hbm_usage:,} floats ({mb(self.peak_hbm_usage):.1f} MB)",
+            f"Peak HBM:   {self.peak_hbm_usage:,} floats ({mib(self.peak_hbm_usage):.1f} MiB)",
             f"Peak SRAM:  {self.peak_sram_usage:,} floats ({sram_pct:.0f}% of capacity)"
             + (" OVERFLOW" if self.sram_overflowed else ""),
-            f"HBM reads:  {self.total_hbm_reads:,} floats ({mb(self.total_hbm_reads):.1f} MB)",
-            f"HBM writes: {self.total_hbm_writes:,} floats ({mb(self.total_hbm_writes):.1f} MB)",
-            f"HBM total:  {self.hbm_traffic:,} floats ({mb(self.hbm_traffic):.1f} MB)",
+            f"HBM reads:  {self.total_hbm_reads:,} floats ({mib(self.total_hbm_reads):.1f} MiB)",
+            f"HBM writes: {self.total_hbm_writes:,} floats ({mib(self.total_hbm_writes):.1f} MiB)",
+            f"HBM total:  {self.hbm_traffic:,} floats ({mib(self.hbm_traffic):.1f} MiB)",
             f"Cycles: compute {self.cycles_compute:,.0f}, HBM {self.cycles_hbm:,.0f}, total "
             f"{self.total_cycles:,.0f} ({100 * self.hbm_fraction:.1f}% on HBM)",
             bound,
