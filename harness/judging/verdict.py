@@ -418,6 +418,6 @@ def judge_gradients(
     _precision_everywhere(verdicts)
     if bounds is not None:
         for name, v in verdicts.items():
-            if name != "dsinks" and v.verdict in (Status.FAIL, Status.FAIL_HARD):
+            if v.verdict in (Status.FAIL, Status.FAIL_HARD):
                 v.reasons += diagnose_gradient(name, grads[name], ref[name].hi, bounds[name].det)
     return verdicts
