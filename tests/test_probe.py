@@ -229,3 +229,26 @@ def test_resolved_probes_only_what_is_pending():
     assert resolved(kern) is kern
     again = replace(kern, pending=frozenset({"gqa"}))
     assert resolved(again).seq_multiple == 32 and resolved(again).gqa
+
+
+def test_a_users_triton_kernel_is_not_judged_in_bf16_by_a_broken_interpreter(monkeypatch):
+    # A user's correct Triton kernel got 14 FAIL-HARD in bf16 under TRITON_INTERPRET=1 (the
+    # interpreter's bf16 tl.dot is wrong), and the report said "Limitations: None detected".
+    pytest.importorskip("triton", reason="the user's kernel is a Triton kernel")
+    from pathlib import Path
+
+    from flashcheck.harness.adapters.availability import triton_available
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "user"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import user_triton_guard
+
+    kern = flashcheck.kernel(user_triton_guard.flash)
+    broken = "11584" in (triton_available("bf16", "cpu") or "")
+    why = kern.unavailable("bf16", "cpu")
+    assert (why is not None) == broken, why
+    if broken:
+        assert why.startswith("bf16 tl.dot is broken in the Triton interpreter")
+    assert kern.unavailable("fp16", "cpu") is None and kern.unavailable("bf16", "cuda") is None
+    # A kernel not written with Triton is judged in bf16 under the interpreter as anywhere.
+    assert flashcheck.kernel(everything, api="numpy").unavailable("bf16", "cpu") is None

@@ -23,6 +23,8 @@ __all__ = [
     "torch_device_ok",
     "triton_available",
     "triton_combine_available",
+    "triton_interpreter_bf16",
+    "uses_triton",
 ]
 
 
@@ -69,6 +71,35 @@ def triton_available(dtype: str, device: str) -> str | None:
                 "detected at run time by the kernel's canary)"
             )
     return None
+
+
+def uses_triton(fn: object) -> bool:
+    """Whether ``fn`` (a user's kernel function) is written with Triton: its module's globals
+    hold Triton or something of it (``triton``, ``tl``, a ``@triton.jit`` function)."""
+    glob = getattr(fn, "__globals__", None) or {}
+    for value in list(glob.values()):
+        name = getattr(value, "__name__", "") if isinstance(value, type(os)) else ""
+        owner = type(value).__module__ or ""
+        if name.split(".")[0] == "triton" or owner.split(".")[0] == "triton":
+            return True
+    return False
+
+
+def triton_interpreter_bf16(dtype: str, device: str) -> str | None:
+    """Why a user's Triton kernel cannot be judged in ``dtype`` on ``device`` here: bf16 on the
+    CPU under an interpreter whose bf16 ``tl.dot`` is wrong (a correct user's kernel got 14
+    FAIL-HARD in bf16, and the report said "Limitations: None detected"); else ``None``."""
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if device != "cpu" or dtype != "bf16" or not interp:
+        return None
+    why = triton_available(dtype, device)
+    if why is None or "11584" not in why:
+        return None
+    return (
+        "bf16 tl.dot is broken in the Triton interpreter (triton-lang/triton#11584, detected "
+        "by flashcheck's canary): a Triton kernel's bf16 results under TRITON_INTERPRET=1 are "
+        "the interpreter's, not the kernel's; run bf16 on a GPU"
+    )
 
 
 def triton_combine_available(dtype: str, device: str) -> str | None:

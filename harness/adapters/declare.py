@@ -17,6 +17,7 @@ from ..core.layouts import LAYOUTS
 from ..judging.bounds import ARITHMETIC_CLASSES
 from ..judging.roundoff import tanh_error
 from .adapter import ALL_DTYPES, ALL_MASKS, CONTRACT_FIELDS, NAN_POLICIES, Kernel
+from .availability import triton_interpreter_bf16, uses_triton
 from .compilekeys import COMPILE_DIMS
 from .softmax_options import SOFTMAX_OPTIONS
 from .spec_check import check_backward_signature
@@ -249,6 +250,7 @@ def kernel(
         layout=layout,
         op=op,
         declared_in=declared_in,
+        check_available=triton_interpreter_bf16 if uses_triton(fn) else None,
         **{"masks": undeclared_masks, **declared},
     )
 

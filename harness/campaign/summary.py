@@ -83,6 +83,15 @@ def terminal_summary(records: Sequence[Record], case_dir: str) -> list[str]:
     ]
     for rows in groups.values():
         lines += _group_lines(rows, files, case_dir)
+    # What could not run here, said where the results are read (a user's bf16 under the Triton
+    # interpreter was told only in the report's Limitations section).
+    lines += list(
+        dict.fromkeys(
+            f"{r.kernel} {r.dtype}: not run here: {r.reason}"
+            for r in records
+            if isinstance(r, LimitationRecord) and not r.no_run
+        )
+    )
     lines += [
         f"{r.kernel} {r.dtype}: stopped after {r.count} identical failures ({r.reason})"
         for r in records
