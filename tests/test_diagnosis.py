@@ -388,3 +388,30 @@ def test_no_misreading_named_for_a_kernel_whose_o_is_right_or_whose_lse_breaks_i
     res = flashcheck.check(kern, make_case(rows), save="never")
     assert res.verdict["o"].det_util > 1 and res.verdict["lse"].det_util > 1
     assert res.verdict.diagnosis == []
+
+
+def _reads_bshd(q, k, v, *, causal=False, scale=None):
+    """Written against flash_attn_func's (B, N, H, d): the heads taken for the sequence."""
+    import torch
+
+    q, k, v = (x.transpose(1, 2).float() for x in (q, k, v))
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
+    s = (q @ k.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if causal:
+        nq, nk = s.shape[-2:]
+        s = s.masked_fill(torch.arange(nk)[None, :] > torch.arange(nq)[:, None] + nk - nq, -1e30)
+    return (torch.softmax(s, -1) @ v).transpose(1, 2).half()
+
+
+def test_inputs_read_in_flash_attn_funcs_layout_are_named():
+    # A user's kernel written for (B, N, H, d) returns O in the shape it was given, so no shape
+    # check fired: 36 failures, none naming the layout.
+    pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    rng = np.random.default_rng(0)
+    for hk, nq, causal in ((4, 16, True), (2, 16, False), (4, 32, False)):
+        q = rng.standard_normal((2, 4, nq, 32)).astype(np.float16)
+        k, v = (rng.standard_normal((2, hk, 16, 32)).astype(np.float16) for _ in range(2))
+        res = flashcheck.check(_reads_bshd, q, k, v, causal=causal, save="never")
+        assert res.verdict.verdict == "FAIL-HARD"
+        (why,) = res.verdict.diagnosis
+        assert why.startswith(CONSISTENT + "q, k, v read as (B, N, H, d), flash_attn_func's")

@@ -75,3 +75,24 @@ def test_a_sink_gradient_that_underflows_fp32_is_within_its_bound():
         b = gradient_bounds(case.q, case.k, case.v, do, arithmetic=kind, sinks=sinks)
         err = np.abs((dsinks.astype(np.float64) - ref.dsinks.hi) - ref.dsinks.lo)
         assert np.all(err <= b["dsinks"].det), kind
+
+
+def test_a_sign_flipped_sink_gradient_is_outside_on_every_head_where_the_sink_dominates():
+    # The naive class charged the sink's slot the bf16 storage rounding of the scores (u_F·|σ|,
+    # 0.03 nats at σ ≈ 8), which the class never applies to the fp32 σ: the dσ bound was ~4×
+    # the class's, and a user's sign-flipped dσ passed on three of four heads.
+    from flashcheck.harness.cases.families import Recipe
+    from flashcheck.properties.strategies import make_case
+
+    case = make_case(Recipe("bf16", "randn", 2, 4, 2, 68, 32, 16, 16, seed=0, causal=True))
+    sinks = np.array([6.3, 7.0, 7.4, 7.8], np.float32)
+    do = case.grad_output()
+    ref = oracle(case.q, case.k, case.v, do=do, causal=True, sinks=sinks)
+    *_, dsinks = _grads(
+        "naive", case.q, case.k, case.v, do, "bf16", {"causal": True, "sinks": sinks}
+    )
+    b = gradient_bounds(case.q, case.k, case.v, do, arithmetic="unknown", causal=True, sinks=sinks)
+    flipped = np.abs(-dsinks.astype(np.float64) - ref.dsinks.hi)
+    assert np.all(flipped > 2 * b["dsinks"].det), flipped / b["dsinks"].det
+    right = np.abs((dsinks.astype(np.float64) - ref.dsinks.hi) - ref.dsinks.lo)
+    assert np.all(right <= b["dsinks"].det)

@@ -190,12 +190,14 @@ def chunk_bounds(ctx: Context, q, k, v, do, keep, fw, sums_k: Sums, sums_v: Sums
             k_abs_rows,
         )
         if naive:
+            stored = u_f * np.abs(s0) + sub_f  # S stored in F (subnormal S: half a spacing)
+            if sink is not None:
+                stored[:, 0] = 0.0  # σ is the fp32 logit itself, never stored in F
             delta = (
                 dot_s
                 + (u_f + 2 * U32) * a
                 + q_sub * k_abs_rows[None, :]
-                + u_f * np.abs(s0)
-                + sub_f
+                + stored
                 + U32 * (m[:, None] - s0)
                 + RHO_EXP
                 + extra

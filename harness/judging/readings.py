@@ -36,6 +36,7 @@ def reading(
     no_max: type | None = None,
     floor: type | None = None,
     guarded: bool = False,
+    transposed: bool = False,
     with_lse: bool = False,
     weights: list[np.ndarray] | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
@@ -55,7 +56,18 @@ def reading(
     answer. ``with_lse``: also the reading's LSE, ``m + log Σ`` over the keys (−inf for a row
     that keeps nothing), or ``None`` for a softmax over the queries, which has none.
     ``weights``: a list that receives the reading's ``W = Σ_j p_j·|v_j|`` per output element
-    (the scale of its rounding errors, as the bounds' floor)."""
+    (the scale of its rounding errors, as the bounds' floor). ``transposed``: q, k, v read as
+    ``(B, N, H, d)``, FlashAttention's ``flash_attn_func`` layout, though they are ``(B, H, N,
+    d)``: the heads taken as the sequence and the sequence as the heads, and O (and the LSE)
+    written back in the layout it came in (only the other options apply)."""
+    if transposed:
+        swapped = replace(p, **{t: getattr(p, t).swapaxes(1, 2) for t in ("q", "k", "v")})
+        got_w: list[np.ndarray] = []
+        o, lse_t = reading(swapped, with_lse=True, weights=got_w)
+        if weights is not None:
+            weights.append(got_w[0].swapaxes(1, 2))
+        o = o.swapaxes(1, 2)
+        return (o, lse_t.swapaxes(1, 2)) if with_lse else o
     x = p if inputs is None else inputs
     b_n, hq, _, nq, _, d, dv = p.shape
     if tau is None:
@@ -180,6 +192,16 @@ def readings_of(p: AttentionProblem) -> list[tuple[str, dict]]:
             )
         )
     alts.append(("the softmax taken over the queries instead of the keys", {"axis": -2}))
+    if p.mask is None and p.sinks is None and p.fp8 is None and nk > 0 and nq % nk == 0:
+        # (a kernel written against flash_attn_func's layout takes the heads for the sequence;
+        # it returns O in the shape it was given, so no shape check catches it)
+        alts.append(
+            (
+                "q, k, v read as (B, N, H, d), flash_attn_func's layout, though they are "
+                "(B, H, N, d): the heads taken for the sequence and the sequence for the heads",
+                {"transposed": True},
+            )
+        )
     # exp(s) / Σ exp(s) is exact in real arithmetic: it differs from the truth only where a
     # score passes exp's overflow, or every score of a row its underflow, in the format the
     # kernel computes exp in (fp32, or for fp16 inputs possibly fp16). Underflow alone is
