@@ -171,6 +171,9 @@ def test_batch_variant_kernel_is_reported_undeclared_and_fails_declared(user_dir
     md = (user_dir / "reports/user_kernels-split_kv_when_small/error-report.md").read_text()
     assert "## Batch invariance" in md
     assert f"- **user_kernels:split_kv_when_small fp32**: {finding}" in md, md
+    # The structural table does not count those differences as PASS (it said "3 PASS").
+    row = next(x for x in md.splitlines() if "| fp32 | batch-invariance |" in x)
+    assert " differing, not gated) | 0 | 0 | 0 | not batch-invariant (measured;" in row, row
     out = run_flashcheck([*args, "--kernel", "user_kernels:split_kv_declared"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
