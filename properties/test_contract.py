@@ -12,7 +12,10 @@ pytestmark = pytest.mark.layouts("dense", "varlen", "paged", "combine")
 
 def test_kernel_runs_on_some_input(flashcheck_kernel):
     kern = flashcheck_kernel
-    assert kern.dtypes, (
-        f"{kern.name} ran on none of the probe inputs (every dtype, lengths 16-256, head dims "
-        f"16-128): " + "; ".join(f"{what}: {why}" for what, why in kern.unsupported)
-    )
+    if not kern.dtypes:
+        # The reason alone, without a traceback into this file (the suite's, not the user's).
+        pytest.fail(
+            f"{kern.name} ran on none of the probe inputs (every dtype, lengths 16-256, head "
+            "dims 16-128): " + "; ".join(f"{what}: {why}" for what, why in kern.unsupported),
+            pytrace=False,
+        )

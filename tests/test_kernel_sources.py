@@ -86,8 +86,15 @@ def test_check_unchanged_names_the_kernel_its_results_and_the_changed_file():
     with pytest.raises(ResultLogError) as err:
         check_unchanged(records, {"m:f": {**files, "h.py": "sha256:2222"}}, "r.jsonl")
     msg = str(err.value)
-    assert "m:f (2 results): h.py (sha256:1111 then, sha256:2222 now)" in msg
+    # (h.py is another module of m.py's folder: said so, and why it counts; a user read that
+    # an unchanged kernel's own source had changed)
+    assert "m:f (2 results): its folder's h.py (sha256:1111 then, sha256:2222 now)" in msg
+    assert "modules loaded from its folder or package" in msg
     assert "m:g" not in msg and "--fresh" in msg and "--name" in msg
+    with pytest.raises(ResultLogError) as err:
+        check_unchanged(records, {"m:f": {**files, "m.py": "sha256:bbbb"}}, "r.jsonl")
+    assert "m:f (2 results): its own file m.py (sha256:aaaa then" in str(err.value)
+    assert "loaded from its folder" not in str(err.value)
 
 
 def test_a_report_resumed_after_its_kernel_was_edited_is_refused(tmp_path, monkeypatch):
@@ -111,6 +118,8 @@ def test_a_report_resumed_after_its_kernel_was_edited_is_refused(tmp_path, monke
     )
     assert run_report(opts, echo=_quiet) == 0  # the same source: resumes
     path.write_text(KERNEL + "\n# a fix\n")
-    with pytest.raises(ResultLogError, match=r"edited_kernel:good \(\d+ results\): edited_kernel"):
+    with pytest.raises(
+        ResultLogError, match=r"edited_kernel:good \(\d+ results\): its own file edited_kernel"
+    ):
         run_report(opts, echo=_quiet)
     assert run_report(replace(opts, fresh=True), echo=_quiet) == 0

@@ -3,6 +3,7 @@ kernels (tests/user/user_kernels.py), run as a user runs it: the installed comma
 holding only the user's module. Each buggy kernel exits 1 with its bug named in the terminal
 summary; the correct ones exit 0 with no FAIL."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,9 @@ def test_batch_variant_kernel_is_reported_undeclared_and_fails_declared(user_dir
     md = (user_dir / "reports/user_kernels-split_kv_when_small/error-report.md").read_text()
     assert "## Batch invariance" in md
     assert f"- **user_kernels:split_kv_when_small fp32**: {finding}" in md, md
+    # The structural table does not count those differences as PASS (it said "3 PASS").
+    row = next(x for x in md.splitlines() if "| fp32 | batch-invariance |" in x)
+    assert " differing, not gated) | 0 | 0 | 0 | not batch-invariant (measured;" in row, row
     out = run_flashcheck([*args, "--kernel", "user_kernels:split_kv_declared"], user_dir)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
@@ -192,3 +196,13 @@ def test_a_kernel_that_differs_alone_only_on_one_slice_is_found_by_the_report(us
     assert out.returncode == 0, text
     finding = "batch-invariant: no (measured; not declared, so not gated): LSE differs in"
     assert finding in text and "B=2 Hq=1 Hk=1 Nq=17 Nk=1" in text, text
+
+
+def test_a_kernel_that_runs_on_no_input_fails_the_suite_with_its_reason_alone(user_dir):
+    # The failure showed a traceback into the suite's own test file, with its assert.
+    args = ["test", "user_kernels:always_raises", "--", "-k", "runs_on_some_input"]
+    out = run_flashcheck([*args, "-p", "no:cacheprovider"], user_dir)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "ran on none of the probe inputs" in text and "NotImplementedError" in text, text
+    assert "assert kern.dtypes" not in text and not re.search(r"test_contract\.py:\d", text)

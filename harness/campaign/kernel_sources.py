@@ -82,7 +82,8 @@ def source_digests(kernels: Mapping[str, Kernel]) -> dict[str, dict[str, str]]:
             continue
         base, files = _files(*found)
         digests = {}
-        for p in files:
+        # (the defining file first: a refusal tells it from the other files of its folder)
+        for p in sorted(files, key=lambda f: f != found[0]):
             try:
                 digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
             except OSError:
@@ -106,11 +107,16 @@ def check_unchanged(
                 if isinstance(files, Mapping):  # (a string: this record's first form)
                     recorded[spec] = dict(files)
     changed: dict[str, list[str]] = {}
+    others = False  # a changed file is not the kernel's own but one of its folder's
     for spec, files in digests.items():
         old = recorded.get(spec, {})
-        diff = [
-            f"{f} ({old[f]} then, {d} now)" for f, d in files.items() if f in old and old[f] != d
-        ]
+        own = next(iter(files), None)
+        diff = []
+        for f, d in files.items():
+            if f in old and old[f] != d:
+                mine = "its own file " if f == own else "its folder's "
+                others |= f != own
+                diff.append(f"{mine}{f} ({old[f]} then, {d} now)")
         if diff:
             changed[spec] = diff
     if not changed:
@@ -120,8 +126,17 @@ def check_unchanged(
     which = "; ".join(
         f"{spec} ({counts[spec]} results): {', '.join(diff)}" for spec, diff in changed.items()
     )
+    # (a user's unchanged kernel was refused for a neighbour's edit, and read that its own
+    # source had changed)
+    why = (
+        " (a kernel's sources are its file and the modules loaded from its folder or package, "
+        "which it may import at any time; a kernel in a folder of its own is compared with its "
+        "own modules alone)"
+        if others
+        else ""
+    )
     raise ResultLogError(
-        f"{path} holds results of a kernel whose source has changed since: {which}. "
+        f"{path} holds results of a kernel whose sources have changed since: {which}{why}. "
         "They would not describe the code as it is now: pass --fresh to recompute the "
         "campaign, or --name NAME for a new report beside it"
     )
