@@ -53,7 +53,9 @@ def test_nan_inputs_is_validated_with_the_choices_named():
 
 def _softmax_numpy(q, k, v, *, causal, top_left):
     """Softmax attention in float64 with ``exp(s - max) / sum``: NaN for a row that keeps no
-    key; the causal diagonal aligned top-left (j <= i) or bottom-right (j <= i + Nk - Nq)."""
+    key; the causal diagonal aligned top-left (j <= i) or bottom-right (j <= i + Nk - Nq);
+    O in the inputs' format."""
+    fmt = np.asarray(q).dtype
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     nq, nk = q.shape[2], k.shape[2]
     with np.errstate(all="ignore"):
@@ -62,7 +64,7 @@ def _softmax_numpy(q, k, v, *, causal, top_left):
             shift = 0 if top_left else nk - nq
             s = np.where(np.arange(nk)[None] <= np.arange(nq)[:, None] + shift, s, -np.inf)
         e = np.exp(s - s.max(-1, keepdims=True))
-        return ((e / e.sum(-1, keepdims=True)) @ v).astype(np.float32)
+        return ((e / e.sum(-1, keepdims=True)) @ v).astype(fmt)
 
 
 def test_nan_rule_names_a_top_left_causal_mask_only_where_the_nan_rows_tell_it_apart():
