@@ -302,7 +302,11 @@ def test_gate_exit_codes():
         reasons=(f"{unchanged} (by up to 0.8 in O): the kernel ignores the option there",),
     )
     assert gate_findings([ignored], "fail-hard") == [
-        "structural property options-applied failed (softcap=4.034 ignored): k fp16"
+        "structural property options-applied failed (softcap ignored): k fp16"
+    ]
+    other = replace(ignored, reasons=(ignored.reasons[0].replace("4.034", "7.808"),))
+    assert gate_findings([ignored, other], "fail-hard") == [
+        "2 structural property options-applied failed (softcap ignored): k fp16"
     ]
     untold = replace(ignored, reasons=(f"{unchanged}, and without it the output is wrong",))
     assert gate_findings([untold], "fail-hard") == [
