@@ -237,3 +237,18 @@ def test_the_suite_says_how_much_of_its_budget_it_took():
         "== flashcheck time budget",
         "every property ran within the budget: 0:07 of 1:30",
     ]
+
+
+def test_a_negative_budget_on_the_command_line_gets_the_durations_message(capsys):
+    # argparse read "-5s" as an option of its own: "expected one argument".
+    from flashcheck.harness.cli import main
+
+    for argv in (["report", "--budget", "-5s"], ["test", "k:f", "--budget", "-1m"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert "a duration must be positive, got '-" in err and "expected one" not in err, err
+    assert parse_duration("1m") == 60
+    with pytest.raises(ValueError, match="must be positive"):
+        parse_duration("-5m")

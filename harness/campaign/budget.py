@@ -53,6 +53,8 @@ def parse_duration(text: str) -> float:
     (minutes:seconds) or ``"1:02:30"``. ``ValueError`` says what is accepted."""
     s = text.strip().lower()
     how = "use e.g. 90s, 3m, 1h, 2m30s or 2:30"
+    if s.startswith("-"):
+        raise ValueError(f"a duration must be positive, got {text!r}: {how}")
     if re.fullmatch(r"\d+(:\d{1,2}){1,2}", s):
         parts = [int(p) for p in s.split(":")]
         seconds = 0

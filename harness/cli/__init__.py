@@ -112,6 +112,29 @@ def _cmd_iomodel(args: argparse.Namespace) -> int:
     return 0
 
 
+# Options whose value a user may write with a sign: argparse takes "-5s" for an option of its
+# own and says "expected one argument", where the option's own check says what is wrong.
+_SIGNED = ("--budget", "--timeout")
+
+
+def _signed_values(argv: list[str]) -> list[str]:
+    """``argv`` with ``--budget -5s`` written ``--budget=-5s`` (up to a ``--``: what follows
+    it goes to pytest as it is)."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return out + argv[i:]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in _SIGNED and nxt[:1] == "-" and nxt[1:2].isdigit():
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -196,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     add_test(sub)
     add_campaign_commands(sub)
     add_bench(sub)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_signed_values(sys.argv[1:] if argv is None else argv))
     args.entry = argv is None  # the program's own command line, not a call from Python
     if not getattr(args, "func", None):
         parser.print_help()
