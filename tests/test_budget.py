@@ -252,3 +252,46 @@ def test_a_negative_budget_on_the_command_line_gets_the_durations_message(capsys
     assert parse_duration("1m") == 60
     with pytest.raises(ValueError, match="must be positive"):
         parse_duration("-5m")
+
+
+def test_a_run_whose_kernels_all_stopped_is_not_said_to_be_cut_by_its_budget(monkeypatch):
+    # Every kernel and dtype stopped after identical failures: the cases left had nothing to
+    # run, yet under a budget whose rate said they would not fit they were "left for a
+    # resume", and the report said "Stopped at its time budget: 0 of 0 planned results ran".
+    import flashcheck
+    from flashcheck.harness.campaign import runner
+    from flashcheck.harness.campaign.executor import LocalExecutor
+    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
+    from flashcheck.harness.core.progress import Progress
+    from flashcheck.harness.core.resultlog import ResultLog
+
+    def broken(q, k, v, *, causal=False, window=None, scale=None):
+        raise RuntimeError("not built for this machine")
+
+    contract = {"dtypes": ("fp16",), "head_dims": (16, 32, 64, 128), "masks": ("causal",)}
+    contract.update(gqa=True, unequal_lengths=True, distinct_dv=True, batched=True)
+    kern = flashcheck.kernel(broken, api="numpy", seq_multiple=1, compile_keys=(), **contract)
+    monkeypatch.setattr(Progress, "seconds_per_cost", lambda self: 325.0)
+    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
+    import tempfile
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
+        ResultLog.open(f"{tmp}/r.jsonl", Header(config, "flashcheck report ...").to_json()) as log,
+    ):
+        camp = runner.Campaign(
+            log,
+            PRESETS["smoke"],
+            0,
+            {"k": kern},
+            {"k": "cpu"},
+            ("fp16",),
+            ex,
+            f"{tmp}/cases",
+            echo=lambda _: None,
+            budget=Budget(600.0),
+        )
+        camp.run()
+        assert camp.results() and all(r.status == "ERROR" for r in camp.results())
+        assert camp.coverage() is None

@@ -183,6 +183,8 @@ def groups_not_run(work: Iterable[tuple[Item, Sequence[str]]], done: set[str]) -
     ``"part family dtype"``, in the order of ``work``."""
     seen: dict[tuple[str, str, str], bool] = {}
     for item, specs in work:
+        if not specs:  # (no kernel could run it here: nothing of it was left undone)
+            continue
         g = _group(item)
         seen[g] = seen.get(g, False) or any(item.key(s) in done for s in specs)
     return [" ".join(g) for g, ran in seen.items() if not ran]

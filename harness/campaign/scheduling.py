@@ -148,6 +148,11 @@ class Scheduler:
         done = set(self._done)
         missing = missing_by_part(runnable, done)
         planned = sum(len(specs) for _, specs in runnable)
+        live = any(self._runnable(k, dt) for k in self.kernels for dt in self.dtypes)
+        if not sum(missing.values()) and (self._searched or not live):
+            # Everything that could run ran, and the search too, or it had nothing to run
+            # (every kernel and dtype stopped after identical failures): no cut.
+            return None
         return CoverageRecord(
             budget=float(self.budget.seconds or 0.0),
             planned=planned,
@@ -218,6 +223,12 @@ class Scheduler:
         one that outlasts the budget overruns it). An item that does not fit is left for a
         resume."""
         if self.budget.seconds is None:
+            return True
+        dtype = item.recipe.dtype
+        if not any(self._runnable(s, dtype) and item.key(s) not in self._done for s in specs):
+            # Nothing of it would run (its kernels stopped after identical failures, or done):
+            # it costs nothing, and leaving it "for a resume" told a user whose every kernel
+            # had stopped that the budget had cut the run.
             return True
         rate = progress.seconds_per_cost() or 0.0
         run = item.cost() * item.weight() * rate * max(1, self.executor.workers)
