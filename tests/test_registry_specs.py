@@ -27,6 +27,13 @@ def paged_fn(q, k_cache, v_cache, *, cache_seqlens, block_table):
 
 def merge_fn(out_partial, lse_partial):
     return out_partial
+
+def crashes_on_odd(q, k, v, *, causal=False, scale=None):
+    if q.shape[2] % 2:
+        import os
+
+        os._exit(3)
+    return q
 """
 
 
@@ -73,3 +80,14 @@ def test_kernels_with_specs_prints_each_contract_probed(user_module, capsys):
     assert "probing the contract of naive-numpy" not in out
     assert main(["kernels", "specmod:atn"]) == 2
     assert "has no attribute 'atn' (did you mean specmod:attn?)" in capsys.readouterr().err
+
+
+def test_kernels_probes_in_a_worker_a_kernel_that_kills_its_process(user_module, capsys):
+    # `flashcheck kernels` probed in its own process: a kernel that died on a probe input
+    # ended the command silently, exit 3. A crash keeps the input class in the contract.
+    from flashcheck.harness.cli import main
+
+    assert main(["kernels", "specmod:crashes_on_odd"]) == 0
+    out = capsys.readouterr().out
+    assert "specmod:crashes_on_odd:\n  arithmetic unknown; dtypes fp16, bf16, fp32" in out
+    assert "sequence lengths multiple of 1" in out, out

@@ -85,32 +85,40 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _contracts(specs: list[str], timeout: float) -> int:
-    """Each kernel's contract, probed where not declared (``flashcheck kernels SPEC ...``)."""
+    """Each kernel's contract, probed where not declared (``flashcheck kernels SPEC ...``), in
+    a worker process with a time limit, as ``flashcheck test`` and ``report`` probe it: a
+    kernel that killed its process on a probe input ended this command silently, exit 3."""
+    from functools import partial
+
     from ..adapters.call_limit import CallLimit, KernelHung, limit_calls
     from ..adapters.probe import default_probe_device, resolved
     from ..adapters.registry import resolve
+    from ..adapters.worker import KernelRef, KernelWorker
 
     status = 0
-    for spec in specs:
-        try:
-            kern = resolve(spec)
-        except ValueError as err:
-            print(f"flashcheck kernels: error: {err}", file=sys.stderr)
-            status = 2
-            continue
-        device = default_probe_device(kern)
-        if kern.pending:
-            print(f"probing the contract of {spec} on {device} ...", flush=True)
-        try:
-            with limit_calls(CallLimit(timeout)):
-                kern = resolved(kern, device)
-        except KernelHung as err:
-            print(f"flashcheck kernels: error: {spec}: {err}", file=sys.stderr)
-            status = 2
-            continue
-        print(f"{spec}:")
-        for line in kern.contract_lines():
-            print(f"  {line}")
+    with KernelWorker(timeout=timeout) as worker:
+        for spec in specs:
+            try:
+                kern = resolve(spec)
+            except ValueError as err:
+                print(f"flashcheck kernels: error: {err}", file=sys.stderr)
+                status = 2
+                continue
+            device = default_probe_device(kern)
+            if kern.pending:
+                print(f"probing the contract of {spec} on {device} ...", flush=True)
+            runner = partial(worker.run, KernelRef.of(kern, spec), device=device)
+            try:
+                # (a kernel of a ragged layout is probed in this process: under the same limit)
+                with limit_calls(CallLimit(timeout)):
+                    kern = resolved(kern, device, runner)
+            except KernelHung as err:
+                print(f"flashcheck kernels: error: {spec}: {err}", file=sys.stderr)
+                status = 2
+                continue
+            print(f"{spec}:")
+            for line in kern.contract_lines():
+                print(f"  {line}")
     return status
 
 
