@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 import flashcheck  # noqa: E402
 from flashcheck.harness.judging.bounds import error_bounds  # noqa: E402

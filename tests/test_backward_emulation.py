@@ -14,7 +14,9 @@ from flashcheck.kernels.recurrence import (
     online_attention_backward,
 )
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 DT = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32, "fp64": np.float64}
 U = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}  # unit roundoff u_F

@@ -24,7 +24,9 @@ from flashcheck.harness.bench.timing import (
 from flashcheck.harness.cli import main
 
 # The tests call torch; the modules they test import it only when they need it.
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 
 def test_grid_follows_the_flashattention_convention():

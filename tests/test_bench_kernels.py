@@ -26,7 +26,9 @@ from flashcheck.harness.cli import main
 from flashcheck.harness.core.resultlog import ResultLog, ResultLogError
 
 # The tests call torch; the modules they test import it only when they need it.
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 
 MODULE = "bk_user_attention"  # written into a temporary folder by the tests that import it

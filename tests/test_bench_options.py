@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 # E402 below: the imports need torch, so they follow the importorskip above.
 
 from flashcheck.harness.bench import grad_check  # noqa: E402

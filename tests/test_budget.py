@@ -107,9 +107,6 @@ def test_the_process_age_counts_this_interpreter_since_it_started():
 def test_work_that_cannot_finish_in_the_budget_is_not_started(tmp_path, monkeypatch, what):
     from flashcheck.harness.adapters.registry import resolve
     from flashcheck.harness.campaign import runner
-    from flashcheck.harness.campaign.executor import LocalExecutor
-    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
-    from flashcheck.harness.core.resultlog import ResultLog
 
     kern = resolve("naive-numpy")
     if what == "compile":
@@ -121,26 +118,8 @@ def test_work_that_cannot_finish_in_the_budget_is_not_started(tmp_path, monkeypa
         # it (a gradient oracle of 18 s past a 45 s budget's cases' share). At an assumed
         # 1000 s per unit of cost every case would outlast the 570 s left to the cases.
         monkeypatch.setattr(runner, "SECONDS_PER_COST", 1000.0)
-    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
-    header = Header(config, "flashcheck report ...")
-    with (
-        LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
-        ResultLog.open(tmp_path / "r.jsonl", header.to_json()) as log,
-    ):
-        camp = runner.Campaign(
-            log,
-            PRESETS["smoke"],
-            0,
-            {"k": kern},
-            {"k": "cpu"},
-            ("fp16",),
-            ex,
-            tmp_path / "cases",
-            echo=lambda _: None,
-            budget=Budget(600.0),
-        )
-        camp.run()
-        covered = camp.coverage()
+    camp = _budgeted_campaign(kern, tmp_path)
+    covered = camp.coverage()
     # No case starts, and the run says so instead of overrunning.
     assert not camp.results() and covered is not None
     assert covered.ran == 0 and covered.planned > 0
@@ -254,16 +233,12 @@ def test_a_negative_budget_on_the_command_line_gets_the_durations_message(capsys
         parse_duration("-5m")
 
 
-def test_a_run_whose_kernels_all_stopped_is_not_said_to_be_cut_by_its_budget(monkeypatch):
+def test_a_run_whose_kernels_all_stopped_is_not_said_to_be_cut_by_its_budget(tmp_path, monkeypatch):
     # Every kernel and dtype stopped after identical failures: the cases left had nothing to
     # run, yet under a budget whose rate said they would not fit they were "left for a
     # resume", and the report said "Stopped at its time budget: 0 of 0 planned results ran".
     import flashcheck
-    from flashcheck.harness.campaign import runner
-    from flashcheck.harness.campaign.executor import LocalExecutor
-    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
     from flashcheck.harness.core.progress import Progress
-    from flashcheck.harness.core.resultlog import ResultLog
 
     def broken(q, k, v, *, causal=False, window=None, scale=None):
         raise RuntimeError("not built for this machine")
@@ -272,13 +247,23 @@ def test_a_run_whose_kernels_all_stopped_is_not_said_to_be_cut_by_its_budget(mon
     contract.update(gqa=True, unequal_lengths=True, distinct_dv=True, batched=True)
     kern = flashcheck.kernel(broken, api="numpy", seq_multiple=1, compile_keys=(), **contract)
     monkeypatch.setattr(Progress, "seconds_per_cost", lambda self: 325.0)
-    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
-    import tempfile
+    camp = _budgeted_campaign(kern, tmp_path)
+    assert camp.results() and all(r.status == "ERROR" for r in camp.results())
+    assert camp.coverage() is None
 
+
+def _budgeted_campaign(kern, tmp_path):
+    """The smoke campaign of ``kern`` in fp16, in this process, run under a 600 s budget."""
+    from flashcheck.harness.campaign import runner
+    from flashcheck.harness.campaign.executor import LocalExecutor
+    from flashcheck.harness.campaign.logrecords import CampaignConfig, Header
+    from flashcheck.harness.core.resultlog import ResultLog
+
+    config = CampaignConfig("c", "smoke", 0, ("k",), ("fp16",), "cpu")
+    header = Header(config, "flashcheck report ...")
     with (
-        tempfile.TemporaryDirectory() as tmp,
         LocalExecutor(workers=1, kernel_workers=1, isolate=False) as ex,
-        ResultLog.open(f"{tmp}/r.jsonl", Header(config, "flashcheck report ...").to_json()) as log,
+        ResultLog.open(tmp_path / "r.jsonl", header.to_json()) as log,
     ):
         camp = runner.Campaign(
             log,
@@ -288,10 +273,9 @@ def test_a_run_whose_kernels_all_stopped_is_not_said_to_be_cut_by_its_budget(mon
             {"k": "cpu"},
             ("fp16",),
             ex,
-            f"{tmp}/cases",
+            tmp_path / "cases",
             echo=lambda _: None,
             budget=Budget(600.0),
         )
         camp.run()
-        assert camp.results() and all(r.status == "ERROR" for r in camp.results())
-        assert camp.coverage() is None
+    return camp

@@ -4,7 +4,9 @@ only LSE fails, its worst rows are listed beside the oracle (O's table alone sho
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 import flashcheck  # noqa: E402
 from flashcheck.harness.checks.text import format_check, format_reason_groups  # noqa: E402

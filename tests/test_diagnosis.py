@@ -339,7 +339,9 @@ def test_weights_normalized_by_a_rounded_lse_are_named_not_tf32():
     # LSEs up to 4e4: an fp32 ulp of the LSE is 0.004, and exp(S − LSE) scales each row by
     # up to that much. A user's such kernel was told "precision below fp32: the errors fit
     # the bounds of tf32 matmuls", though it used none.
-    pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     # (the shrunk case of that user's property test)
     case = make_case(Recipe("fp32", "huge_logits", 2, 2, 1, 15, 40, 16, 16, seed=0, magnitude=6e4))
     q, k, v = case.q, case.k, case.v
@@ -376,7 +378,9 @@ def test_no_misreading_named_for_a_kernel_whose_o_is_right_or_whose_lse_breaks_i
     # LSE off, huge logits matched "the softmax taken over the queries" (whose tolerance grew
     # with its weights); where its near one-hot rows each took a factor, the LSE-rounding
     # reading, though its LSE broke its bound by 147 times. The softmax code was right.
-    pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     kern = flashcheck.kernel(_bf16_products, name="bf16_products", dtypes=("fp32",), masks=())
     right_o = Recipe("fp32", "huge_logits", 1, 2, 2, 32, 129, 8, 8, seed=2486643840, magnitude=9e29)
     res = flashcheck.check(kern, make_case(right_o), save="never")
@@ -406,7 +410,9 @@ def _reads_bshd(q, k, v, *, causal=False, scale=None):
 def test_inputs_read_in_flash_attn_funcs_layout_are_named():
     # A user's kernel written for (B, N, H, d) returns O in the shape it was given, so no shape
     # check fired: 36 failures, none naming the layout.
-    pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     rng = np.random.default_rng(0)
     for hk, nq, causal in ((4, 16, True), (2, 16, False), (4, 32, False)):
         q = rng.standard_normal((2, 4, nq, 32)).astype(np.float16)

@@ -6,7 +6,9 @@ compiled kernel (forward and gradients) only where CUDA is."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 pytest.importorskip(
     "torch.nn.attention.flex_attention", reason="FlexAttention needs torch 2.5 or later"
 )

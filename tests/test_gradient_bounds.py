@@ -321,7 +321,9 @@ def test_unknown_is_the_elementwise_max_of_every_class_at_the_floor(dtype):
 
 
 def test_torch_inputs_and_naive_autograd_within_bound():
-    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     from flashcheck.kernels.naive import naive_torch
 
     rng = np.random.default_rng(8)

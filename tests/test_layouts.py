@@ -10,7 +10,9 @@ import pytest
 
 from flashcheck.harness.core.layouts import pack_varlen, paged_batch, paginate, varlen_batch
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 
 def _f(rng, *shape, dt=np.float16):

@@ -171,7 +171,9 @@ def test_nan_rule():
 
 
 def test_gqa_rows_subset_and_torch_input():
-    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     rng = np.random.default_rng(9)
     q = rng.standard_normal((2, 4, 6, 5)).astype(ml_dtypes.bfloat16)
     k = rng.standard_normal((2, 2, 7, 5)).astype(ml_dtypes.bfloat16)

@@ -14,7 +14,9 @@ import flashcheck
 from flashcheck.harness.core.formats import BF16, FP16, FP32, round_mpf
 from flashcheck.harness.oracle.combine import combine_oracle
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 
 
 TOL = mpmath.mpf(2) ** -590  # the reference's own relative error at 600 bits

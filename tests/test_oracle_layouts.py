@@ -215,7 +215,9 @@ def test_ragged_calls_that_cannot_be_answered_say_why():
 
 
 def test_torch_inputs_give_the_numpy_answer():
-    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     rng = np.random.default_rng(12)
     q, k, v = (_f(rng, n, 2, 4, dt=ml_dtypes.bfloat16) for n in (5, 6, 6))
     cq, ck = _cu((2, 3)), _cu((4, 2))

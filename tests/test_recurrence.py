@@ -119,7 +119,9 @@ def test_fully_masked_rows_and_determinism():
 
 
 def test_naive_torch_matches_the_numpy_emulation_closely():
-    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     q, k, v = _inputs(5, 1, 2, 1, 9, 12, 8, 4, np.float32)
     ot, lt = naive_torch(*(torch.from_numpy(x) for x in (q, k, v)), causal=True)
     on, ln = naive_numpy(q, k, v, causal=True)

@@ -88,7 +88,9 @@ def test_a_masked_row_with_a_sink_gives_zero_and_the_sink():
 
 @pytest.mark.parametrize("opts", OPTIONS)
 def test_naive_numpy_emulates_torch(opts):
-    torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+    )
     q, k, v, mask, do = _inputs(4, np.float16)
     o_np, lse_np = naive_numpy(q, k, v, mask=mask, **opts)
     tq, tk, tv = (torch.from_numpy(x.copy()).requires_grad_() for x in (q, k, v))

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 triton = pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may lack it")
 
 import triton.language as tl  # noqa: E402

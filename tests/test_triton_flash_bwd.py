@@ -8,7 +8,9 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may lack it")
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
     pytest.skip("needs CUDA or TRITON_INTERPRET=1 (tox sets it)", allow_module_level=True)

@@ -14,7 +14,9 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 pytest.importorskip("triton", reason="triton is a tox dependency; bare envs may lack it")
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives numpy the fp8 formats")
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):

@@ -13,7 +13,9 @@ import flashcheck
 from flashcheck.harness.adapters.declare import accepted_options
 from flashcheck.harness.cases.store import load_case
 
-pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 sys.path.insert(0, str(Path(__file__).parent / "user"))
 import user_softcap as user
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_flashcheck
 
-pytest.importorskip("torch", reason="torch is a tox dependency; bare envs may lack it")
+pytest.importorskip(
+    "torch", reason="torch is an optional dependency (flashcheck[torch]); tox installs it"
+)
 # A subprocess each (about 5 s on the smoke preset, fp16, the options part alone).
 pytestmark = pytest.mark.slow
 

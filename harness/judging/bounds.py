@@ -291,7 +291,7 @@ def _rows(q, k, v, keep, tau, fmts, arith: str, key_block, lam, fp32_only=False,
         if opts is not None and opts[1] is not None:
             # The sink's slot is the fp32 logit σ itself, never stored in F (the naive class
             # concatenates it to the fp32 scores): charging it u_F·|σ| shifted every weight
-            # of a row the sink dominates, a bf16 dσ bound ~4.7× what the class allows.
+            # of a row the sink dominates, a bf16 dσ bound 4-5× what the class allows.
             stored[:, 0] = 0.0
         local = (up + 2 * U32) * a + stored
         local = local + U32 * gap + RHO_EXP + extra  # fp32 s − m and exp; the options' own
